@@ -1,0 +1,120 @@
+package store
+
+import "time"
+
+// SandboxState is where a sandbox is in its lifecycle. The transitional
+// states are written before the node acts so a crash mid-way is visible.
+type SandboxState string
+
+const (
+	Creating SandboxState = "creating"
+	Running  SandboxState = "running"
+	Pausing  SandboxState = "pausing"
+	Paused   SandboxState = "paused"
+	Resuming SandboxState = "resuming"
+	Killing  SandboxState = "killing"
+)
+
+// Sandbox is the persisted record of one sandbox.
+type Sandbox struct {
+	ID          string       `json:"id"`
+	TemplateID  string       `json:"templateId"`
+	Alias       string       `json:"alias,omitempty"`
+	State       SandboxState `json:"state"`
+	ContainerID string       `json:"containerId"` // runsc container; changes on rollback and resume
+	Slot        int          `json:"slot"`        // network slot index, -1 when none
+	HostAddr    string       `json:"hostAddr,omitempty"`
+
+	CreatedAt time.Time `json:"createdAt"`
+	StartedAt time.Time `json:"startedAt"`
+	EndAt     time.Time `json:"endAt"`
+	// PausedAt is set while paused; time paused does not count against the timeout.
+	PausedAt time.Time `json:"pausedAt,omitzero"`
+
+	CPUCount   int `json:"cpuCount"`
+	MemoryMB   int `json:"memoryMB"`
+	DiskSizeMB int `json:"diskSizeMB"`
+
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	EnvVars      map[string]string `json:"envVars,omitempty"`
+	EnvdToken    string            `json:"envdToken"`
+	TrafficToken string            `json:"trafficToken,omitempty"`
+
+	AutoPause      bool   `json:"autoPause,omitempty"`
+	AutoPauseMem   bool   `json:"autoPauseMemory,omitempty"`
+	AutoResume     bool   `json:"autoResume,omitempty"`
+	AllowInternet  bool   `json:"allowInternet"`
+	PublicTraffic  bool   `json:"publicTraffic"`
+	Network        []byte `json:"network,omitempty"` // the create request's network policy, as sent
+	PauseImage     string `json:"pauseImage,omitempty"`
+	PauseHasMemory bool   `json:"pauseHasMemory,omitempty"`
+}
+
+// TemplateStatus is the state of a template or snapshot.
+type TemplateStatus string
+
+const (
+	TemplateBuilding TemplateStatus = "building"
+	TemplateReady    TemplateStatus = "ready"
+	TemplateFailed   TemplateStatus = "failed"
+	TemplateDeleting TemplateStatus = "deleting"
+)
+
+// Template is a bootable snapshot: either built from an OCI image or taken
+// from a running sandbox (ID prefix "snap-").
+type Template struct {
+	ID        string         `json:"id"`
+	Aliases   []string       `json:"aliases,omitempty"`
+	Status    TemplateStatus `json:"status"`
+	Error     string         `json:"error,omitempty"`
+	CreatedAt time.Time      `json:"createdAt"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+
+	Image      string `json:"image,omitempty"`
+	Rootfs     string `json:"rootfs"`     // read-only rootfs directory
+	Envd       string `json:"envd"`       // host path of the cube-envd binary the snapshot was taken with
+	Checkpoint string `json:"checkpoint"` // checkpoint image directory
+	SizeBytes  int64  `json:"sizeBytes"`
+	Checksum   string `json:"checksum,omitempty"`
+
+	StartCmd []string `json:"startCmd,omitempty"`
+	Env      []string `json:"env,omitempty"`
+	Cwd      string   `json:"cwd,omitempty"`
+	User     string   `json:"user,omitempty"`
+
+	CPUCount     int    `json:"cpuCount"`
+	MemoryMB     int    `json:"memoryMB"`
+	DiskSizeMB   int    `json:"diskSizeMB"`
+	ExposedPorts []int  `json:"exposedPorts,omitempty"`
+	ProbePort    int    `json:"probePort,omitempty"`
+	ProbePath    string `json:"probePath,omitempty"`
+
+	// For snapshots: the sandbox it was taken from and its names.
+	SourceSandbox string `json:"sourceSandbox,omitempty"`
+	// Parent is the template the snapshotted sandbox was created from.
+	Parent string `json:"parent,omitempty"`
+}
+
+// JobPhase is where a template build is.
+type JobPhase string
+
+const (
+	PhasePulling      JobPhase = "PULLING"
+	PhaseUnpacking    JobPhase = "UNPACKING"
+	PhaseBooting      JobPhase = "BOOTING"
+	PhaseProbing      JobPhase = "PROBING"
+	PhaseSnapshotting JobPhase = "SNAPSHOTTING"
+	PhaseReady        JobPhase = "READY"
+	PhaseFailed       JobPhase = "FAILED"
+)
+
+// Job is a template build.
+type Job struct {
+	ID         string    `json:"id"`
+	TemplateID string    `json:"templateId"`
+	Phase      JobPhase  `json:"phase"`
+	Progress   int       `json:"progress"`
+	Error      string    `json:"error,omitempty"`
+	CreatedAt  time.Time `json:"createdAt"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+}

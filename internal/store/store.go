@@ -1,0 +1,218 @@
+// Package store keeps Cube's persistent state in one SQLite file
+// (modernc.org/sqlite, no cgo) in the data directory.
+//
+// Each record is a JSON document keyed by ID, with the few fields that
+// queries filter on copied into columns. The node writes a record before it
+// acts (state "creating", "pausing", ...) and updates it after, so after a
+// crash the reconciler can tell intent from fact.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	_ "modernc.org/sqlite"
+)
+
+// ErrNotFound is returned when no record has the given ID.
+var ErrNotFound = errors.New("not found")
+
+// Store is the state database.
+type Store struct {
+	db *sql.DB
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS sandboxes (
+	id    TEXT PRIMARY KEY,
+	state TEXT NOT NULL,
+	seq   INTEGER NOT NULL,
+	data  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS templates (
+	id    TEXT PRIMARY KEY,
+	state TEXT NOT NULL,
+	seq   INTEGER NOT NULL,
+	data  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+	id    TEXT PRIMARY KEY,
+	state TEXT NOT NULL,
+	seq   INTEGER NOT NULL,
+	data  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	sandbox_id TEXT NOT NULL,
+	ts         INTEGER NOT NULL,
+	level      TEXT NOT NULL,
+	message    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+`
+
+// Open opens (creating if needed) the database at path.
+func Open(path string) (*Store, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)")
+	if err != nil {
+		return nil, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	// SQLite serialises writers anyway; one connection avoids SQLITE_BUSY
+	// between our own goroutines.
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise state database %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Table is a typed view of one table of JSON records.
+type Table[T any] struct {
+	s     *Store
+	name  string
+	key   func(*T) string
+	state func(*T) string
+}
+
+// Put inserts or replaces a record.
+func (t Table[T]) Put(ctx context.Context, v *T) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = t.s.db.ExecContext(ctx,
+		`INSERT INTO `+t.name+`(id, state, seq, data) VALUES(?, ?, ?, ?)
+		 ON CONFLICT(id) DO UPDATE SET state=excluded.state, data=excluded.data`,
+		t.key(v), t.state(v), time.Now().UnixNano(), string(data))
+	if err != nil {
+		return fmt.Errorf("store %s %s: %w", t.name, t.key(v), err)
+	}
+	return nil
+}
+
+// Get returns the record with the given ID or ErrNotFound.
+func (t Table[T]) Get(ctx context.Context, id string) (*T, error) {
+	var data string
+	err := t.s.db.QueryRowContext(ctx, `SELECT data FROM `+t.name+` WHERE id = ?`, id).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load %s %s: %w", t.name, id, err)
+	}
+	v := new(T)
+	if err := json.Unmarshal([]byte(data), v); err != nil {
+		return nil, fmt.Errorf("decode %s %s: %w", t.name, id, err)
+	}
+	return v, nil
+}
+
+// Delete removes a record; deleting a missing record is not an error.
+func (t Table[T]) Delete(ctx context.Context, id string) error {
+	_, err := t.s.db.ExecContext(ctx, `DELETE FROM `+t.name+` WHERE id = ?`, id)
+	return err
+}
+
+// List returns every record in creation order, optionally only those whose
+// state is one of states.
+func (t Table[T]) List(ctx context.Context, states ...string) ([]*T, error) {
+	rows, err := t.s.db.QueryContext(ctx, `SELECT state, data FROM `+t.name+` ORDER BY seq, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*T
+	for rows.Next() {
+		var state, data string
+		if err := rows.Scan(&state, &data); err != nil {
+			return nil, err
+		}
+		if len(states) > 0 && !contains(states, state) {
+			continue
+		}
+		v := new(T)
+		if err := json.Unmarshal([]byte(data), v); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", t.name, err)
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Sandboxes is the table of sandboxes.
+func (s *Store) Sandboxes() Table[Sandbox] {
+	return Table[Sandbox]{s: s, name: "sandboxes",
+		key: func(v *Sandbox) string { return v.ID }, state: func(v *Sandbox) string { return string(v.State) }}
+}
+
+// Templates is the table of templates and snapshots.
+func (s *Store) Templates() Table[Template] {
+	return Table[Template]{s: s, name: "templates",
+		key: func(v *Template) string { return v.ID }, state: func(v *Template) string { return string(v.Status) }}
+}
+
+// Jobs is the table of template build jobs.
+func (s *Store) Jobs() Table[Job] {
+	return Table[Job]{s: s, name: "jobs",
+		key: func(v *Job) string { return v.ID }, state: func(v *Job) string { return string(v.Phase) }}
+}
+
+// Event is one line of a sandbox's lifecycle log.
+type Event struct {
+	Seq     int64
+	Time    time.Time
+	Level   string
+	Message string
+}
+
+// AddEvent appends a line to a sandbox's log.
+func (s *Store) AddEvent(ctx context.Context, sandboxID, level, msg string) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO events(sandbox_id, ts, level, message) VALUES(?, ?, ?, ?)`,
+		sandboxID, time.Now().UnixNano(), level, msg)
+	return err
+}
+
+// Events returns up to limit log lines of a sandbox after sequence number after.
+func (s *Store) Events(ctx context.Context, sandboxID string, after int64, limit int) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT seq, ts, level, message FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+		sandboxID, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var ts int64
+		if err := rows.Scan(&e.Seq, &ts, &e.Level, &e.Message); err != nil {
+			return nil, err
+		}
+		e.Time = time.Unix(0, ts)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// DeleteEvents removes a sandbox's log.
+func (s *Store) DeleteEvents(ctx context.Context, sandboxID string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE sandbox_id = ?`, sandboxID)
+	return err
+}
