@@ -1,0 +1,270 @@
+// Package proxy carries user traffic to a port of a sandbox. A request names
+// its sandbox either with the E2b-Sandbox-Id and E2b-Sandbox-Port headers
+// (what the SDKs send when E2B_SANDBOX_URL is set) or with a Host of the form
+// <port>-<sandboxID>.<domain> (what sandbox.getHost(port) hands out). The
+// proxy dials only what the Resolver returns for a known sandbox, so nothing
+// else on the host is reachable through it.
+package proxy
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"time"
+
+	"cube/internal/api/wire"
+)
+
+// Header names of header-based routing and of the inbound traffic token.
+const (
+	HeaderSandboxID    = "E2b-Sandbox-Id"
+	HeaderSandboxPort  = "E2b-Sandbox-Port"
+	HeaderTrafficToken = "E2b-Traffic-Access-Token"
+)
+
+// Resolver tells the proxy where a sandbox port lives. The node implements
+// it; it may resume a paused sandbox whose lifecycle allows auto-resume
+// before answering. An unknown, dead or unreachable sandbox is an error,
+// whose text is shown to the user.
+type Resolver interface {
+	Resolve(ctx context.Context, sandboxID string, port int) (Target, error)
+}
+
+// Target is where one sandbox port is reached.
+type Target struct {
+	// Addr is "host:port" of the port inside the sandbox's network slot.
+	Addr string
+	// TrafficAccessToken, when non-empty, must arrive in the
+	// e2b-traffic-access-token header.
+	TrafficAccessToken string
+	// MaskRequestHost, when non-empty, replaces the Host header sent to the
+	// sandbox; "${PORT}" in it is replaced by the port.
+	MaskRequestHost string
+}
+
+// Route is the sandbox port a request is addressed to.
+type Route struct {
+	SandboxID string
+	Port      int
+}
+
+// Match reports whether r is for a sandbox, and which. Header routing wins
+// over Host routing. domain, when non-empty, is the suffix a routing Host
+// must carry; when empty any <port>-<id>.<something> Host routes.
+//
+// A request with only one of the two headers, or with a malformed one, is
+// still sandbox traffic (ok is true) so it gets the proxy's error rather
+// than an API 404; err says what is wrong.
+func Match(r *http.Request, domain string) (rt Route, ok bool, err error) {
+	id, port := r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort)
+	if id != "" || port != "" {
+		if id == "" || port == "" {
+			return Route{SandboxID: id}, true, fmt.Errorf("both %s and %s headers are required", HeaderSandboxID, HeaderSandboxPort)
+		}
+		rt, err := parseRoute(id, port)
+		return rt, true, err
+	}
+	return matchHost(r.Host, domain)
+}
+
+func matchHost(host, domain string) (Route, bool, error) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	label, rest, found := strings.Cut(host, ".")
+	if !found || rest == "" {
+		return Route{}, false, nil
+	}
+	if domain != "" && rest != strings.TrimSuffix(strings.ToLower(domain), ".") {
+		return Route{}, false, nil
+	}
+	port, id, found := strings.Cut(label, "-")
+	if !found || port == "" || !isDigits(port) {
+		return Route{}, false, nil
+	}
+	// An id with a further "-suffix" is how older E2B hosts carried a client
+	// id; only the first part names the sandbox.
+	id, _, _ = strings.Cut(id, "-")
+	rt, err := parseRoute(id, port)
+	return rt, true, err
+}
+
+func parseRoute(id, port string) (Route, error) {
+	if !ValidSandboxID(id) {
+		return Route{SandboxID: id}, fmt.Errorf("invalid sandbox id %q: want lowercase letters and digits", id)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 || !isDigits(port) {
+		return Route{SandboxID: id}, fmt.Errorf("invalid sandbox port %q: want 1-65535", port)
+	}
+	return Route{SandboxID: id, Port: p}, nil
+}
+
+// ValidSandboxID reports whether id has the shape of a sandbox id: 1 to 63
+// lowercase letters and digits, so that it fits a host-name label.
+func ValidSandboxID(id string) bool {
+	if len(id) == 0 || len(id) > 63 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Config configures a Proxy.
+type Config struct {
+	// Domain is the suffix of routing Host headers; empty accepts any.
+	Domain string
+	// Logger receives proxy errors; nil means slog.Default().
+	Logger *slog.Logger
+	// DialTimeout bounds connecting to a sandbox port; 0 means 10s.
+	DialTimeout time.Duration
+}
+
+// Proxy is the http.Handler for sandbox traffic.
+type Proxy struct {
+	cfg      Config
+	resolver Resolver
+	rp       *httputil.ReverseProxy
+	log      *slog.Logger
+}
+
+type ctxKey struct{}
+
+// proxied is what ServeHTTP hands the reverse proxy through the context.
+type proxied struct {
+	route  Route
+	target Target
+}
+
+// New returns a proxy that sends traffic where r says.
+func New(cfg Config, r Resolver) *Proxy {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	p := &Proxy{cfg: cfg, resolver: r, log: cfg.Logger}
+	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	transport := &http.Transport{
+		// Never the environment's HTTP proxy: the target is a local slot.
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+		ExpectContinueTimeout: time.Second,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:   p.rewrite,
+		Transport: transport,
+		// Connect server streams, NDJSON and process output must reach the
+		// client as each piece is written, not when a buffer fills.
+		FlushInterval: -1,
+		ErrorHandler:  p.upstreamError,
+		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return p
+}
+
+// Match reports whether r is sandbox traffic for this proxy's domain.
+func (p *Proxy) Match(r *http.Request) bool {
+	_, ok, _ := Match(r, p.cfg.Domain)
+	return ok
+}
+
+// ServeHTTP forwards r to its sandbox port, or answers 502 (unknown or dead
+// sandbox, bad route) or 403 (missing or wrong traffic token) in the proxy's
+// error shape.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, ok, err := Match(r, p.cfg.Domain)
+	if !ok {
+		WriteError(w, http.StatusBadGateway, "", "request does not name a sandbox")
+		return
+	}
+	if err != nil {
+		WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
+		return
+	}
+	target, err := p.resolver.Resolve(r.Context(), rt.SandboxID, rt.Port)
+	if err != nil {
+		WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
+		return
+	}
+	if target.TrafficAccessToken != "" {
+		got := r.Header.Get(HeaderTrafficToken)
+		if subtle.ConstantTimeCompare([]byte(got), []byte(target.TrafficAccessToken)) != 1 {
+			msg := "missing or wrong " + strings.ToLower(HeaderTrafficToken) + " header"
+			WriteError(w, http.StatusForbidden, rt.SandboxID, msg)
+			return
+		}
+	}
+	ctx := context.WithValue(r.Context(), ctxKey{}, &proxied{route: rt, target: target})
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	px := pr.In.Context().Value(ctxKey{}).(*proxied)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = px.target.Addr
+	// Keep the Host the user addressed (web servers in the sandbox see the
+	// public name) unless the sandbox asked for a mask.
+	pr.Out.Host = pr.In.Host
+	if m := px.target.MaskRequestHost; m != "" {
+		pr.Out.Host = strings.ReplaceAll(m, "${PORT}", strconv.Itoa(px.route.Port))
+	}
+	// Routing headers and the traffic token are for the proxy only.
+	pr.Out.Header.Del(HeaderSandboxID)
+	pr.Out.Header.Del(HeaderSandboxPort)
+	pr.Out.Header.Del(HeaderTrafficToken)
+	pr.SetXForwarded()
+}
+
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	px, _ := r.Context().Value(ctxKey{}).(*proxied)
+	id := ""
+	if px != nil {
+		id = px.route.SandboxID
+	}
+	if errors.Is(err, context.Canceled) {
+		// The client went away; there is no one to answer.
+		return
+	}
+	p.log.Warn("sandbox unreachable", "sandbox", id, "err", err)
+	msg := "sandbox is not reachable"
+	if px != nil {
+		msg = fmt.Sprintf("sandbox %s port %d is not reachable", id, px.route.Port)
+	}
+	WriteError(w, http.StatusBadGateway, id, msg)
+}
+
+// WriteError answers with the proxy's error shape, which the SDKs parse.
+func WriteError(w http.ResponseWriter, status int, sandboxID, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(wire.ProxyError{SandboxID: sandboxID, Message: msg, Code: status})
+}
