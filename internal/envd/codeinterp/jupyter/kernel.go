@@ -1,0 +1,644 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// ErrDied is returned by requests whose kernel process exited before
+// answering them.
+var ErrDied = errors.New("kernel died")
+
+// ErrUnresponsive is returned by Execute when an interrupted kernel does not
+// become idle again within InterruptGrace.
+var ErrUnresponsive = errors.New("kernel did not respond to an interrupt")
+
+// InterruptGrace is how long Execute waits for an interrupted kernel to
+// report idle before giving up on it.
+var InterruptGrace = 10 * time.Second
+
+// StartOptions configures a kernel process.
+type StartOptions struct {
+	Dir          string        // working directory of the kernel process
+	Env          []string      // full environment ("K=V"); the spec's env is added on top
+	ReadyTimeout time.Duration // launch until the kernel answers; default 60 s
+	Logger       *slog.Logger
+}
+
+// Kernel is one running kernel process and the sockets connected to it.
+type Kernel struct {
+	spec    Spec
+	log     *slog.Logger
+	sign    signer
+	session string
+	tmpDir  string
+	cmd     *exec.Cmd
+	output  *tail
+
+	// sockCtx ends when the process exits or the kernel is closed; it stops
+	// dials that wait for a kernel that will never bind.
+	sockCtx    context.Context
+	sockCancel context.CancelFunc
+
+	shell, control, stdin, iopub, hb zmq4.Socket
+	sendMu                           sync.Mutex
+
+	mu      sync.Mutex
+	inboxes map[string]*inbox // by request msg_id
+
+	done    chan struct{} // closed once the process has exited
+	exitErr error         // set before done is closed
+
+	closeOnce sync.Once
+}
+
+// connectionInfo is the kernel's connection file.
+type connectionInfo struct {
+	ShellPort       int    `json:"shell_port"`
+	IOPubPort       int    `json:"iopub_port"`
+	StdinPort       int    `json:"stdin_port"`
+	ControlPort     int    `json:"control_port"`
+	HBPort          int    `json:"hb_port"`
+	IP              string `json:"ip"`
+	Key             string `json:"key"`
+	Transport       string `json:"transport"`
+	SignatureScheme string `json:"signature_scheme"`
+	KernelName      string `json:"kernel_name"`
+}
+
+// Start launches the kernel described by spec and returns once it answers a
+// kernel_info_request on shell and publishes on iopub, so the first
+// execution's output cannot be lost to a late subscription.
+func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err error) {
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = 60 * time.Second
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("kernel", spec.Name)
+
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, fmt.Errorf("pick kernel ports: %w", err)
+	}
+	ci := connectionInfo{
+		ShellPort: ports[0], IOPubPort: ports[1], StdinPort: ports[2], ControlPort: ports[3], HBPort: ports[4],
+		IP: "127.0.0.1", Key: newID(), Transport: "tcp", SignatureScheme: "hmac-sha256", KernelName: spec.Name,
+	}
+	tmpDir, err := os.MkdirTemp("", "cube-kernel-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmpDir)
+		}
+	}()
+	connFile := tmpDir + "/connection.json"
+	data, _ := json.Marshal(ci)
+	if err := os.WriteFile(connFile, data, 0o600); err != nil {
+		return nil, err
+	}
+
+	argv := make([]string, len(spec.Argv))
+	for i, a := range spec.Argv {
+		a = strings.ReplaceAll(a, "{connection_file}", connFile)
+		argv[i] = strings.ReplaceAll(a, "{resource_dir}", spec.Dir)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = opts.Dir
+	cmd.Env = opts.Env
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	for k, v := range spec.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out := &tail{max: 4096}
+	cmd.Stdout = out
+	cmd.Stderr = out
+	// Own process group: an interrupt or kill reaches the kernel and
+	// whatever it spawned, and never cube-envd itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start kernel %s: %w", spec.Name, err)
+	}
+
+	sockCtx, sockCancel := context.WithCancel(context.Background())
+	k := &Kernel{
+		spec:       spec,
+		log:        logger.With("pid", cmd.Process.Pid),
+		sign:       signer{key: []byte(ci.Key)},
+		session:    newID(),
+		tmpDir:     tmpDir,
+		cmd:        cmd,
+		output:     out,
+		sockCtx:    sockCtx,
+		sockCancel: sockCancel,
+		inboxes:    map[string]*inbox{},
+		done:       make(chan struct{}),
+	}
+	go k.wait()
+	defer func() {
+		if err != nil {
+			k.Kill()
+		}
+	}()
+
+	readyCtx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
+	defer cancel()
+	stop := context.AfterFunc(readyCtx, sockCancel) // unblock dials on timeout
+	defer stop()
+
+	if err := k.connect(ci); err != nil {
+		return nil, k.startError(readyCtx, err)
+	}
+	if err := k.awaitReady(readyCtx); err != nil {
+		return nil, k.startError(readyCtx, err)
+	}
+	k.log.Debug("kernel ready")
+	return k, nil
+}
+
+// startError explains why a launch failed, preferring what the kernel
+// itself printed (a missing module, a bad argv) over socket errors.
+func (k *Kernel) startError(ctx context.Context, err error) error {
+	select {
+	case <-k.done:
+		return fmt.Errorf("kernel %s exited during startup (%v): %s", k.spec.Name, k.exitErr, k.output.String())
+	default:
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("kernel %s did not become ready: %w; output: %s", k.spec.Name, ctx.Err(), k.output.String())
+	}
+	return fmt.Errorf("kernel %s: %w", k.spec.Name, err)
+}
+
+func (k *Kernel) wait() {
+	err := k.cmd.Wait()
+	if err == nil {
+		err = errors.New("exited with status 0")
+	}
+	k.exitErr = err
+	close(k.done)
+	k.sockCancel()
+	k.mu.Lock()
+	for _, in := range k.inboxes {
+		in.close()
+	}
+	k.mu.Unlock()
+	k.log.Debug("kernel process exited", "err", err)
+}
+
+func (k *Kernel) connect(ci connectionInfo) error {
+	zlog := log.New(io.Discard, "", 0)
+	opts := func(extra ...zmq4.Option) []zmq4.Option {
+		// A kernel needs about a second to bind its ports; keep dialing
+		// until it does or sockCtx ends (exit or ready timeout).
+		return append([]zmq4.Option{zmq4.WithDialerMaxRetries(-1), zmq4.WithDialerRetry(50 * time.Millisecond), zmq4.WithLogger(zlog)}, extra...)
+	}
+	addr := func(port int) string { return fmt.Sprintf("tcp://%s:%d", ci.IP, port) }
+	// stdin must share shell's identity: the kernel routes input_request
+	// to the stdin peer with the identity of the shell request's sender.
+	id := zmq4.SocketIdentity(newID())
+	k.shell = zmq4.NewDealer(k.sockCtx, opts(zmq4.WithID(id))...)
+	k.stdin = zmq4.NewDealer(k.sockCtx, opts(zmq4.WithID(id))...)
+	k.control = zmq4.NewDealer(k.sockCtx, opts()...)
+	k.iopub = zmq4.NewSub(k.sockCtx, opts()...)
+	k.hb = zmq4.NewReq(k.sockCtx, opts()...)
+	for _, c := range []struct {
+		s    zmq4.Socket
+		port int
+		name string
+	}{{k.shell, ci.ShellPort, "shell"}, {k.iopub, ci.IOPubPort, "iopub"}, {k.control, ci.ControlPort, "control"}, {k.stdin, ci.StdinPort, "stdin"}, {k.hb, ci.HBPort, "heartbeat"}} {
+		if err := c.s.Dial(addr(c.port)); err != nil {
+			return fmt.Errorf("connect %s: %w", c.name, err)
+		}
+	}
+	if err := k.iopub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+		return fmt.Errorf("subscribe iopub: %w", err)
+	}
+	go k.read("shell", k.shell)
+	go k.read("control", k.control)
+	go k.read("iopub", k.iopub)
+	go k.read("stdin", k.stdin)
+	return nil
+}
+
+// awaitReady repeats kernel_info_request until one is answered on shell and
+// seen on iopub: a SUB socket only receives after its subscription reached
+// the kernel, and nothing tells us when that happened.
+func (k *Kernel) awaitReady(ctx context.Context) error {
+	for {
+		id, in := k.request()
+		if err := k.send(k.shell, id, "kernel_info_request", struct{}{}); err != nil {
+			k.drop(id)
+			return err
+		}
+		var gotReply, gotIOPub bool
+		timer := time.NewTimer(500 * time.Millisecond)
+	wait:
+		for !gotReply || !gotIOPub {
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				k.drop(id)
+				return ctx.Err()
+			case <-k.done:
+				timer.Stop()
+				k.drop(id)
+				return ErrDied
+			case <-timer.C:
+				break wait
+			case <-in.notify:
+				for _, m := range in.take() {
+					if m.channel == "iopub" {
+						gotIOPub = true
+					} else if m.Type() == "kernel_info_reply" {
+						gotReply = true
+					}
+				}
+			}
+		}
+		timer.Stop()
+		k.drop(id)
+		if gotReply && gotIOPub {
+			return k.Ping(ctx)
+		}
+	}
+}
+
+// Ping checks the heartbeat channel: the kernel echoes what it receives.
+func (k *Kernel) Ping(ctx context.Context) error {
+	res := make(chan error, 1)
+	go func() {
+		if err := k.hb.Send(zmq4.NewMsgString("ping")); err != nil {
+			res <- err
+			return
+		}
+		_, err := k.hb.Recv()
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("heartbeat: %w", ctx.Err())
+	case <-k.done:
+		return ErrDied
+	}
+}
+
+// received is a message tagged with the channel it came from.
+type received struct {
+	*Message
+	channel string
+}
+
+// read dispatches one socket's messages to the request they answer. It
+// ends when the socket does: after the kernel dies Recv returns EOF.
+func (k *Kernel) read(channel string, s zmq4.Socket) {
+	for {
+		zm, err := s.Recv()
+		if err != nil {
+			if k.sockCtx.Err() == nil && !errors.Is(err, io.EOF) {
+				k.log.Debug("receive failed", "channel", channel, "err", err)
+			}
+			return
+		}
+		m, err := k.sign.decode(zm.Frames)
+		if err != nil {
+			k.log.Warn("dropping kernel message", "channel", channel, "err", err)
+			continue
+		}
+		if channel == "stdin" && m.Type() == "input_request" {
+			// We never allow stdin; a kernel that asks anyway gets an
+			// empty line rather than blocking the execution forever.
+			k.sendReply(k.stdin, m, "input_reply", map[string]string{"value": ""})
+			continue
+		}
+		k.mu.Lock()
+		in := k.inboxes[m.ParentID()]
+		k.mu.Unlock()
+		if in != nil {
+			in.put(received{m, channel})
+		}
+	}
+}
+
+func (k *Kernel) request() (string, *inbox) {
+	id := newID()
+	in := newInbox()
+	k.mu.Lock()
+	k.inboxes[id] = in
+	k.mu.Unlock()
+	select {
+	case <-k.done:
+		in.close()
+	default:
+	}
+	return id, in
+}
+
+func (k *Kernel) drop(id string) {
+	k.mu.Lock()
+	delete(k.inboxes, id)
+	k.mu.Unlock()
+}
+
+func (k *Kernel) send(s zmq4.Socket, id, msgType string, content any) error {
+	c, err := json.Marshal(content)
+	if err != nil {
+		return err
+	}
+	m := &Message{
+		Header:  Header{MsgID: id, Session: k.session, Username: "cube", Date: nowISO(), MsgType: msgType, Version: protocolVersion},
+		Content: c,
+	}
+	return k.sendMsg(s, m)
+}
+
+func (k *Kernel) sendReply(s zmq4.Socket, parent *Message, msgType string, content any) {
+	c, _ := json.Marshal(content)
+	m := &Message{
+		Header:       Header{MsgID: newID(), Session: k.session, Username: "cube", Date: nowISO(), MsgType: msgType, Version: protocolVersion},
+		ParentHeader: parent.Header,
+		Content:      c,
+	}
+	if err := k.sendMsg(s, m); err != nil {
+		k.log.Debug("send reply failed", "type", msgType, "err", err)
+	}
+}
+
+func (k *Kernel) sendMsg(s zmq4.Socket, m *Message) error {
+	frames, err := k.sign.encode(m)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-k.done:
+		return ErrDied
+	default:
+	}
+	k.sendMu.Lock()
+	defer k.sendMu.Unlock()
+	return s.SendMulti(zmq4.NewMsgFrom(frames...))
+}
+
+// ExecuteRequest is the content of an execute_request.
+type ExecuteRequest struct {
+	Code            string         `json:"code"`
+	Silent          bool           `json:"silent"`
+	StoreHistory    bool           `json:"store_history"`
+	UserExpressions map[string]any `json:"user_expressions"`
+	AllowStdin      bool           `json:"allow_stdin"`
+	StopOnError     bool           `json:"stop_on_error"`
+}
+
+// Execute runs code and calls onOutput, in order, with every iopub message
+// the kernel publishes for it, until the kernel is idle again and has sent
+// its execute_reply, which Execute returns.
+//
+// When ctx ends first (the client went away), the kernel is interrupted and
+// Execute keeps collecting, so the next request on this kernel starts from
+// an idle kernel. It returns ErrUnresponsive if the kernel ignores the
+// interrupt for InterruptGrace, and ErrDied if the process exits.
+func (k *Kernel) Execute(ctx context.Context, req ExecuteRequest, onOutput func(*Message)) (*Message, error) {
+	if req.UserExpressions == nil {
+		req.UserExpressions = map[string]any{}
+	}
+	id, in := k.request()
+	defer k.drop(id)
+	if err := k.send(k.shell, id, "execute_request", req); err != nil {
+		if errors.Is(err, ErrDied) || k.exited() {
+			return nil, ErrDied
+		}
+		return nil, fmt.Errorf("send execute_request: %w", err)
+	}
+	var (
+		reply    *Message
+		idle     bool
+		ctxDone  = ctx.Done()
+		deadline <-chan time.Time
+	)
+	for reply == nil || !idle {
+		select {
+		case <-ctxDone:
+			ctxDone = nil
+			k.log.Info("interrupting execution", "reason", ctx.Err())
+			if err := k.Interrupt(); err != nil {
+				k.log.Warn("interrupt failed", "err", err)
+			}
+			t := time.NewTimer(InterruptGrace)
+			defer t.Stop()
+			deadline = t.C
+		case <-deadline:
+			return nil, ErrUnresponsive
+		case <-in.notify:
+			msgs := in.take()
+			for _, m := range msgs {
+				switch {
+				case m.channel == "shell" && m.Type() == "execute_reply":
+					reply = m.Message
+				case m.channel == "iopub":
+					if m.Type() == "status" {
+						var st struct {
+							ExecutionState string `json:"execution_state"`
+						}
+						if m.Decode(&st) == nil && st.ExecutionState == "idle" {
+							idle = true
+						}
+					}
+					if onOutput != nil {
+						onOutput(m.Message)
+					}
+				}
+			}
+			if in.isClosed() && len(msgs) == 0 {
+				return nil, ErrDied
+			}
+		}
+	}
+	return reply, nil
+}
+
+// Interrupt stops the running execution the way the kernelspec asks: a
+// SIGINT to the kernel's process group, or an interrupt_request on control.
+func (k *Kernel) Interrupt() error {
+	if k.spec.InterruptMode == "message" {
+		id, _ := k.request()
+		defer k.drop(id)
+		return k.send(k.control, id, "interrupt_request", struct{}{})
+	}
+	return syscall.Kill(-k.cmd.Process.Pid, syscall.SIGINT)
+}
+
+// Done is closed once the kernel process has exited.
+func (k *Kernel) Done() <-chan struct{} { return k.done }
+
+// ExitErr says how the process ended; valid once Done is closed.
+func (k *Kernel) ExitErr() error {
+	<-k.done
+	return k.exitErr
+}
+
+// Output returns the tail of what the kernel process printed itself.
+func (k *Kernel) Output() string { return k.output.String() }
+
+// Pid returns the kernel's process id (also its process group id).
+func (k *Kernel) Pid() int { return k.cmd.Process.Pid }
+
+func (k *Kernel) exited() bool {
+	select {
+	case <-k.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Shutdown asks the kernel to exit and kills it if it has not after grace.
+func (k *Kernel) Shutdown(grace time.Duration) {
+	if !k.exited() {
+		id, _ := k.request()
+		if err := k.send(k.control, id, "shutdown_request", map[string]bool{"restart": false}); err == nil {
+			t := time.NewTimer(grace)
+			select {
+			case <-k.done:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		k.drop(id)
+	}
+	k.Kill()
+}
+
+// Kill ends the kernel's whole process group at once, waits for it, and
+// releases the sockets and connection file.
+func (k *Kernel) Kill() {
+	k.closeOnce.Do(func() {
+		// The group may outlive the kernel (children it spawned).
+		syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		<-k.done
+		for _, s := range []zmq4.Socket{k.shell, k.control, k.stdin, k.iopub, k.hb} {
+			if s != nil {
+				s.Close()
+			}
+		}
+		os.RemoveAll(k.tmpDir)
+	})
+}
+
+// freePorts asks the OS for n distinct free TCP ports on loopback. They are
+// released before the kernel binds them, the same small race every Jupyter
+// frontend accepts.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// inbox is an unbounded queue of the messages answering one request, so a
+// slow HTTP client never blocks the socket readers shared by all requests.
+type inbox struct {
+	mu     sync.Mutex
+	msgs   []received
+	closed bool
+	notify chan struct{}
+}
+
+func newInbox() *inbox { return &inbox{notify: make(chan struct{}, 1)} }
+
+func (in *inbox) put(m received) {
+	in.mu.Lock()
+	in.msgs = append(in.msgs, m)
+	in.mu.Unlock()
+	in.wake()
+}
+
+func (in *inbox) close() {
+	in.mu.Lock()
+	in.closed = true
+	in.mu.Unlock()
+	in.wake()
+}
+
+func (in *inbox) wake() {
+	select {
+	case in.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (in *inbox) take() []received {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	msgs := in.msgs
+	in.msgs = nil
+	if in.closed {
+		in.wake() // keep reporting the closed state to the next receive
+	}
+	return msgs
+}
+
+func (in *inbox) isClosed() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.closed
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
+}
