@@ -1,0 +1,561 @@
+package netslot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+)
+
+type slotState int
+
+const (
+	stArming   slotState = iota // being built or re-armed; nobody may use it
+	stFree                      // armed and clean, in Pool.free
+	stInUse                     // handed out by Acquire or Adopt
+	stCleaning                  // being released, torn down or reconciled
+)
+
+// Pool owns the slots of one prefix on this host. It keeps Config.Warm
+// clean slots armed so Acquire usually returns at once; building a slot
+// costs tens of milliseconds.
+type Pool struct {
+	cfg  Config
+	log  *slog.Logger
+	dns  netip.AddrPort // where gateway DNS goes; invalid: rejected
+	host *netlink.Handle
+
+	mu      sync.Mutex
+	owned   map[int]slotState
+	foreign map[int]bool // found on the host at start, not decided yet
+	free    []int        // armed slots, most recently cleaned last
+	warming int          // slots the warmer is building
+	changed chan struct{} // closed and replaced on every state change
+	closed  bool
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewPool checks the host can hold slots, installs the host's masquerade
+// table and starts arming Config.Warm slots in the background. Objects of
+// the same prefix found on the host (a previous run's slots) are left
+// alone until Reconcile or Adopt decides about them.
+func NewPool(cfg Config) (*Pool, error) {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("netslot: network slots need root (CAP_NET_ADMIN and CAP_SYS_ADMIN); run as root")
+	}
+	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
+		return nil, fmt.Errorf("netslot: this kernel has no network namespaces: %w", err)
+	}
+	if err := prepareNetnsDir(); err != nil {
+		return nil, err
+	}
+	host, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netslot: netlink: %w", err)
+	}
+	p := &Pool{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "netslot", "prefix", cfg.Prefix),
+		host:    host,
+		owned:   map[int]slotState{},
+		foreign: map[int]bool{},
+		changed: make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if err := p.checkHostCIDR(); err != nil {
+		host.Close()
+		return nil, err
+	}
+	switch {
+	case cfg.NoDNS:
+	case cfg.DNS.IsValid():
+		p.dns = cfg.DNS
+	default:
+		p.dns = hostResolver()
+	}
+	if p.dns.IsValid() {
+		p.log.Info("sandbox DNS forwarded", "resolver", p.dns.String())
+	} else {
+		p.log.Info("sandbox DNS rejected: no usable resolver")
+	}
+	if err := p.enableForwarding(); err != nil {
+		host.Close()
+		return nil, err
+	}
+	if err := installHost(cfg.Prefix, cfg.HostCIDR); err != nil {
+		host.Close()
+		return nil, err
+	}
+	found, err := p.scan()
+	if err != nil {
+		host.Close()
+		return nil, err
+	}
+	for i := range found {
+		p.foreign[i] = true
+	}
+	if len(found) > 0 {
+		p.log.Info("slots of a previous run found; waiting for Reconcile or Adopt", "count", len(found))
+	}
+	go p.warmer()
+	p.wakeWarmer()
+	return p, nil
+}
+
+// checkHostCIDR refuses a HostCIDR that a host route not made by this
+// prefix already covers: slot links there would shadow or be shadowed.
+func (p *Pool) checkHostCIDR() error {
+	routes, err := p.host.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return fmt.Errorf("netslot: list routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		a, ok := netip.AddrFromSlice(r.Dst.IP.To4())
+		if !ok || ones == 0 || !netip.PrefixFrom(a, ones).Overlaps(p.cfg.HostCIDR) {
+			continue
+		}
+		name := ""
+		if l, err := p.host.LinkByIndex(r.LinkIndex); err == nil {
+			name = l.Attrs().Name
+		}
+		if kind, _, ok := parseName(p.cfg.Prefix, name); ok && kind == 'h' {
+			continue
+		}
+		return fmt.Errorf("netslot: host CIDR %s overlaps route %s on %q; choose another range", p.cfg.HostCIDR, r.Dst, name)
+	}
+	return nil
+}
+
+// enableForwarding turns on IPv4 forwarding on the host, without which no
+// sandbox traffic leaves the host.
+func (p *Pool) enableForwarding() error {
+	const f = "/proc/sys/net/ipv4/ip_forward"
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return fmt.Errorf("netslot: %w", err)
+	}
+	if strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	if err := writeSysctl("net.ipv4.ip_forward", "1"); err != nil {
+		return fmt.Errorf("netslot: enable forwarding: %w", err)
+	}
+	p.log.Info("enabled IPv4 forwarding on the host")
+	return nil
+}
+
+// scan lists the slot indices that have any object of this prefix on the
+// host (a slot or gateway netns, or a host veth), with their names.
+func (p *Pool) scan() (map[int][]string, error) {
+	found := map[int][]string{}
+	names, err := listNetns()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if kind, i, ok := parseName(p.cfg.Prefix, n); ok && kind != 'h' {
+			found[i] = append(found[i], n)
+		}
+	}
+	var links []netlink.Link
+	for range 5 {
+		if links, err = p.host.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("netslot: list links: %w", err)
+	}
+	for _, l := range links {
+		if kind, i, ok := parseName(p.cfg.Prefix, l.Attrs().Name); ok && kind == 'h' {
+			found[i] = append(found[i], l.Attrs().Name)
+		}
+	}
+	return found, nil
+}
+
+// notify wakes everyone waiting for a state change. Call with p.mu held.
+func (p *Pool) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *Pool) wakeWarmer() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pickIndex returns the lowest index nobody holds. Call with p.mu held.
+func (p *Pool) pickIndex() (int, bool) {
+	for i := range p.cfg.Size {
+		if _, ok := p.owned[i]; !ok && !p.foreign[i] {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// warmer keeps Config.Warm armed slots ready.
+func (p *Pool) warmer() {
+	defer close(p.done)
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick:
+		}
+		for {
+			p.mu.Lock()
+			if p.closed || len(p.free)+p.warming >= p.cfg.Warm {
+				p.mu.Unlock()
+				break
+			}
+			i, ok := p.pickIndex()
+			if !ok {
+				p.mu.Unlock()
+				break
+			}
+			p.owned[i] = stArming
+			p.warming++
+			p.mu.Unlock()
+
+			err := p.build(i)
+
+			p.mu.Lock()
+			p.warming--
+			if err != nil {
+				delete(p.owned, i)
+				p.notify()
+				p.mu.Unlock()
+				// Retried on the next Acquire or Release, not in a loop.
+				p.log.Error("arming slot failed", "slot", i, "err", err)
+				break
+			}
+			p.owned[i] = stFree
+			p.free = append(p.free, i)
+			p.notify()
+			p.mu.Unlock()
+		}
+	}
+}
+
+// Acquire returns a clean, armed slot: a pre-armed one if there is one,
+// else one built now. It fails with ErrExhausted when all Size slots are
+// held.
+func (p *Pool) Acquire(ctx context.Context) (*Slot, error) {
+	p.mu.Lock()
+	for {
+		if err := ctx.Err(); err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if n := len(p.free); n > 0 {
+			i := p.free[n-1]
+			p.free = p.free[:n-1]
+			p.owned[i] = stInUse
+			p.notify()
+			p.mu.Unlock()
+			p.wakeWarmer()
+			return p.slot(i), nil
+		}
+		if i, ok := p.pickIndex(); ok {
+			p.owned[i] = stArming
+			p.mu.Unlock()
+			p.wakeWarmer()
+			if err := p.build(i); err != nil {
+				p.mu.Lock()
+				delete(p.owned, i)
+				p.notify()
+				p.mu.Unlock()
+				return nil, err
+			}
+			p.mu.Lock()
+			if p.closed {
+				// Close ran while building; it did not see this slot.
+				p.owned[i] = stCleaning
+				p.mu.Unlock()
+				p.drop(i)
+				return nil, ErrClosed
+			}
+			p.owned[i] = stInUse
+			p.notify()
+			p.mu.Unlock()
+			return p.slot(i), nil
+		}
+		if p.warming == 0 {
+			p.mu.Unlock()
+			return nil, ErrExhausted
+		}
+		// Every index is taken but the warmer is about to free one up.
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+	}
+}
+
+// Release cleans a slot after its sandbox is gone (runsc has exited): it
+// re-arms the slot and keeps it for the next Acquire, or tears it down if
+// Config.Warm clean slots are already waiting. A slot that cannot be
+// cleaned is torn down and the error returned; it is never handed out.
+func (p *Pool) Release(s *Slot) error {
+	if s == nil {
+		return errors.New("netslot: release of a nil slot")
+	}
+	p.mu.Lock()
+	if st, ok := p.owned[s.Index]; !ok || st != stInUse {
+		p.mu.Unlock()
+		return fmt.Errorf("netslot: release of slot %d, which is not in use", s.Index)
+	}
+	p.owned[s.Index] = stCleaning
+	closed := p.closed
+	p.mu.Unlock()
+
+	var err error
+	if !closed {
+		err = p.rearm(s.Index)
+	}
+	if closed || err != nil {
+		if terr := p.teardown(s.Index); terr != nil {
+			err = errors.Join(err, terr)
+			p.log.Error("slot teardown failed; left for Reconcile", "slot", s.Index, "err", terr)
+		}
+		p.mu.Lock()
+		delete(p.owned, s.Index)
+		if err != nil {
+			// Whatever is left of it must not be reused before Reconcile.
+			p.foreign[s.Index] = true
+		}
+		p.notify()
+		p.mu.Unlock()
+		p.wakeWarmer()
+		if err != nil {
+			return fmt.Errorf("netslot: slot %d could not be cleaned and was removed: %w", s.Index, err)
+		}
+		return nil
+	}
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.drop(s.Index)
+		return nil
+	}
+	p.owned[s.Index] = stFree
+	p.free = append(p.free, s.Index)
+	var surplus []int
+	for len(p.free) > p.cfg.Warm {
+		// The least recently cleaned go; the freshest is reused first.
+		surplus = append(surplus, p.free[0])
+		p.owned[p.free[0]] = stCleaning
+		p.free = p.free[1:]
+	}
+	p.notify()
+	p.mu.Unlock()
+	for _, i := range surplus {
+		p.drop(i)
+	}
+	return nil
+}
+
+// drop tears down a slot the pool holds and forgets it.
+func (p *Pool) drop(i int) {
+	err := p.teardown(i)
+	p.mu.Lock()
+	delete(p.owned, i)
+	if err != nil {
+		p.foreign[i] = true
+		p.log.Error("slot teardown failed; left for Reconcile", "slot", i, "err", err)
+	}
+	p.notify()
+	p.mu.Unlock()
+}
+
+// Adopt takes over slot index, still used by a sandbox that survived a
+// restart of the server. The slot netns is left exactly as it is (runsc
+// owns it); the host link and the gateway's addresses, route and NAT
+// table are restored if something is missing. Other nftables tables in
+// the gateway (policy) and tracked connections are kept.
+func (p *Pool) Adopt(index int) (*Slot, error) {
+	if index < 0 || index >= p.cfg.Size {
+		return nil, fmt.Errorf("netslot: adopt slot %d: out of range 0..%d", index, p.cfg.Size-1)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if _, ok := p.owned[index]; ok {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("netslot: adopt slot %d: already held by this pool", index)
+	}
+	p.owned[index] = stArming
+	p.mu.Unlock()
+
+	s := p.slot(index)
+	err := func() error {
+		for _, name := range []string{slotNetnsName(p.cfg.Prefix, index), gwNetnsName(p.cfg.Prefix, index)} {
+			if !netnsExists(name) {
+				return fmt.Errorf("netslot: adopt slot %d: netns %s does not exist", index, name)
+			}
+		}
+		h, err := openNS("", s.GatewayNetNS)
+		if err != nil {
+			return err
+		}
+		defer h.close()
+		if err := p.armHost(s); err != nil {
+			return err
+		}
+		return p.armGateway(s, h, false)
+	}()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.notify()
+	if err != nil {
+		delete(p.owned, index)
+		return nil, err
+	}
+	p.owned[index] = stInUse
+	delete(p.foreign, index)
+	p.log.Info("adopted slot", "slot", index, "host_addr", s.HostAddr.String())
+	return s, nil
+}
+
+// Reconcile removes every object of this prefix on the host (slot and
+// gateway netns, host veth; the gateway's nftables tables go with its
+// netns) whose index is neither in inUse nor held by the pool: the
+// leftovers of a crash. In-use indices are kept for Adopt. It returns the
+// names it removed and logs each decision.
+func (p *Pool) Reconcile(inUse map[int]bool) (removed []string, err error) {
+	found, err := p.scan()
+	if err != nil {
+		return nil, err
+	}
+	indices := make([]int, 0, len(found))
+	for i := range found {
+		indices = append(indices, i)
+	}
+	slices.Sort(indices)
+	var errs []error
+	for _, i := range indices {
+		names := found[i]
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return removed, ErrClosed
+		}
+		if _, held := p.owned[i]; held {
+			p.mu.Unlock()
+			continue
+		}
+		if inUse[i] {
+			p.foreign[i] = true
+			p.mu.Unlock()
+			p.log.Info("reconcile: kept slot in use", "slot", i, "objects", names)
+			continue
+		}
+		p.owned[i] = stCleaning
+		p.mu.Unlock()
+
+		terr := p.teardown(i)
+
+		p.mu.Lock()
+		delete(p.owned, i)
+		if terr != nil {
+			p.foreign[i] = true
+		} else {
+			delete(p.foreign, i)
+		}
+		p.notify()
+		p.mu.Unlock()
+		if terr != nil {
+			p.log.Error("reconcile: could not remove leftover slot", "slot", i, "objects", names, "err", terr)
+			errs = append(errs, terr)
+			continue
+		}
+		p.log.Info("reconcile: removed leftover slot", "slot", i, "objects", names)
+		removed = append(removed, names...)
+	}
+	p.wakeWarmer()
+	return removed, errors.Join(errs...)
+}
+
+// Close stops arming and tears down every slot this pool made or adopted,
+// in use or not, and the host table. Slots it never held (found at start
+// and not adopted) are left alone. A server that wants its sandboxes to
+// survive a restart does not call Close.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.notify()
+	p.mu.Unlock()
+	close(p.stop)
+	<-p.done
+
+	p.mu.Lock()
+	var indices []int
+	for i, st := range p.owned {
+		if st == stFree || st == stInUse {
+			indices = append(indices, i)
+			p.owned[i] = stCleaning
+		}
+	}
+	p.free = nil
+	p.mu.Unlock()
+
+	var errs []error
+	for _, i := range indices {
+		if err := p.teardown(i); err != nil {
+			errs = append(errs, err)
+		}
+		p.mu.Lock()
+		delete(p.owned, i)
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	others := len(p.foreign)
+	p.mu.Unlock()
+	if others > 0 {
+		// Sandboxes of a previous run still route through it.
+		p.log.Info("kept host table: slots not held by this pool remain", "count", others)
+	} else if err := deleteHostTable(p.cfg.Prefix); err != nil {
+		errs = append(errs, err)
+	}
+	p.host.Close()
+	return errors.Join(errs...)
+}
