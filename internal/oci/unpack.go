@@ -1,0 +1,559 @@
+package oci
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sys/unix"
+)
+
+// Rootfs is an unpacked image.
+type Rootfs struct {
+	// Dir is rootfsRoot/<Digest.Hex>. Treat it as read-only: every template
+	// built from the same image shares it.
+	Dir string
+	// Digest is the image ID, the digest of the image config. It names the
+	// content rather than one encoding of it, so the same image read from a
+	// registry, an OCI archive or a docker-save archive shares one rootfs.
+	Digest v1.Hash
+	Config ImageConfig
+}
+
+const tmpPrefix = ".tmp-"
+
+// unpackLocks serialises unpacks of the same image within the process; the
+// rename at the end of Unpack settles races between processes.
+var unpackLocks sync.Map // image ID hex -> *sync.Mutex
+
+// Unpack applies img's layers in order into rootfsRoot/<image ID hex>/ and
+// returns it; when that directory already exists it is reused untouched.
+//
+// The layers go into a temp directory beside the final one, which is renamed
+// into place only after every layer matched its diffID, so the final name
+// never holds a partial or unverified tree, whatever fails or crashes.
+// progress, if not nil, receives layer bytes read so far against the total.
+func Unpack(ctx context.Context, img v1.Image, rootfsRoot string, progress func(done, total int64)) (Rootfs, error) {
+	id, err := img.ConfigName()
+	if err != nil {
+		return Rootfs{}, fmt.Errorf("reading image config: %w", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return Rootfs{}, fmt.Errorf("reading image config: %w", err)
+	}
+	rf := Rootfs{Dir: filepath.Join(rootfsRoot, id.Hex), Digest: id, Config: imageConfig(cf)}
+
+	mu, _ := unpackLocks.LoadOrStore(id.Hex, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+
+	if st, err := os.Lstat(rf.Dir); err == nil && st.IsDir() {
+		return rf, nil
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return Rootfs{}, fmt.Errorf("listing layers: %w", err)
+	}
+	if len(layers) != len(cf.RootFS.DiffIDs) {
+		return Rootfs{}, fmt.Errorf("%w: image has %d layers but its config lists %d", ErrCorrupt, len(layers), len(cf.RootFS.DiffIDs))
+	}
+	var total int64
+	for _, l := range layers {
+		n, err := l.Size()
+		if err != nil {
+			return Rootfs{}, fmt.Errorf("layer size: %w", err)
+		}
+		total += n
+	}
+
+	if err := os.MkdirAll(rootfsRoot, 0o755); err != nil {
+		return Rootfs{}, err
+	}
+	tmp, err := os.MkdirTemp(rootfsRoot, tmpPrefix+id.Hex[:12]+"-")
+	if err != nil {
+		return Rootfs{}, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			removeTree(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return Rootfs{}, err
+	}
+
+	u := &unpacker{root: tmp, dirs: map[string]*tar.Header{}, asRoot: os.Geteuid() == 0}
+	pr := &progressReader{ctx: ctx, total: total, fn: progress}
+	for i, l := range layers {
+		if err := u.applyLayer(l, cf.RootFS.DiffIDs[i], pr); err != nil {
+			return Rootfs{}, fmt.Errorf("layer %d of %d: %w", i+1, len(layers), err)
+		}
+	}
+	if err := u.finishDirs(); err != nil {
+		return Rootfs{}, err
+	}
+	if progress != nil {
+		progress(total, total)
+	}
+	if err := os.Rename(tmp, rf.Dir); err != nil {
+		if st, serr := os.Lstat(rf.Dir); serr == nil && st.IsDir() {
+			return rf, nil // another process finished first; its tree is as good
+		}
+		return Rootfs{}, err
+	}
+	ok = true
+	return rf, nil
+}
+
+// Sweep removes temp directories that interrupted unpacks left in
+// rootfsRoot. Call it only while no Unpack runs, e.g. at server start.
+func Sweep(rootfsRoot string) error {
+	ents, err := os.ReadDir(rootfsRoot)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			errs = append(errs, removeTree(filepath.Join(rootfsRoot, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeTree is os.RemoveAll that also copes, when not root, with
+// directories whose image mode denies writing.
+func removeTree(dir string) error {
+	if os.RemoveAll(dir) == nil {
+		return nil
+	}
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// progressReader counts compressed bytes for progress and stops the unpack
+// when the context ends.
+type progressReader struct {
+	ctx      context.Context
+	r        io.Reader
+	done     int64
+	reported int64
+	total    int64
+	fn       func(done, total int64)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	if err := p.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := p.r.Read(b)
+	p.done += int64(n)
+	if p.fn != nil && (p.done-p.reported >= 1<<20 || err != nil) {
+		p.reported = p.done
+		p.fn(min(p.done, p.total), p.total)
+	}
+	return n, err
+}
+
+// streamLayer lets partial pick the decompressor for a stream we already
+// opened (and count).
+type streamLayer struct {
+	l  v1.Layer
+	rc io.ReadCloser
+}
+
+func (s streamLayer) Compressed() (io.ReadCloser, error)  { return s.rc, nil }
+func (s streamLayer) Digest() (v1.Hash, error)            { return s.l.Digest() }
+func (s streamLayer) Size() (int64, error)                { return s.l.Size() }
+func (s streamLayer) MediaType() (types.MediaType, error) { return s.l.MediaType() }
+
+type unpacker struct {
+	root   string
+	asRoot bool
+	// dirs holds each directory's header; its mode and times are applied
+	// last, because writing into a directory changes its mtime and a
+	// read-only mode would stop later layers (and non-root cleanup).
+	dirs map[string]*tar.Header
+	// written and parents hold, for the current layer only, the paths it
+	// created and their ancestors, which an opaque marker must keep.
+	written, parents map[string]bool
+}
+
+func (u *unpacker) applyLayer(l v1.Layer, diffID v1.Hash, pr *progressReader) error {
+	digest, _ := l.Digest()
+	rc, err := l.Compressed()
+	if err != nil {
+		return fmt.Errorf("fetching %s: %w", digest, err)
+	}
+	defer rc.Close()
+	pr.r = rc
+	counted := struct {
+		io.Reader
+		io.Closer
+	}{pr, rc}
+	cl, err := partial.CompressedToLayer(streamLayer{l: l, rc: counted})
+	if err != nil {
+		return err
+	}
+	ur, err := cl.Uncompressed()
+	if err != nil {
+		return fmt.Errorf("%s: %w", digest, err)
+	}
+	defer ur.Close()
+	vr, err := newVerifyReader(ur, diffID, -1, "layer "+digest.String()+" (uncompressed)")
+	if err != nil {
+		return err
+	}
+	u.written, u.parents = map[string]bool{}, map[string]bool{}
+	tr := tar.NewReader(vr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%s: reading tar: %w", digest, err)
+		}
+		if err := u.entry(tr, h); err != nil {
+			return fmt.Errorf("%s: %w", digest, err)
+		}
+	}
+	// Read to the end so both digests are checked, tar padding included.
+	if _, err := io.Copy(io.Discard, vr); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, pr); err != nil {
+		return fmt.Errorf("%s: %w", digest, err)
+	}
+	return nil
+}
+
+// entryPath checks a member name and returns it cleaned and relative to the
+// root ("" for the root itself).
+func entryPath(name string) (string, error) {
+	n := strings.TrimLeft(name, "/")
+	if strings.ContainsRune(n, 0) {
+		return "", fmt.Errorf("%w: entry %q has a NUL byte", ErrUnsafeLayer, name)
+	}
+	c := path.Clean(n)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%w: entry %q points outside the root filesystem; the image is broken or hostile", ErrUnsafeLayer, name)
+	}
+	if c == "." {
+		return "", nil
+	}
+	return c, nil
+}
+
+// resolveDir follows rel inside the root the way the kernel would if the root
+// were "/": symlinks, absolute or relative, never lead outside it. Missing
+// components are kept as they are, to be created by the caller.
+func (u *unpacker) resolveDir(rel string) (string, error) {
+	resolved, todo, hops := "", rel, 0
+	for todo != "" {
+		var part string
+		part, todo, _ = strings.Cut(todo, "/")
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			resolved = path.Dir(resolved)
+			if resolved == "." || resolved == "/" {
+				resolved = ""
+			}
+			continue
+		}
+		next := path.Join(resolved, part)
+		st, err := os.Lstat(u.host(next))
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+			resolved = next
+			continue
+		}
+		if hops++; hops > 255 {
+			return "", fmt.Errorf("%w: too many levels of symbolic links in %q", ErrUnsafeLayer, rel)
+		}
+		target, err := os.Readlink(u.host(next))
+		if err != nil {
+			return "", err
+		}
+		if path.IsAbs(target) {
+			resolved = ""
+		}
+		todo = target + "/" + todo
+	}
+	return resolved, nil
+}
+
+func (u *unpacker) host(rel string) string { return filepath.Join(u.root, filepath.FromSlash(rel)) }
+
+// locate returns the real relative path of an entry: its parent resolved
+// inside the root, its last component taken literally.
+func (u *unpacker) locate(rel string) (string, error) {
+	dir, base := path.Split(rel)
+	pd, err := u.resolveDir(dir)
+	if err != nil {
+		return "", err
+	}
+	return path.Join(pd, base), nil
+}
+
+func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
+	rel, err := entryPath(h.Name)
+	if err != nil {
+		return err
+	}
+	if rel == "" {
+		if h.Typeflag == tar.TypeDir {
+			u.dirs[""] = h
+		}
+		return nil
+	}
+	base := path.Base(rel)
+	if base == ".wh..wh..opq" {
+		dir, err := u.resolveDir(path.Dir(rel))
+		if err != nil {
+			return err
+		}
+		return u.opaque(dir)
+	}
+	if victim, ok := strings.CutPrefix(base, ".wh."); ok {
+		if victim == "" || victim == "." || victim == ".." {
+			return fmt.Errorf("%w: whiteout %q names nothing", ErrUnsafeLayer, h.Name)
+		}
+		dir, err := u.resolveDir(path.Dir(rel))
+		if err != nil {
+			return err
+		}
+		if err := os.RemoveAll(u.host(path.Join(dir, victim))); err != nil {
+			return fmt.Errorf("whiteout %s: %w", h.Name, err)
+		}
+		u.forget(path.Join(dir, victim))
+		return nil
+	}
+
+	switch h.Typeflag {
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		slog.Info("skipping special file in image layer", "path", "/"+rel, "type", string(h.Typeflag))
+		return nil
+	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink:
+	case tar.TypeXGlobalHeader:
+		return nil
+	default:
+		slog.Info("skipping unsupported tar entry in image layer", "path", "/"+rel, "type", string(h.Typeflag))
+		return nil
+	}
+
+	real, err := u.locate(rel)
+	if err != nil {
+		return err
+	}
+	if real == "" {
+		return nil // a non-directory entry naming "/" through symlinks
+	}
+	u.markWritten(real)
+	p := u.host(real)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	existing, lerr := os.Lstat(p)
+	if lerr == nil && !(h.Typeflag == tar.TypeDir && existing.IsDir()) {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+		if existing.IsDir() {
+			u.forget(real)
+		}
+	}
+
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if lerr != nil || !existing.IsDir() {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+		}
+		u.dirs[real] = h
+		return u.owner(p, h)
+	case tar.TypeReg:
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, tr); err != nil {
+			f.Close()
+			return fmt.Errorf("writing /%s: %w", real, err)
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		if err := u.owner(p, h); err != nil {
+			return err
+		}
+		if err := syscall.Chmod(p, uint32(h.Mode&0o7777)); err != nil {
+			return err
+		}
+		return setTimes(p, h)
+	case tar.TypeSymlink:
+		if err := os.Symlink(h.Linkname, p); err != nil {
+			return err
+		}
+		if err := u.owner(p, h); err != nil {
+			return err
+		}
+		return setTimes(p, h)
+	case tar.TypeLink:
+		trel, err := entryPath(h.Linkname)
+		if err != nil {
+			return fmt.Errorf("hard link /%s: %w", rel, err)
+		}
+		treal, err := u.locate(trel)
+		if err != nil {
+			return err
+		}
+		st, err := os.Lstat(u.host(treal))
+		if err != nil {
+			return fmt.Errorf("hard link /%s: target /%s: %w", rel, trel, err)
+		}
+		if st.IsDir() {
+			return fmt.Errorf("%w: hard link /%s points to directory /%s", ErrUnsafeLayer, rel, trel)
+		}
+		return os.Link(u.host(treal), p)
+	}
+	return nil
+}
+
+// forget drops the deferred directory metadata of a removed subtree.
+func (u *unpacker) forget(rel string) {
+	for d := range u.dirs {
+		if d == rel || strings.HasPrefix(d, rel+"/") {
+			delete(u.dirs, d)
+		}
+	}
+}
+
+func (u *unpacker) markWritten(real string) {
+	u.written[real] = true
+	for d := path.Dir(real); d != "." && d != "/" && !u.parents[d]; d = path.Dir(d) {
+		u.parents[d] = true
+	}
+}
+
+// opaque empties dir of everything lower layers put there, keeping what the
+// current layer wrote (a tar may list the marker after the directory's
+// new contents).
+func (u *unpacker) opaque(dir string) error {
+	p := u.host(dir)
+	st, err := os.Lstat(p)
+	if err != nil || !st.IsDir() {
+		return nil
+	}
+	ents, err := os.ReadDir(p)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		child := path.Join(dir, e.Name())
+		switch {
+		case u.parents[child]:
+			if err := u.opaque(child); err != nil {
+				return err
+			}
+		case u.written[child]:
+		default:
+			if err := os.RemoveAll(u.host(child)); err != nil {
+				return err
+			}
+			u.forget(child)
+		}
+	}
+	return nil
+}
+
+// owner applies ownership and extended attributes. Both need root; without
+// it the tree is still usable by the unpacking user, so they are skipped.
+func (u *unpacker) owner(p string, h *tar.Header) error {
+	if !u.asRoot {
+		return nil
+	}
+	if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
+		return err
+	}
+	for k, v := range h.PAXRecords {
+		attr, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok {
+			continue
+		}
+		if err := unix.Lsetxattr(p, attr, []byte(v), 0); err != nil {
+			slog.Debug("cannot set extended attribute from image layer", "path", p, "attr", attr, "err", err)
+		}
+	}
+	return nil
+}
+
+func setTimes(p string, h *tar.Header) error {
+	at := h.AccessTime
+	if at.IsZero() {
+		at = h.ModTime
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(at.UnixNano()), unix.NsecToTimespec(h.ModTime.UnixNano())}
+	if h.ModTime.Before(time.Unix(0, 0)) {
+		ts[1] = unix.Timespec{}
+	}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// finishDirs applies directory modes and times, deepest first so setting a
+// parent's mtime comes after every change inside it.
+func (u *unpacker) finishDirs() error {
+	rels := make([]string, 0, len(u.dirs))
+	for r := range u.dirs {
+		rels = append(rels, r)
+	}
+	depth := func(r string) int {
+		if r == "" {
+			return -1
+		}
+		return strings.Count(r, "/")
+	}
+	slices.SortFunc(rels, func(a, b string) int { return depth(b) - depth(a) })
+	for _, r := range rels {
+		h := u.dirs[r]
+		p := u.host(r)
+		st, err := os.Lstat(p)
+		if err != nil || !st.IsDir() {
+			continue
+		}
+		if err := syscall.Chmod(p, uint32(h.Mode&0o7777)); err != nil {
+			return err
+		}
+		if err := setTimes(p, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
