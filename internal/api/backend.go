@@ -232,9 +232,9 @@ const (
 
 // Template is a template (or snapshot) as the control plane reports it.
 type Template struct {
-	ID          string
-	Aliases     []string
-	BuildID     string
+	ID      string
+	Aliases []string
+	BuildID string
 	// BuildStatus is building, waiting, ready or error.
 	BuildStatus string
 	BuildCount  int

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"cube/internal/api/wire"
+	"cube/internal/id"
 )
 
 // Header names of header-based routing and of the inbound traffic token.
@@ -64,12 +65,12 @@ type Route struct {
 // still sandbox traffic (ok is true) so it gets the proxy's error rather
 // than an API 404; err says what is wrong.
 func Match(r *http.Request, domain string) (rt Route, ok bool, err error) {
-	id, port := r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort)
-	if id != "" || port != "" {
-		if id == "" || port == "" {
-			return Route{SandboxID: id}, true, fmt.Errorf("both %s and %s headers are required", HeaderSandboxID, HeaderSandboxPort)
+	sid, port := r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort)
+	if sid != "" || port != "" {
+		if sid == "" || port == "" {
+			return Route{SandboxID: sid}, true, fmt.Errorf("both %s and %s headers are required", HeaderSandboxID, HeaderSandboxPort)
 		}
-		rt, err := parseRoute(id, port)
+		rt, err := parseRoute(sid, port)
 		return rt, true, err
 	}
 	return matchHost(r.Host, domain)
@@ -87,41 +88,26 @@ func matchHost(host, domain string) (Route, bool, error) {
 	if domain != "" && rest != strings.TrimSuffix(strings.ToLower(domain), ".") {
 		return Route{}, false, nil
 	}
-	port, id, found := strings.Cut(label, "-")
+	port, sid, found := strings.Cut(label, "-")
 	if !found || port == "" || !isDigits(port) {
 		return Route{}, false, nil
 	}
 	// An id with a further "-suffix" is how older E2B hosts carried a client
 	// id; only the first part names the sandbox.
-	id, _, _ = strings.Cut(id, "-")
-	rt, err := parseRoute(id, port)
+	sid, _, _ = strings.Cut(sid, "-")
+	rt, err := parseRoute(sid, port)
 	return rt, true, err
 }
 
-func parseRoute(id, port string) (Route, error) {
-	if !ValidSandboxID(id) {
-		return Route{SandboxID: id}, fmt.Errorf("invalid sandbox id %q: want lowercase letters and digits", id)
+func parseRoute(sandboxID, port string) (Route, error) {
+	if !id.ValidSandbox(sandboxID) {
+		return Route{SandboxID: sandboxID}, fmt.Errorf("invalid sandbox id %q: want lowercase letters and digits", sandboxID)
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 || !isDigits(port) {
-		return Route{SandboxID: id}, fmt.Errorf("invalid sandbox port %q: want 1-65535", port)
+		return Route{SandboxID: sandboxID}, fmt.Errorf("invalid sandbox port %q: want 1-65535", port)
 	}
-	return Route{SandboxID: id, Port: p}, nil
-}
-
-// ValidSandboxID reports whether id has the shape of a sandbox id: 1 to 63
-// lowercase letters and digits, so that it fits a host-name label.
-func ValidSandboxID(id string) bool {
-	if len(id) == 0 || len(id) > 63 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
+	return Route{SandboxID: sandboxID, Port: p}, nil
 }
 
 func isDigits(s string) bool {
@@ -246,20 +232,20 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	px, _ := r.Context().Value(ctxKey{}).(*proxied)
-	id := ""
+	sid := ""
 	if px != nil {
-		id = px.route.SandboxID
+		sid = px.route.SandboxID
 	}
 	if errors.Is(err, context.Canceled) {
 		// The client went away; there is no one to answer.
 		return
 	}
-	p.log.Warn("sandbox unreachable", "sandbox", id, "err", err)
+	p.log.Warn("sandbox unreachable", "sandbox", sid, "err", err)
 	msg := "sandbox is not reachable"
 	if px != nil {
-		msg = fmt.Sprintf("sandbox %s port %d is not reachable", id, px.route.Port)
+		msg = fmt.Sprintf("sandbox %s port %d is not reachable", sid, px.route.Port)
 	}
-	WriteError(w, http.StatusBadGateway, id, msg)
+	WriteError(w, http.StatusBadGateway, sid, msg)
 }
 
 // WriteError answers with the proxy's error shape, which the SDKs parse.

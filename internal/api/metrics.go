@@ -1,0 +1,89 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	create   *prometheus.HistogramVec
+	handler  http.Handler
+}
+
+func newMetrics(reg *prometheus.Registry, b Backend) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cube_http_requests_total",
+			Help: "HTTP requests by route (method and pattern, proxy or unmatched) and status code.",
+		}, []string{"route", "code"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cube_http_errors_total",
+			Help: "HTTP answers with status 400 or above, by route and status code.",
+		}, []string{"route", "code"}),
+		create: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cube_sandbox_create_duration_seconds",
+			Help:    "Time to answer a sandbox creation, by result (ok or error).",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}, []string{"result"}),
+		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.errors, m.create, &stateCollector{b: b}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) request(route string, status int) {
+	code := strconv.Itoa(status)
+	m.requests.WithLabelValues(route, code).Inc()
+	if status >= 400 {
+		m.errors.WithLabelValues(route, code).Inc()
+	}
+}
+
+func (m *metrics) created(d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.create.WithLabelValues(result).Observe(d.Seconds())
+}
+
+var sandboxesDesc = prometheus.NewDesc("cube_sandboxes", "Sandboxes by state.", []string{"state"}, nil)
+
+// stateCollector asks the backend for its counts at scrape time, so the
+// gauge can never drift from what the node holds.
+type stateCollector struct{ b Backend }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sandboxesDesc }
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.b.CountSandboxes(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(sandboxesDesc, err)
+		return
+	}
+	for _, st := range []SandboxState{StateRunning, StatePaused} {
+		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
+	}
+	for st, n := range counts {
+		if st != StateRunning && st != StatePaused {
+			ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), string(st))
+		}
+	}
+}
+
+func (s *Server) promMetrics(w http.ResponseWriter, r *http.Request) {
+	s.metrics.handler.ServeHTTP(w, r)
+}

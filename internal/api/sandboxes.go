@@ -1,0 +1,595 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"cube/internal/api/wire"
+	"cube/internal/version"
+)
+
+// Default lifetimes when a request names none: the legacy routes keep E2B's
+// original 15 s, v2 routes 300 s.
+const (
+	defaultTimeoutV1 = 15 * time.Second
+	defaultTimeoutV2 = 300 * time.Second
+)
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	v := s.cfg.Version
+	if v == "" {
+		v = version.Version
+	}
+	writeJSON(w, http.StatusOK, wire.Health{Status: "ok", Version: v})
+}
+
+func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body wire.NewSandbox
+		if err := decodeBody(r, &body, true); err != nil {
+			writeError(w, err)
+			return
+		}
+		req, err := s.createRequest(&body, v2)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		start := time.Now()
+		sb, err := s.backend.CreateSandbox(r.Context(), req)
+		s.metrics.created(time.Since(start), err)
+		if err != nil {
+			s.log.Warn("create sandbox failed", "template", req.Template, "err", err)
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, s.wireSandbox(sb))
+	}
+}
+
+func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (CreateRequest, error) {
+	tpl := strings.TrimSpace(b.TemplateID)
+	if tpl == "" {
+		return CreateRequest{}, badRequest("templateID is required")
+	}
+	def := defaultTimeoutV1
+	if v2 {
+		def = defaultTimeoutV2
+	}
+	timeout, err := seconds("timeout", b.Timeout, def, time.Second, s.cfg.MaxTimeout)
+	if err != nil {
+		return CreateRequest{}, err
+	}
+	if len(b.VolumeMounts) > 0 {
+		return CreateRequest{}, badRequest("volumeMounts are not supported by this server")
+	}
+	if m := bytes.TrimSpace(b.MCP); len(m) > 0 && !bytes.Equal(m, []byte("null")) {
+		return CreateRequest{}, badRequest("mcp is not supported by this server")
+	}
+	for k := range b.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return CreateRequest{}, badRequest("envVars: invalid variable name %q", k)
+		}
+	}
+	req := CreateRequest{
+		Template:        tpl,
+		Timeout:         timeout,
+		Metadata:        b.Metadata,
+		EnvVars:         b.EnvVars,
+		AutoPause:       b.AutoPause != nil && *b.AutoPause,
+		AutoPauseMemory: b.AutoPauseMemory == nil || *b.AutoPauseMemory,
+		AutoResume:      b.AutoResume != nil && b.AutoResume.Enabled,
+		Secure:          v2 || (b.Secure != nil && *b.Secure),
+		Network:         Network{AllowInternetAccess: b.AllowInternetAccess},
+	}
+	if n := b.Network; n != nil {
+		req.Network.AllowOut = n.AllowOut
+		req.Network.DenyOut = n.DenyOut
+		req.Network.AllowPublicTraffic = n.AllowPublicTraffic
+		req.Network.MaskRequestHost = n.MaskRequestHost
+	}
+	return req, nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.backend.GetSandbox(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.wireDetail(sb))
+}
+
+func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.backend.KillSandbox(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// parseMetadataFilter decodes the metadata query parameter. The JS SDK
+// encodes each key and value, joins them as a query string and sends that
+// string as one (again encoded) parameter; so after the usual decoding the
+// value is parsed as a query string and each key and value decoded once
+// more. A second decoding that fails (a literal '%' sent by a client that
+// encodes once) keeps the once-decoded text.
+func parseMetadataFilter(raw string) (map[string]string, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, badRequest("invalid metadata filter %q: %v", raw, err)
+	}
+	out := make(map[string]string, len(vals))
+	for k, vs := range vals {
+		key := unescapeOnce(k)
+		if key == "" {
+			return nil, badRequest("invalid metadata filter %q: empty key", raw)
+		}
+		out[key] = unescapeOnce(vs[len(vs)-1])
+	}
+	return out, nil
+}
+
+func unescapeOnce(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// parseStates reads the state filter: a comma list, possibly repeated.
+func parseStates(r *http.Request) ([]SandboxState, error) {
+	var out []SandboxState
+	for _, v := range r.URL.Query()["state"] {
+		for _, part := range strings.Split(v, ",") {
+			switch st := SandboxState(strings.TrimSpace(part)); st {
+			case StateRunning, StatePaused:
+				out = append(out, st)
+			case "":
+			default:
+				return nil, badRequest("invalid state %q: want running or paused", part)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) listSandboxesV1(w http.ResponseWriter, r *http.Request) {
+	md, err := parseMetadataFilter(r.URL.Query().Get("metadata"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	items, err := s.backend.ListSandboxes(r.Context(), ListFilter{States: []SandboxState{StateRunning}, Metadata: md})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	items, _, _ = page(items, sandboxKey, false, len(items), "")
+	out := make([]wire.ListedSandbox, 0, len(items))
+	for i := range items {
+		out = append(out, s.wireListed(&items[i]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func sandboxKey(sb *Sandbox) (time.Time, string) { return sb.StartedAt, sb.ID }
+
+func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	md, err := parseMetadataFilter(q.Get("metadata"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	states, err := parseStates(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, token, err := pageParams(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	asc := false
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		asc = true
+	default:
+		writeError(w, badRequest("invalid order %q: want asc or desc", q.Get("order")))
+		return
+	}
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			writeError(w, badRequest("invalid startedAfter %q: want an RFC 3339 time", v))
+			return
+		}
+	}
+	items, err := s.backend.ListSandboxes(r.Context(), ListFilter{States: states, Metadata: md, Template: q.Get("template")})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !after.IsZero() {
+		kept := items[:0]
+		for _, sb := range items {
+			if !sb.StartedAt.Before(after) {
+				kept = append(kept, sb)
+			}
+		}
+		items = kept
+	}
+	items, next, err := page(items, sandboxKey, asc, limit, token)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]wire.ListedSandbox, 0, len(items))
+	for i := range items {
+		out = append(out, s.wireListed(&items[i]))
+	}
+	setNextToken(w, next)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.TimeoutRequest
+	if err := decodeBody(r, &body, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	if body.Timeout == nil {
+		writeError(w, badRequest("timeout is required"))
+		return
+	}
+	d, err := seconds("timeout", body.Timeout, 0, 0, s.cfg.MaxTimeout)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.backend.SetTimeout(r.Context(), id, d, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.RefreshRequest
+	if err := decodeBody(r, &body, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	d, err := seconds("duration", body.Duration, defaultTimeoutV1, 0, min(s.cfg.MaxTimeout, MaxRefreshSeconds*time.Second))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.backend.SetTimeout(r.Context(), id, d, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) connect(v2 bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := sandboxID(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var body wire.ConnectRequest
+		if err := decodeBody(r, &body, !v2); err != nil {
+			writeError(w, err)
+			return
+		}
+		if !v2 && body.Timeout == nil {
+			writeError(w, badRequest("timeout is required"))
+			return
+		}
+		d, err := seconds("timeout", body.Timeout, defaultTimeoutV2, 0, s.cfg.MaxTimeout)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		req := ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory}
+		s.answerConnect(w, r.Context(), id, req, false)
+	}
+}
+
+// resume is the deprecated resume route: connect, but a running sandbox is
+// a conflict and success is always 201.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.ConnectRequest
+	if err := decodeBody(r, &body, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	d, err := seconds("timeout", body.Timeout, defaultTimeoutV1, time.Second, s.cfg.MaxTimeout)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req := ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, RequirePaused: true, AutoPause: body.AutoPause}
+	s.answerConnect(w, r.Context(), id, req, true)
+}
+
+func (s *Server) answerConnect(w http.ResponseWriter, ctx context.Context, id string, req ConnectRequest, always201 bool) {
+	sb, resumed, err := s.backend.ConnectSandbox(ctx, id, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if resumed || always201 {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, s.wireSandbox(sb))
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.PauseRequest
+	if err := decodeBody(r, &body, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, ok := s.backend.(Pauser)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotImplemented, "pausing sandboxes is not supported by this server"))
+		return
+	}
+	if err := p.PauseSandbox(r.Context(), id, body.Memory == nil || *body.Memory); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.NetworkUpdate
+	if err := decodeBody(r, &body, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	nu, ok := s.backend.(NetworkUpdater)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotImplemented, "network updates are not supported by this server"))
+		return
+	}
+	n := Network{AllowInternetAccess: body.AllowInternetAccess, AllowOut: body.AllowOut, DenyOut: body.DenyOut}
+	if err := nu.UpdateNetwork(r.Context(), id, n); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	start, err := queryInt(r, "start", 0, 0, 1<<40)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	end, err := queryInt(r, "end", 0, 0, 1<<40)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if start > 0 && end > 0 && end < start {
+		writeError(w, badRequest("end (%d) is before start (%d)", end, start))
+		return
+	}
+	var st, en time.Time
+	if start > 0 {
+		st = time.Unix(start, 0)
+	}
+	if end > 0 {
+		en = time.Unix(end, 0)
+	}
+	ms, err := s.backend.SandboxMetrics(r.Context(), id, st, en)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]wire.SandboxMetric, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, wireMetric(m))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// bulkMetrics answers the latest sample of each named sandbox; unknown ids
+// are left out rather than failing the whole call.
+func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) {
+	var ids []string
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				ids = append(ids, part)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		writeError(w, badRequest("query parameter sandbox_ids is required"))
+		return
+	}
+	if len(ids) > MaxListLimit {
+		writeError(w, badRequest("sandbox_ids names %d sandboxes; at most %d", len(ids), MaxListLimit))
+		return
+	}
+	out := wire.SandboxesWithMetrics{Sandboxes: map[string]wire.SandboxMetric{}}
+	for _, id := range ids {
+		ms, err := s.backend.SandboxMetrics(r.Context(), id, time.Time{}, time.Time{})
+		if err != nil {
+			if StatusOf(err) == http.StatusNotFound {
+				continue
+			}
+			writeError(w, err)
+			return
+		}
+		if len(ms) > 0 {
+			out.Sandboxes[id] = wireMetric(ms[len(ms)-1])
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+var levelRank = map[LogLevel]int{LevelDebug: 0, LevelInfo: 1, LevelWarn: 2, LevelError: 3}
+
+func (s *Server) logsV1(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	startMs, err := queryInt(r, "start", 0, 0, 1<<50)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, err := queryInt(r, "limit", 1000, 0, 100000)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	entries, err := s.backend.SandboxLogs(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := wire.SandboxLogs{Logs: []wire.SandboxLog{}, LogEntries: []wire.SandboxLogEntry{}}
+	for _, e := range entries {
+		if int64(len(out.Logs)) >= limit {
+			break
+		}
+		if e.Time.UnixMilli() < startMs {
+			continue
+		}
+		we := wireLogEntry(e)
+		line, _ := json.Marshal(map[string]any{"level": we.Level, "message": we.Message, "fields": we.Fields})
+		out.Logs = append(out.Logs, wire.SandboxLog{Timestamp: we.Timestamp, Line: string(line)})
+		out.LogEntries = append(out.LogEntries, we)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	cursor, err := queryInt(r, "cursor", -1, 0, 1<<50)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, err := queryInt(r, "limit", 1000, 0, 100000)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	backward := false
+	switch q.Get("direction") {
+	case "", "forward":
+	case "backward":
+		backward = true
+	default:
+		writeError(w, badRequest("invalid direction %q: want forward or backward", q.Get("direction")))
+		return
+	}
+	minLevel := 0
+	if lv := q.Get("level"); lv != "" {
+		rank, ok := levelRank[LogLevel(lv)]
+		if !ok {
+			writeError(w, badRequest("invalid level %q: want debug, info, warn or error", lv))
+			return
+		}
+		minLevel = rank
+	}
+	search := q.Get("search")
+	entries, err := s.backend.SandboxLogs(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := wire.SandboxLogsV2{Logs: []wire.SandboxLogEntry{}}
+	for i := range entries {
+		e := entries[i]
+		if backward {
+			e = entries[len(entries)-1-i]
+		}
+		if int64(len(out.Logs)) >= limit {
+			break
+		}
+		ms := e.Time.UnixMilli()
+		if cursor >= 0 && ((!backward && ms < cursor) || (backward && ms > cursor)) {
+			continue
+		}
+		lv := e.Level
+		if lv == "" {
+			lv = LevelInfo
+		}
+		if levelRank[lv] < minLevel {
+			continue
+		}
+		if search != "" && !strings.Contains(e.Message, search) {
+			continue
+		}
+		out.Logs = append(out.Logs, wireLogEntry(e))
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,276 @@
+// Package api is Cube's control plane over HTTP: the E2B-compatible REST API
+// (plus Cube's extensions), its authentication, errors, metrics and access
+// logs, with the sandbox proxy mounted on the same listener. The work is done
+// by a Backend (the node); this package validates, translates and answers.
+package api
+
+import (
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"cube/internal/proxy"
+	"cube/internal/version"
+)
+
+// Config configures the control plane. Zero values pick the documented
+// defaults; only APIKeyHashes is required.
+type Config struct {
+	// APIKeyHashes are the SHA-256 digests (HashAPIKey) of the accepted API
+	// keys. The keys themselves never reach the server's memory beyond the
+	// request that presents one.
+	APIKeyHashes [][sha256.Size]byte
+	// Domain is the sandbox domain: reported as "domain" in sandbox answers
+	// and the suffix of <port>-<id>.<domain> Host routing. Empty reports
+	// null and routes any such Host.
+	Domain string
+	// ClientID fills the deprecated clientID field; default "cube".
+	ClientID string
+	// MaxTimeout is the longest sandbox lifetime a request may ask for;
+	// default 24h. Longer → 400.
+	MaxTimeout time.Duration
+	// MaxBodyBytes bounds API request bodies (not proxied ones); default
+	// 1 MiB. Larger → 413.
+	MaxBodyBytes int64
+	// Logger receives access logs and errors; default slog.Default().
+	Logger *slog.Logger
+	// Registry receives the server's Prometheus metrics and is what
+	// GET /metrics serves; the node may register its own collectors on it.
+	// Nil creates one with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Version is reported by GET /health; default version.Version.
+	Version string
+}
+
+// Defaults applied by NewServer.
+const (
+	DefaultMaxTimeout   = 24 * time.Hour
+	DefaultMaxBodyBytes = 1 << 20
+	// MaxListLimit is the largest page a list answers with.
+	MaxListLimit = 100
+	// MaxRefreshSeconds bounds the legacy refresh duration.
+	MaxRefreshSeconds = 3600
+)
+
+// Server is the control plane's http.Handler.
+type Server struct {
+	cfg     Config
+	backend Backend
+	mux     *http.ServeMux
+	proxy   *proxy.Proxy
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// NewServer returns the handler for the whole listener: sandbox traffic
+// (E2b-Sandbox-Id/-Port headers or <port>-<id>.<domain> Host) goes to the
+// proxy, everything else to the API.
+func NewServer(cfg Config, b Backend) (*Server, error) {
+	if b == nil {
+		return nil, errors.New("api: nil backend")
+	}
+	if len(cfg.APIKeyHashes) == 0 {
+		return nil, errors.New("api: no API key configured")
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "cube"
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = DefaultMaxTimeout
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Version == "" {
+		cfg.Version = version.Version
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s := &Server{
+		cfg:     cfg,
+		backend: b,
+		mux:     http.NewServeMux(),
+		proxy:   proxy.New(proxy.Config{Domain: cfg.Domain, Logger: cfg.Logger}, b),
+		log:     cfg.Logger,
+	}
+	m, err := newMetrics(cfg.Registry, b)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	for _, rt := range s.routes() {
+		s.mux.Handle(rt.method+" "+rt.path, rt.handler)
+	}
+	return s, nil
+}
+
+// route is one served operation; the table is also what the OpenAPI test
+// walks.
+type route struct {
+	method, path string
+	public       bool
+	handler      http.HandlerFunc
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{"GET", "/health", true, s.health},
+		{"GET", "/metrics", true, s.promMetrics},
+		{"GET", "/openapi.yml", true, s.openapi},
+
+		{"POST", "/sandboxes", false, s.createSandbox(false)},
+		{"POST", "/v2/sandboxes", false, s.createSandbox(true)},
+		{"GET", "/sandboxes", false, s.listSandboxesV1},
+		{"GET", "/v2/sandboxes", false, s.listSandboxesV2},
+		{"GET", "/sandboxes/{sandboxID}", false, s.getSandbox},
+		{"DELETE", "/sandboxes/{sandboxID}", false, s.killSandbox},
+		{"POST", "/sandboxes/{sandboxID}/timeout", false, s.setTimeout},
+		{"POST", "/sandboxes/{sandboxID}/refreshes", false, s.refresh},
+		{"POST", "/sandboxes/{sandboxID}/connect", false, s.connect(false)},
+		{"POST", "/v2/sandboxes/{sandboxID}/connect", false, s.connect(true)},
+		{"POST", "/sandboxes/{sandboxID}/resume", false, s.resume},
+		{"POST", "/sandboxes/{sandboxID}/pause", false, s.pause},
+		{"GET", "/sandboxes/{sandboxID}/metrics", false, s.sandboxMetrics},
+		{"GET", "/sandboxes/metrics", false, s.bulkMetrics},
+		{"GET", "/sandboxes/{sandboxID}/logs", false, s.logsV1},
+		{"GET", "/v2/sandboxes/{sandboxID}/logs", false, s.logsV2},
+		{"PUT", "/sandboxes/{sandboxID}/network", false, s.updateNetwork},
+
+		{"POST", "/sandboxes/{sandboxID}/snapshots", false, s.createSnapshot},
+		{"GET", "/snapshots", false, s.listSnapshots},
+		{"POST", "/sandboxes/{sandboxID}/fork", false, s.fork},
+		{"POST", "/sandboxes/{sandboxID}/clone", false, s.clone},
+		{"POST", "/sandboxes/{sandboxID}/rollback", false, s.rollback},
+
+		{"GET", "/templates", false, s.listTemplates},
+		{"GET", "/templates/{templateID}", false, s.getTemplate},
+		{"DELETE", "/templates/{templateID}", false, s.deleteTemplate},
+	}
+}
+
+var probeMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
+
+// ServeHTTP dispatches between the proxy and the API, and records every
+// request in the access log and metrics.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	var label string
+	if s.proxy.Match(r) {
+		label = "proxy"
+		s.proxy.ServeHTTP(rec, r)
+	} else {
+		label = s.serveAPI(rec, r)
+	}
+	s.observe(r, rec, label, time.Since(start))
+}
+
+// serveAPI answers one API request and returns its route label.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
+	_, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		var allowed []string
+		for _, m := range probeMethods {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, p := s.mux.Handler(probe); p != "" {
+				allowed = append(allowed, m)
+			}
+		}
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(w, Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
+			return "unmatched"
+		}
+		writeError(w, Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+		return "unmatched"
+	}
+	if !s.isPublic(pattern) && !s.authorized(r) {
+		writeError(w, Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
+		return pattern
+	}
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	}
+	s.mux.ServeHTTP(w, r)
+	return pattern
+}
+
+func (s *Server) isPublic(pattern string) bool {
+	switch pattern {
+	case "GET /health", "GET /metrics", "GET /openapi.yml":
+		return true
+	}
+	return false
+}
+
+func (s *Server) observe(r *http.Request, rec *recorder, label string, d time.Duration) {
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	s.metrics.request(label, status)
+	attrs := []slog.Attr{
+		slog.String("method", r.Method),
+		slog.String("route", label),
+		// The path only: query strings may carry file-URL signatures.
+		slog.String("path", r.URL.Path),
+		slog.Int("status", status),
+		slog.Int64("bytes", rec.bytes),
+		slog.Duration("duration", d),
+		slog.String("remote", r.RemoteAddr),
+	}
+	level := slog.LevelInfo
+	if label == "proxy" {
+		if rt, ok, _ := proxy.Match(r, s.cfg.Domain); ok {
+			attrs = append(attrs, slog.String("sandbox", rt.SandboxID), slog.Int("port", rt.Port))
+		}
+		// Every envd call goes through here; keep them out of the default log.
+		level = slog.LevelDebug
+		if status >= 500 {
+			level = slog.LevelWarn
+		}
+	}
+	s.log.LogAttrs(r.Context(), level, "http request", attrs...)
+}
+
+// recorder remembers the status and size of an answer. It passes Flush and
+// Hijack through (Unwrap), which streaming and WebSocket proxying need.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() {
+	_ = http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

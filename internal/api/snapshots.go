@@ -1,0 +1,187 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"cube/internal/api/wire"
+)
+
+// MaxForkCount bounds the children of one fork or clone.
+const MaxForkCount = 100
+
+func (s *Server) snapshotter(w http.ResponseWriter) (Snapshotter, bool) {
+	sn, ok := s.backend.(Snapshotter)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotImplemented, "snapshots are not supported by this server"))
+	}
+	return sn, ok
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.SnapshotRequest
+	if err := decodeBody(r, &body, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(body.Name) > 128 || strings.ContainsAny(body.Name, "\x00\n\r") {
+		writeError(w, badRequest("invalid snapshot name %q", body.Name))
+		return
+	}
+	sn, ok := s.snapshotter(w)
+	if !ok {
+		return
+	}
+	snap, err := sn.CreateSnapshot(r.Context(), id, body.Name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, wireSnapshot(snap))
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sn, ok := s.snapshotter(w)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	items, err := sn.ListSnapshots(r.Context(), SnapshotFilter{SandboxID: q.Get("sandboxID"), Name: q.Get("name")})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	items, next, err := page(items, func(s *Snapshot) (time.Time, string) { return s.CreatedAt, s.ID }, false, limit, token)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]wire.SnapshotInfo, 0, len(items))
+	for i := range items {
+		out = append(out, wireSnapshot(&items[i]))
+	}
+	setNextToken(w, next)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.ForkRequest
+	if err := decodeBody(r, &body, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := s.forkRequest(body.Count, body.Timeout, nil, defaultTimeoutV1)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.answerFork(w, r, id, req)
+}
+
+// clone is CubeSandbox's name for fork, with a bound on concurrency.
+func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.CloneRequest
+	if err := decodeBody(r, &body, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := s.forkRequest(body.Count, body.Timeout, body.Concurrency, defaultTimeoutV2)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.answerFork(w, r, id, req)
+}
+
+func (s *Server) forkRequest(count, timeout, concurrency *int, def time.Duration) (ForkRequest, error) {
+	req := ForkRequest{Count: 1}
+	if count != nil {
+		if *count < 1 || *count > MaxForkCount {
+			return req, badRequest("count must be between 1 and %d, got %d", MaxForkCount, *count)
+		}
+		req.Count = *count
+	}
+	if concurrency != nil {
+		if *concurrency < 0 || *concurrency > MaxForkCount {
+			return req, badRequest("concurrency must be between 0 and %d, got %d", MaxForkCount, *concurrency)
+		}
+		req.Concurrency = *concurrency
+	}
+	d, err := seconds("timeout", timeout, def, time.Second, s.cfg.MaxTimeout)
+	req.Timeout = d
+	return req, err
+}
+
+func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, id string, req ForkRequest) {
+	sn, ok := s.snapshotter(w)
+	if !ok {
+		return
+	}
+	results, err := sn.ForkSandbox(r.Context(), id, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]wire.ForkResult, 0, len(results))
+	for _, res := range results {
+		switch {
+		case res.Err != nil:
+			code := StatusOf(res.Err)
+			out = append(out, wire.ForkResult{Error: &wire.Error{Code: code, Message: res.Err.Error()}})
+		case res.Sandbox != nil:
+			sb := s.wireSandbox(res.Sandbox)
+			out = append(out, wire.ForkResult{Sandbox: &sb})
+		default:
+			out = append(out, wire.ForkResult{Error: &wire.Error{Code: http.StatusInternalServerError, Message: "child did not start"}})
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body wire.RollbackRequest
+	if err := decodeBody(r, &body, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	if strings.TrimSpace(body.SnapshotID) == "" {
+		writeError(w, badRequest("snapshotID is required"))
+		return
+	}
+	sn, ok := s.snapshotter(w)
+	if !ok {
+		return
+	}
+	rb, err := sn.RollbackSandbox(r.Context(), id, body.SnapshotID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.RollbackResult{SandboxID: id, SnapshotID: body.SnapshotID, OperationID: rb.OperationID, Status: rb.Status})
+}
