@@ -35,7 +35,7 @@ type Pool struct {
 	mu      sync.Mutex
 	owned   map[int]slotState
 	foreign map[int]bool // found on the host at start, not decided yet
-	free    []int        // armed slots, most recently cleaned last
+	free    []int        // armed slots, lowest index first
 	warming int          // slots the warmer is building
 	changed chan struct{} // closed and replaced on every state change
 	closed  bool
@@ -255,6 +255,7 @@ func (p *Pool) warmer() {
 			}
 			p.owned[i] = stFree
 			p.free = append(p.free, i)
+			slices.Sort(p.free)
 			p.notify()
 			p.mu.Unlock()
 		}
@@ -275,9 +276,10 @@ func (p *Pool) Acquire(ctx context.Context) (*Slot, error) {
 			p.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if n := len(p.free); n > 0 {
-			i := p.free[n-1]
-			p.free = p.free[:n-1]
+		if len(p.free) > 0 {
+			// Lowest index first: keeps the indices in use compact.
+			i := p.free[0]
+			p.free = p.free[1:]
 			p.owned[i] = stInUse
 			p.notify()
 			p.mu.Unlock()
@@ -372,12 +374,13 @@ func (p *Pool) Release(s *Slot) error {
 	}
 	p.owned[s.Index] = stFree
 	p.free = append(p.free, s.Index)
+	slices.Sort(p.free)
 	var surplus []int
-	for len(p.free) > p.cfg.Warm {
-		// The least recently cleaned go; the freshest is reused first.
-		surplus = append(surplus, p.free[0])
-		p.owned[p.free[0]] = stCleaning
-		p.free = p.free[1:]
+	for n := len(p.free); n > p.cfg.Warm; n-- {
+		// The highest indices go, so reuse stays at the bottom.
+		surplus = append(surplus, p.free[n-1])
+		p.owned[p.free[n-1]] = stCleaning
+		p.free = p.free[:n-1]
 	}
 	p.notify()
 	p.mu.Unlock()
@@ -547,14 +550,18 @@ func (p *Pool) Close() error {
 		delete(p.owned, i)
 		p.mu.Unlock()
 	}
-	p.mu.Lock()
-	others := len(p.foreign)
-	p.mu.Unlock()
-	if others > 0 {
-		// Sandboxes of a previous run still route through it.
-		p.log.Info("kept host table: slots not held by this pool remain", "count", others)
-	} else if err := deleteHostTable(p.cfg.Prefix); err != nil {
+	// Slots this pool never held (a previous run's, not adopted) may still
+	// route through the host table.
+	others, err := p.scan()
+	switch {
+	case err != nil:
 		errs = append(errs, err)
+	case len(others) > 0:
+		p.log.Info("kept host table: slots not held by this pool remain", "count", len(others))
+	default:
+		if err := deleteHostTable(p.cfg.Prefix); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	p.host.Close()
 	return errors.Join(errs...)
