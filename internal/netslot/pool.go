@@ -34,9 +34,9 @@ type Pool struct {
 
 	mu      sync.Mutex
 	owned   map[int]slotState
-	foreign map[int]bool // found on the host at start, not decided yet
-	free    []int        // armed slots, lowest index first
-	warming int          // slots the warmer is building
+	foreign map[int]bool  // found on the host at start, not decided yet
+	free    []int         // armed slots, lowest index first
+	warming int           // slots the warmer is building
 	changed chan struct{} // closed and replaced on every state change
 	closed  bool
 
