@@ -1,0 +1,353 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"cube/internal/proxy"
+)
+
+// fakeBackend is an in-memory node: enough state to check that handlers
+// translate requests and answers faithfully.
+type fakeBackend struct {
+	mu        sync.Mutex
+	now       time.Time
+	seq       int
+	sandboxes map[string]*Sandbox
+	templates []Template
+	snapshots []Snapshot
+	logs      map[string][]LogEntry
+	upstream  string // Resolve's answer for every known sandbox
+	maxCount  int
+
+	lastCreate  CreateRequest
+	lastTimeout struct {
+		id         string
+		d          time.Duration
+		extendOnly bool
+	}
+	lastConnect ConnectRequest
+	lastNetwork Network
+}
+
+func newFake() *fakeBackend {
+	return &fakeBackend{
+		now:       time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		sandboxes: map[string]*Sandbox{},
+		logs:      map[string][]LogEntry{},
+		templates: []Template{{
+			ID: "base0000000000000000", Aliases: []string{"base", "code-interpreter-v1"}, BuildID: "b1",
+			CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdVersion: "0.5.7",
+			CreatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), UpdatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		}},
+		maxCount: 1000,
+	}
+}
+
+func (f *fakeBackend) template(idOrAlias string) *Template {
+	for i := range f.templates {
+		t := &f.templates[i]
+		if t.ID == idOrAlias {
+			return t
+		}
+		for _, a := range t.Aliases {
+			if a == idOrAlias {
+				return t
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fakeBackend) sandbox(id string) (*Sandbox, error) {
+	sb, ok := f.sandboxes[id]
+	if !ok {
+		return nil, Errorf(http.StatusNotFound, "sandbox %q not found", id)
+	}
+	return sb, nil
+}
+
+func (f *fakeBackend) Resolve(ctx context.Context, id string, port int) (proxy.Target, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, err := f.sandbox(id)
+	if err != nil {
+		return proxy.Target{}, err
+	}
+	return proxy.Target{Addr: f.upstream, TrafficAccessToken: sb.TrafficAccessToken}, nil
+}
+
+func (f *fakeBackend) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastCreate = req
+	t := f.template(req.Template)
+	if t == nil {
+		return nil, Errorf(http.StatusNotFound, "template %q not found", req.Template)
+	}
+	if len(f.sandboxes) >= f.maxCount {
+		return nil, Errorf(http.StatusTooManyRequests, "sandbox limit of %d reached", f.maxCount).WithRetryAfter(2 * time.Second)
+	}
+	f.seq++
+	// Each sandbox starts a second after the previous one so lists sort.
+	started := f.now.Add(time.Duration(f.seq) * time.Second)
+	sb := &Sandbox{
+		ID: "sb" + strconv.Itoa(f.seq), TemplateID: t.ID, EnvdVersion: t.EnvdVersion,
+		EnvdAccessToken: "envd-token-" + strconv.Itoa(f.seq),
+		State:           StateRunning, StartedAt: started, EndAt: started.Add(req.Timeout),
+		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
+		Metadata: req.Metadata, Network: req.Network, AutoPause: req.AutoPause, AutoResume: req.AutoResume,
+	}
+	if req.Template != t.ID {
+		sb.Alias = req.Template
+	}
+	if req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
+		sb.TrafficAccessToken = "traffic-token-" + strconv.Itoa(f.seq)
+	}
+	f.sandboxes[sb.ID] = sb
+	f.logs[sb.ID] = []LogEntry{
+		{Time: started, Level: LevelInfo, Message: "sandbox created", Fields: map[string]string{"template": t.ID}},
+		{Time: started.Add(time.Second), Level: LevelDebug, Message: "process started", Fields: map[string]string{"pid": "7"}},
+		{Time: started.Add(2 * time.Second), Level: LevelError, Message: "process exited", Fields: map[string]string{"exit": "1"}},
+	}
+	cp := *sb
+	return &cp, nil
+}
+
+func (f *fakeBackend) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, err := f.sandbox(id)
+	if err != nil {
+		return nil, err
+	}
+	cp := *sb
+	return &cp, nil
+}
+
+func (f *fakeBackend) ListSandboxes(ctx context.Context, flt ListFilter) ([]Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Sandbox
+	for _, sb := range f.sandboxes {
+		if flt.Matches(sb) {
+			out = append(out, *sb)
+		}
+	}
+	// Deliberately unsorted order: the control plane must sort.
+	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	return out, nil
+}
+
+func (f *fakeBackend) KillSandbox(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(id); err != nil {
+		return err
+	}
+	delete(f.sandboxes, id)
+	return nil
+}
+
+func (f *fakeBackend) SetTimeout(ctx context.Context, id string, d time.Duration, extendOnly bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, err := f.sandbox(id)
+	if err != nil {
+		return err
+	}
+	f.lastTimeout.id, f.lastTimeout.d, f.lastTimeout.extendOnly = id, d, extendOnly
+	end := f.now.Add(d)
+	if !extendOnly || end.After(sb.EndAt) {
+		sb.EndAt = end
+	}
+	return nil
+}
+
+func (f *fakeBackend) ConnectSandbox(ctx context.Context, id string, req ConnectRequest) (*Sandbox, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastConnect = req
+	sb, err := f.sandbox(id)
+	if err != nil {
+		return nil, false, err
+	}
+	resumed := false
+	if sb.State == StatePaused {
+		sb.State, resumed = StateRunning, true
+	} else if req.RequirePaused {
+		return nil, false, Errorf(http.StatusConflict, "sandbox %q is already running", id)
+	}
+	if end := f.now.Add(req.Timeout); end.After(sb.EndAt) {
+		sb.EndAt = end
+	}
+	cp := *sb
+	return &cp, resumed, nil
+}
+
+func (f *fakeBackend) PauseSandbox(ctx context.Context, id string, keepMemory bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, err := f.sandbox(id)
+	if err != nil {
+		return err
+	}
+	if sb.State == StatePaused {
+		return Errorf(http.StatusConflict, "sandbox %q is already paused", id)
+	}
+	sb.State = StatePaused
+	return nil
+}
+
+func (f *fakeBackend) UpdateNetwork(ctx context.Context, id string, n Network) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(id); err != nil {
+		return err
+	}
+	f.lastNetwork = n
+	return nil
+}
+
+func (f *fakeBackend) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]Metric, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(id); err != nil {
+		return nil, err
+	}
+	m := Metric{Time: f.now, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 100 << 20, MemTotal: 512 << 20, MemCache: 10 << 20, DiskUsed: 1 << 20, DiskTotal: 1 << 30}
+	if start.IsZero() && end.IsZero() {
+		return []Metric{m}, nil
+	}
+	m2 := m
+	m2.Time = m.Time.Add(5 * time.Second)
+	return []Metric{m, m2}, nil
+}
+
+func (f *fakeBackend) SandboxLogs(ctx context.Context, id string) ([]LogEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(id); err != nil {
+		return nil, err
+	}
+	return append([]LogEntry(nil), f.logs[id]...), nil
+}
+
+func (f *fakeBackend) ListTemplates(ctx context.Context) ([]Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Template(nil), f.templates...), nil
+}
+
+func (f *fakeBackend) GetTemplate(ctx context.Context, idOrAlias string) (*Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.template(idOrAlias)
+	if t == nil {
+		return nil, Errorf(http.StatusNotFound, "template %q not found", idOrAlias)
+	}
+	cp := *t
+	return &cp, nil
+}
+
+func (f *fakeBackend) DeleteTemplate(ctx context.Context, idOrAlias string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.snapshots {
+		if f.snapshots[i].ID == idOrAlias {
+			f.snapshots = append(f.snapshots[:i], f.snapshots[i+1:]...)
+			return nil
+		}
+	}
+	for i := range f.templates {
+		if f.templates[i].ID == idOrAlias {
+			f.templates = append(f.templates[:i], f.templates[i+1:]...)
+			return nil
+		}
+	}
+	return Errorf(http.StatusNotFound, "template %q not found", idOrAlias)
+}
+
+func (f *fakeBackend) CountSandboxes(ctx context.Context) (map[SandboxState]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[SandboxState]int{}
+	for _, sb := range f.sandboxes {
+		out[sb.State]++
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) CreateSnapshot(ctx context.Context, id, name string) (*Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(id); err != nil {
+		return nil, err
+	}
+	f.seq++
+	sn := Snapshot{ID: fmt.Sprintf("snap-%d", f.seq), SandboxID: id, CreatedAt: f.now.Add(time.Duration(f.seq) * time.Second)}
+	if name != "" {
+		sn.Names = []string{name}
+	}
+	f.snapshots = append(f.snapshots, sn)
+	return &sn, nil
+}
+
+func (f *fakeBackend) ListSnapshots(ctx context.Context, flt SnapshotFilter) ([]Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Snapshot
+	for _, sn := range f.snapshots {
+		if flt.SandboxID != "" && sn.SandboxID != flt.SandboxID {
+			continue
+		}
+		out = append(out, sn)
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) ForkSandbox(ctx context.Context, id string, req ForkRequest) ([]ForkResult, error) {
+	f.mu.Lock()
+	if _, err := f.sandbox(id); err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	tpl := f.sandboxes[id].TemplateID
+	f.mu.Unlock()
+	var out []ForkResult
+	for i := 0; i < req.Count; i++ {
+		if i == 1 {
+			// The second child always fails, to check per-child errors.
+			out = append(out, ForkResult{Err: Errorf(http.StatusInsufficientStorage, "no space left for child %d", i)})
+			continue
+		}
+		sb, err := f.CreateSandbox(ctx, CreateRequest{Template: tpl, Timeout: req.Timeout})
+		out = append(out, ForkResult{Sandbox: sb, Err: err})
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) RollbackSandbox(ctx context.Context, id, snapshotID string) (*Rollback, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(id); err != nil {
+		return nil, err
+	}
+	for _, sn := range f.snapshots {
+		if sn.ID == snapshotID {
+			if sn.SandboxID != id {
+				return nil, Errorf(http.StatusForbidden, "snapshot %q was not taken by sandbox %q", snapshotID, id)
+			}
+			return &Rollback{OperationID: "op1", Status: "completed"}, nil
+		}
+	}
+	return nil, Errorf(http.StatusNotFound, "snapshot %q not found", snapshotID)
+}
+
+// coreOnly hides the optional interfaces of a backend.
+type coreOnly struct{ Backend }
