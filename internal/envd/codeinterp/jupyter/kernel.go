@@ -99,7 +99,7 @@ func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err er
 	}
 	ci := connectionInfo{
 		ShellPort: ports[0], IOPubPort: ports[1], StdinPort: ports[2], ControlPort: ports[3], HBPort: ports[4],
-		IP: "127.0.0.1", Key: newID(), Transport: "tcp", SignatureScheme: "hmac-sha256", KernelName: spec.Name,
+		IP: "127.0.0.1", Key: NewID(), Transport: "tcp", SignatureScheme: "hmac-sha256", KernelName: spec.Name,
 	}
 	tmpDir, err := os.MkdirTemp("", "cube-kernel-")
 	if err != nil {
@@ -145,7 +145,7 @@ func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err er
 		spec:       spec,
 		log:        logger.With("pid", cmd.Process.Pid),
 		sign:       signer{key: []byte(ci.Key)},
-		session:    newID(),
+		session:    NewID(),
 		tmpDir:     tmpDir,
 		cmd:        cmd,
 		output:     out,
@@ -216,7 +216,7 @@ func (k *Kernel) connect(ci connectionInfo) error {
 	addr := func(port int) string { return fmt.Sprintf("tcp://%s:%d", ci.IP, port) }
 	// stdin must share shell's identity: the kernel routes input_request
 	// to the stdin peer with the identity of the shell request's sender.
-	id := zmq4.SocketIdentity(newID())
+	id := zmq4.SocketIdentity(NewID())
 	k.shell = zmq4.NewDealer(k.sockCtx, opts(zmq4.WithID(id))...)
 	k.stdin = zmq4.NewDealer(k.sockCtx, opts(zmq4.WithID(id))...)
 	k.control = zmq4.NewDealer(k.sockCtx, opts()...)
@@ -346,7 +346,7 @@ func (k *Kernel) read(channel string, s zmq4.Socket) {
 }
 
 func (k *Kernel) request() (string, *inbox) {
-	id := newID()
+	id := NewID()
 	in := newInbox()
 	k.mu.Lock()
 	k.inboxes[id] = in
@@ -380,7 +380,7 @@ func (k *Kernel) send(s zmq4.Socket, id, msgType string, content any) error {
 func (k *Kernel) sendReply(s zmq4.Socket, parent *Message, msgType string, content any) {
 	c, _ := json.Marshal(content)
 	m := &Message{
-		Header:       Header{MsgID: newID(), Session: k.session, Username: "cube", Date: nowISO(), MsgType: msgType, Version: protocolVersion},
+		Header:       Header{MsgID: NewID(), Session: k.session, Username: "cube", Date: nowISO(), MsgType: msgType, Version: protocolVersion},
 		ParentHeader: parent.Header,
 		Content:      c,
 	}

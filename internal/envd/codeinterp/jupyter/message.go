@@ -131,9 +131,9 @@ func (s signer) decode(frames [][]byte) (*Message, error) {
 	return m, nil
 }
 
-// newID returns a random identifier in UUID form, which is what kernels and
+// NewID returns a random identifier in UUID form, which is what kernels and
 // frontends expect for msg_id and session.
-func newID() string {
+func NewID() string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand never fails on Linux

@@ -13,9 +13,9 @@ import (
 
 // Spec is an installed kernelspec: a directory holding kernel.json.
 type Spec struct {
-	Name          string            // directory name, e.g. "python3"
-	Dir           string            // the kernelspec directory ({resource_dir})
-	Argv          []string          // command line; contains {connection_file}
+	Name          string   // directory name, e.g. "python3"
+	Dir           string   // the kernelspec directory ({resource_dir})
+	Argv          []string // command line; contains {connection_file}
 	DisplayName   string
 	Language      string            // e.g. "python"
 	Env           map[string]string // extra environment for the kernel process
@@ -33,7 +33,7 @@ func DefaultSpecDirs() []string {
 }
 
 type kernelJSON struct {
-	Argv          []string          `json:"argv"`
+	Argv          []string `json:"argv"`
 	DisplayName   string
 	Language      string            `json:"language"`
 	Env           map[string]string `json:"env"`
