@@ -19,81 +19,153 @@ type gwRules struct {
 	dns      netip.AddrPort // where Gateway:53 goes; invalid = reject
 }
 
-// installGateway writes the gateway netns' NAT rules in one transaction,
-// so a slot never runs with half its rules. With fresh, the whole ruleset
-// is replaced, so rules added for a previous tenant are gone; otherwise
-// only this package's table is, and other tables stay.
+// gwChain is one base chain of the gateway table with its rules.
+type gwChain struct {
+	chain *nftables.Chain
+	rules [][]expr.Any
+}
+
+// gatewayChains is the gateway table's content for one slot.
+func gatewayChains(t *nftables.Table, r gwRules) []gwChain {
+	pre := gwChain{chain: &nftables.Chain{
+		Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest,
+	}}
+	// Host to sandbox: HostAddr is the slot's address as the host sees it.
+	pre.rules = append(pre.rules, cat(
+		matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf),
+		matchAddr(16, r.hostAddr),
+		dnat(SandboxAddr, 0),
+	))
+	if r.dns.IsValid() {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			pre.rules = append(pre.rules, cat(
+				matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
+				matchAddr(16, Gateway),
+				matchL4Proto(proto),
+				matchDport(53),
+				dnat(r.dns.Addr(), r.dns.Port()),
+			))
+		}
+	}
+
+	post := gwChain{chain: &nftables.Chain{
+		Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
+	}}
+	// Sandbox egress leaves as HostAddr, which the host then masquerades.
+	post.rules = append(post.rules, cat(
+		matchIfname(expr.MetaKeyOIFNAME, gwUplinkIf),
+		[]expr.Any{&expr.Masq{}},
+	))
+
+	in := gwChain{chain: &nftables.Chain{
+		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
+	}}
+	// DNS that was not sent to a resolver above is refused at once: a
+	// resolver that never answers makes programs in the sandbox hang for
+	// seconds (Python's http.server takes ~11 s to bind).
+	in.rules = append(in.rules,
+		cat(
+			matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
+			matchL4Proto(unix.IPPROTO_UDP),
+			matchDport(53),
+			[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3 /* port unreachable */}},
+		),
+		cat(
+			matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
+			matchL4Proto(unix.IPPROTO_TCP),
+			matchDport(53),
+			[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}},
+		),
+	)
+	return []gwChain{pre, post, in}
+}
+
+// ruleTag marks each rule this package writes with what it was made from,
+// so an intact table can be recognised without decoding expressions.
+func ruleTag(r gwRules, chain string, i int) []byte {
+	return fmt.Appendf(nil, "netslot/1 %s %s %s %d", r.hostAddr, r.dns, chain, i)
+}
+
+// installGateway makes the gateway netns' table hold exactly the slot's
+// NAT rules, in one transaction, so a slot never runs with half its rules.
+// With fresh, every other table (policy of a previous tenant) is deleted.
+//
+// An intact table is left alone: a commit that deletes rules or chains
+// waits for an RCU grace period (about 10 ms here), and re-arming a slot
+// should not pay for that.
 func installGateway(fd int, r gwRules, fresh bool) error {
 	c, err := nftables.New(nftables.WithNetNSFd(fd))
 	if err != nil {
 		return fmt.Errorf("netslot: nftables: %w", err)
 	}
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: gwTable}
-	if fresh {
-		c.FlushRuleset()
-	} else {
-		// Add, delete, add: replaces the table whether or not it exists.
-		c.AddTable(t)
-		c.DelTable(t)
+	want := gatewayChains(t, r)
+	tables, err := c.ListTables()
+	if err != nil {
+		return fmt.Errorf("netslot: list gateway tables: %w", err)
 	}
-	c.AddTable(t)
-
-	pre := c.AddChain(&nftables.Chain{
-		Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest,
-	})
-	// Host to sandbox: HostAddr is the slot's address as the host sees it.
-	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: cat(
-		matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf),
-		matchAddr(16, r.hostAddr),
-		dnat(SandboxAddr, 0),
-	)})
-	if r.dns.IsValid() {
-		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-			c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: cat(
-				matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
-				matchAddr(16, Gateway),
-				matchL4Proto(proto),
-				matchDport(53),
-				dnat(r.dns.Addr(), r.dns.Port()),
-			)})
+	ours := false
+	for _, tb := range tables {
+		if tb.Name == gwTable && tb.Family == t.Family {
+			ours = true
+		} else if fresh {
+			c.DelTable(tb)
 		}
 	}
-
-	post := c.AddChain(&nftables.Chain{
-		Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
-	})
-	// Sandbox egress leaves as HostAddr, which the host then masquerades.
-	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: cat(
-		matchIfname(expr.MetaKeyOIFNAME, gwUplinkIf),
-		[]expr.Any{&expr.Masq{}},
-	)})
-
-	in := c.AddChain(&nftables.Chain{
-		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
-	})
-	// DNS that was not sent to a resolver above is refused at once: a
-	// resolver that never answers makes programs in the sandbox hang for
-	// seconds (Python's http.server takes ~11 s to bind).
-	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(
-		matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
-		matchL4Proto(unix.IPPROTO_UDP),
-		matchDport(53),
-		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3 /* port unreachable */}},
-	)})
-	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: cat(
-		matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
-		matchL4Proto(unix.IPPROTO_TCP),
-		matchDport(53),
-		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}},
-	)})
-
+	if !ours || !gatewayIntact(c, t, r, want) {
+		if ours {
+			c.DelTable(t)
+		}
+		c.AddTable(t)
+		for _, gc := range want {
+			ch := c.AddChain(gc.chain)
+			for i, exprs := range gc.rules {
+				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs, UserData: ruleTag(r, gc.chain.Name, i)})
+			}
+		}
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netslot: install gateway rules: %w", err)
 	}
 	return nil
+}
+
+// gatewayIntact reports whether table t holds exactly the chains and
+// tagged rules of want, with accepting policies.
+func gatewayIntact(c *nftables.Conn, t *nftables.Table, r gwRules, want []gwChain) bool {
+	chains, err := c.ListChainsOfTableFamily(t.Family)
+	if err != nil {
+		return false
+	}
+	have := map[string]*nftables.Chain{}
+	for _, ch := range chains {
+		if ch.Table.Name == t.Name {
+			have[ch.Name] = ch
+		}
+	}
+	if len(have) != len(want) {
+		return false
+	}
+	for _, gc := range want {
+		ch := have[gc.chain.Name]
+		if ch == nil || ch.Hooknum == nil || *ch.Hooknum != *gc.chain.Hooknum ||
+			(ch.Policy != nil && *ch.Policy != nftables.ChainPolicyAccept) {
+			return false
+		}
+		rules, err := c.GetRules(t, ch)
+		if err != nil || len(rules) != len(gc.rules) {
+			return false
+		}
+		for i, rule := range rules {
+			if string(rule.UserData) != string(ruleTag(r, gc.chain.Name, i)) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // installHost adds (or replaces) the pool's table on the host: masquerade

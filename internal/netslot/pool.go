@@ -327,8 +327,10 @@ func (p *Pool) Acquire(ctx context.Context) (*Slot, error) {
 
 // Release cleans a slot after its sandbox is gone (runsc has exited): it
 // re-arms the slot and keeps it for the next Acquire, or tears it down if
-// Config.Warm clean slots are already waiting. A slot that cannot be
-// cleaned is torn down and the error returned; it is never handed out.
+// 2×Config.Warm clean slots are already waiting (the slack keeps a steady
+// acquire/release load from building and tearing down a slot each time).
+// A slot that cannot be cleaned is torn down and the error returned; it is
+// never handed out.
 func (p *Pool) Release(s *Slot) error {
 	if s == nil {
 		return errors.New("netslot: release of a nil slot")
@@ -376,7 +378,7 @@ func (p *Pool) Release(s *Slot) error {
 	p.free = append(p.free, s.Index)
 	slices.Sort(p.free)
 	var surplus []int
-	for n := len(p.free); n > p.cfg.Warm; n-- {
+	for n := len(p.free); n > 2*p.cfg.Warm; n-- {
 		// The highest indices go, so reuse stays at the bottom.
 		surplus = append(surplus, p.free[n-1])
 		p.owned[p.free[n-1]] = stCleaning

@@ -40,7 +40,7 @@ func testPrefix() string {
 
 // newTestPool makes a pool on a random /24 of 10.200-249.x.0 not used by
 // the host; it is closed when the test ends.
-func newTestPool(t *testing.T, cfg Config) *Pool {
+func newTestPool(t testing.TB, cfg Config) *Pool {
 	t.Helper()
 	if cfg.Prefix == "" {
 		cfg.Prefix = testPrefix()
