@@ -1,10 +1,122 @@
-// Command cube-envd is filled in by later work.
+// Command cube-envd is the agent inside every Cube sandbox, normally its
+// PID 1. It serves the E2B envd protocol, runs the template's start command,
+// reaps orphaned processes and passes SIGTERM on to its children.
+//
+//	cube-envd [--port 49983] [--start-user NAME] [--start-cwd DIR] [-- start command args...]
+//
+// The environment it is started with is the template's ENV; the start
+// command and every process started through envd inherit it.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
 
-	"cube/internal/version"
+	"cube/internal/envd"
+	"cube/internal/envd/reap"
+	"cube/internal/envd/startcmd"
+	"cube/internal/envd/users"
 )
 
-func main() { fmt.Println("cube-envd", version.Version) }
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "cube-envd:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	port := flag.Int("port", envd.DefaultPort, "port of the envd protocol")
+	startUser := flag.String("start-user", "", "account the start command runs as (default: envd's own)")
+	startCwd := flag.String("start-cwd", "", "working directory of the start command (default: the user's home)")
+	showVersion := flag.Bool("version", false, "print the envd protocol version and exit")
+	flag.Parse()
+	if *showVersion {
+		fmt.Println(envd.Version)
+		return nil
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	slog.SetDefault(log)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Orphans are re-parented to envd (as PID 1, or as a subreaper on a
+	// host), and the reaper collects every one of them.
+	if os.Getpid() != 1 {
+		if err := reap.BecomeSubreaper(); err != nil {
+			log.Warn("cannot become a subreaper; orphans go to the host's init", "err", err)
+		}
+	}
+	reaper := reap.New()
+	go reaper.Run(ctx)
+
+	if os.Geteuid() == 0 {
+		created, err := users.Ensure("/", users.DefaultName, "/home/"+users.DefaultName)
+		if err != nil {
+			log.Warn("cannot create the default user", "user", users.DefaultName, "err", err)
+		} else if created {
+			log.Info("created the default user", "user", users.DefaultName)
+		}
+	}
+
+	srv, err := envd.New(envd.Options{Env: os.Environ(), Reaper: reaper, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(*port))
+	if err != nil {
+		return err
+	}
+	httpSrv := srv.HTTPServer(ln.Addr().String())
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+	log.Info("envd serving", "addr", ln.Addr().String(), "version", envd.Version, "pid", os.Getpid())
+
+	// Code interpreter: a second listener on :49999 serving
+	// cube/internal/envd/codeinterp is wired in here, e.g.
+	//
+	//	ci := codeinterp.New(codeinterp.Options{...})
+	//	go http.ListenAndServe(":49999", ci.Handler())
+
+	if args := flag.Args(); len(args) > 0 {
+		if _, err := startcmd.Start(startcmd.Config{Args: args, User: *startUser, Dir: *startCwd, Env: os.Environ()}, reaper, log); err != nil {
+			// The sandbox stays reachable so the failure can be inspected.
+			log.Error("start command failed", "err", err)
+		}
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case err := <-serveErr:
+		return err
+	case sig := <-sigs:
+		log.Info("shutting down", "signal", sig.String())
+	}
+
+	// Pass the signal on and give children a moment to finish before the
+	// sandbox goes away with them.
+	reaper.SignalAll(syscall.SIGTERM)
+	deadline := time.Now().Add(5 * time.Second)
+	for reaper.Running() > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	shutdownCtx, stop := context.WithTimeout(context.Background(), 2*time.Second)
+	defer stop()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("shutdown", "err", err)
+	}
+	srv.Close()
+	return nil
+}

@@ -1,0 +1,182 @@
+// Package envd is the agent inside every Cube sandbox: the E2B envd protocol
+// on one port, with the process and filesystem Connect services and the
+// plain-HTTP routes (/health, /files, /init, /envs, /metrics) beside them.
+package envd
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"cube/internal/envd/files"
+	"cube/internal/envd/filesystem"
+	"cube/internal/envd/process"
+	"cube/internal/envd/reap"
+	"cube/internal/envd/state"
+	"cube/internal/envd/users"
+)
+
+// Version is the envd protocol version whose features this envd really
+// implements; the control plane reports it to SDKs as envdVersion, and the
+// SDKs gate features on it (0.3.0 stdin choice, 0.4.0 default user, 0.5.2
+// closeStdin, 0.5.7 raw uploads, 0.6.2 file metadata, 0.6.3 entries in
+// watch events, 0.6.4 watching network mounts).
+const Version = "0.6.4"
+
+// DefaultPort is where SDKs expect envd.
+const DefaultPort = 49983
+
+// Options configure a Server.
+type Options struct {
+	// Env is the template's environment (KEY=VALUE), inherited by every
+	// process under what /init and each request add.
+	Env []string
+	// DefaultUser is used when a request names no user. Empty means
+	// "user" when that account exists, else the account envd runs as.
+	DefaultUser string
+	// DefaultWorkdir is where processes start and relative paths resolve
+	// when a request says nothing; empty means the user's home.
+	DefaultWorkdir string
+	// AccessToken, when set, is required from the start (normally /init
+	// sets it).
+	AccessToken string
+	// Reaper waits for children; nil when envd is not the sandbox's init.
+	Reaper *reap.Reaper
+	Logger *slog.Logger
+}
+
+// Server is a running envd.
+type Server struct {
+	State   *state.State
+	Process *process.Service
+	FS      *filesystem.Service
+
+	log     *slog.Logger
+	handler http.Handler
+	metrics *metricsSampler
+}
+
+// New builds the server.
+func New(opts Options) (*Server, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	defUser := opts.DefaultUser
+	if defUser == "" {
+		if _, err := users.Lookup(users.DefaultName); err == nil {
+			defUser = users.DefaultName
+		} else {
+			cur, err := users.Current()
+			if err != nil {
+				return nil, err
+			}
+			defUser = cur.Name
+		}
+	}
+	if _, err := users.Lookup(defUser); err != nil {
+		return nil, err
+	}
+	st := state.New(opts.Env, defUser, opts.DefaultWorkdir)
+	st.SetToken(opts.AccessToken)
+	s := &Server{
+		State:   st,
+		Process: process.New(st, opts.Reaper, log),
+		FS:      filesystem.New(st, log),
+		log:     log,
+		metrics: &metricsSampler{},
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler serves the whole envd protocol.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// HTTPServer returns an http.Server for addr that speaks HTTP/1.1 and
+// cleartext HTTP/2 (Connect clients use either).
+func (s *Server) HTTPServer(addr string) *http.Server {
+	srv := &http.Server{
+		Addr:              addr,
+		Handler:           s.handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	return srv
+}
+
+// Close stops watchers and kills the processes envd started.
+func (s *Server) Close() {
+	s.FS.Close()
+	s.Process.KillAll()
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	opts := []connect.HandlerOption{
+		connect.WithInterceptors(&tokenInterceptor{state: s.State}),
+		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+			s.log.Error("panic in handler", "procedure", spec.Procedure, "panic", p)
+			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+		}),
+		connect.WithReadMaxBytes(64 << 20),
+	}
+	mux.Handle(s.Process.Handler(opts...))
+	mux.Handle(s.FS.Handler(opts...))
+	mux.Handle("/files", files.New(s.State, s.log))
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("POST /init", s.init)
+	mux.Handle("GET /envs", s.requireToken(http.HandlerFunc(s.envs)))
+	mux.Handle("GET /metrics", s.requireToken(http.HandlerFunc(s.metricsHandler)))
+	return mux
+}
+
+// requireToken guards a plain-HTTP route with the access token.
+func (s *Server) requireToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.State.Authorized(r.Header.Get("X-Access-Token")) {
+			writeError(w, http.StatusUnauthorized, "missing or invalid access token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tokenInterceptor rejects RPCs without the access token once one is set.
+type tokenInterceptor struct{ state *state.State }
+
+func (t *tokenInterceptor) check(h http.Header) error {
+	if !t.state.Authorized(h.Get("X-Access-Token")) {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("missing or invalid access token"))
+	}
+	return nil
+}
+
+func (t *tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := t.check(req.Header()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (t *tokenInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (t *tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := t.check(conn.RequestHeader()); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}

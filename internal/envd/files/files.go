@@ -1,0 +1,367 @@
+// Package files serves envd's plain-HTTP file transfer: GET /files streams a
+// file out, POST /files writes one or several files in. Both act as the
+// requesting user and accept either the access token or a signed URL, so a
+// browser can be handed a link without the token.
+package files
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"cube/internal/envd/filesystem"
+	"cube/internal/envd/state"
+	"cube/internal/envd/users"
+)
+
+// Handler serves /files.
+type Handler struct {
+	state *state.State
+	log   *slog.Logger
+	now   func() time.Time
+}
+
+// New returns the /files handler.
+func New(st *state.State, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Handler{state: st, log: log, now: time.Now}
+}
+
+// WrittenFile is one element of the upload response.
+type WrittenFile struct {
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		h.download(w, r)
+	case http.MethodPost:
+		h.upload(w, r)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		writeError(w, http.StatusMethodNotAllowed, "method %s not allowed on /files", r.Method)
+	}
+}
+
+// authorize admits a request carrying the access token or a valid signature
+// for this path, operation and user.
+func (h *Handler) authorize(r *http.Request, operation string) error {
+	token := h.state.Token()
+	if token == "" || h.state.Authorized(r.Header.Get("X-Access-Token")) {
+		return nil
+	}
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if sig == "" {
+		return errors.New("missing or invalid access token")
+	}
+	return verify(sig, q.Get("signature_expiration"), q.Get("path"), operation, q.Get("username"), token, h.now())
+}
+
+// user resolves the acting account: the username parameter, else the
+// Authorization header, else the default user.
+func (h *Handler) user(r *http.Request) (*users.User, error) {
+	if name := r.URL.Query().Get("username"); name != "" {
+		return h.state.User(name)
+	}
+	return h.state.UserFromHeader(r.Header)
+}
+
+func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
+	if err := h.authorize(r, "read"); err != nil {
+		writeError(w, http.StatusUnauthorized, "%v", err)
+		return
+	}
+	u, err := h.user(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "%v", err)
+		return
+	}
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		writeError(w, http.StatusBadRequest, "the path parameter is required")
+		return
+	}
+	path, err := h.state.Path(u, p)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var f *os.File
+	err = u.Do(func() (err error) {
+		f, err = os.Open(path)
+		return err
+	})
+	if err != nil {
+		writeFSError(w, path, err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeFSError(w, path, err)
+		return
+	}
+	if fi.IsDir() {
+		writeError(w, http.StatusBadRequest, "path %s is a directory", path)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(path)}))
+	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Add("Vary", "Accept-Encoding")
+		if r.Method == http.MethodHead {
+			return
+		}
+		zw := gzip.NewWriter(w)
+		if _, err := io.Copy(zw, f); err != nil {
+			h.log.Warn("download interrupted", "path", path, "err", err)
+			return
+		}
+		zw.Close()
+		return
+	}
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+func acceptsGzip(v string) bool {
+	for _, part := range strings.Split(v, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") && !strings.Contains(strings.ReplaceAll(params, " ", ""), "q=0") {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
+	if err := h.authorize(r, "write"); err != nil {
+		writeError(w, http.StatusUnauthorized, "%v", err)
+		return
+	}
+	u, err := h.user(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "%v", err)
+		return
+	}
+	md, err := metadataHeaders(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	query := r.URL.Query().Get("path")
+	body := io.Reader(r.Body)
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "request body is not gzip: %v", err)
+			return
+		}
+		defer zr.Close()
+		body = zr
+	default:
+		writeError(w, http.StatusBadRequest, "unsupported Content-Encoding %q", enc)
+		return
+	}
+
+	var written []WrittenFile
+	mediaType, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mediaType == "multipart/form-data" {
+		mr, err := multipartReader(body, params)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		for {
+			part, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "malformed multipart body: %v", err)
+				return
+			}
+			if part.FormName() != "file" {
+				part.Close()
+				continue
+			}
+			dest := query
+			if dest == "" {
+				dest = rawFileName(part.Header.Get("Content-Disposition"))
+			} else if len(written) > 0 {
+				writeError(w, http.StatusBadRequest, "the path parameter names one file, but the body holds several; give each part its path as filename instead")
+				return
+			}
+			if dest == "" {
+				writeError(w, http.StatusBadRequest, "a file part has no destination: set the path parameter or the part's filename")
+				return
+			}
+			wf, status, err := h.write(u, dest, part, md)
+			part.Close()
+			if err != nil {
+				writeError(w, status, "%v", err)
+				return
+			}
+			written = append(written, wf)
+		}
+		if len(written) == 0 {
+			writeError(w, http.StatusBadRequest, "the multipart body has no part named \"file\"")
+			return
+		}
+	} else {
+		if query == "" {
+			writeError(w, http.StatusBadRequest, "the path parameter is required for a raw upload")
+			return
+		}
+		wf, status, err := h.write(u, query, body, md)
+		if err != nil {
+			writeError(w, status, "%v", err)
+			return
+		}
+		written = append(written, wf)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(written)
+}
+
+// write stores src at dest (a client path) for u. The bytes go to a
+// temporary file beside the destination that is renamed over it only when
+// complete, so a failed upload (a full disk, a dropped connection) never
+// leaves a truncated file behind.
+func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string]string) (WrittenFile, int, error) {
+	path, err := h.state.Path(u, dest)
+	if err != nil {
+		return WrittenFile{}, http.StatusBadRequest, err
+	}
+	var tmp *os.File
+	mode := fs.FileMode(0o644)
+	err = u.Do(func() error {
+		if fi, err := os.Stat(path); err == nil {
+			if fi.IsDir() {
+				return fmt.Errorf("%s is a directory: %w", path, syscall.EISDIR)
+			}
+			mode = fi.Mode().Perm()
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		var err error
+		tmp, err = os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".upload-*")
+		return err
+	})
+	if err != nil {
+		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, src); err != nil {
+		return WrittenFile{}, copyStatus(err), fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
+	}
+	if len(md) > 0 {
+		if err := filesystem.SetMetadata(tmp.Name(), md); err != nil {
+			return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	if err := tmp.Close(); err != nil {
+		return WrittenFile{}, copyStatus(err), fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := u.Do(func() error { return os.Rename(tmp.Name(), path) }); err != nil {
+		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
+	}
+	done = true
+	wf := WrittenFile{Path: path, Name: filepath.Base(path), Type: "file"}
+	if len(md) > 0 {
+		wf.Metadata = md
+	}
+	return wf, http.StatusOK, nil
+}
+
+// copyStatus tells a full disk from a client that stopped sending.
+func copyStatus(err error) int {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return http.StatusInsufficientStorage
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fsStatus(err)
+	}
+	return http.StatusBadRequest
+}
+
+func fsStatus(err error) int {
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return http.StatusInsufficientStorage
+	case errors.Is(err, fs.ErrNotExist):
+		return http.StatusNotFound
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return http.StatusForbidden
+	case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ENAMETOOLONG),
+		errors.Is(err, syscall.EINVAL):
+		return http.StatusBadRequest
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func writeFSError(w http.ResponseWriter, path string, err error) {
+	status := fsStatus(err)
+	if status == http.StatusNotFound {
+		writeError(w, status, "path '%s' does not exist", path)
+		return
+	}
+	writeError(w, status, "%v", err)
+}
+
+// metadataHeaders collects X-Metadata-<key> headers; the first value of a
+// repeated key wins, keys are lower-cased.
+func metadataHeaders(h http.Header) (map[string]string, error) {
+	md := map[string]string{}
+	for name, vals := range h {
+		key, ok := strings.CutPrefix(strings.ToLower(name), "x-metadata-")
+		if !ok || len(vals) == 0 {
+			continue
+		}
+		md[key] = vals[0]
+	}
+	if err := filesystem.ValidateMetadata(md); err != nil {
+		return nil, err
+	}
+	return md, nil
+}
+
+// writeError answers with the JSON error shape the SDKs read.
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Del("Content-Encoding")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"code": status, "message": fmt.Sprintf(format, args...)})
+}

@@ -1,0 +1,75 @@
+package envd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"cube/internal/envd/state"
+)
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Envd-Version", Version)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// init is how the control plane configures a sandbox it hands out: env vars,
+// access token, default user and working directory. It is open until a
+// token is set; after that only the current token may call it, which is how
+// a sandbox restored from another's snapshot receives its own token.
+func (s *Server) init(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Envd-Version", Version)
+	if !s.State.Authorized(r.Header.Get("X-Access-Token")) {
+		writeError(w, http.StatusUnauthorized, "missing or invalid access token")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "read body: %v", err)
+		return
+	}
+	if len(body) > 1<<20 {
+		writeError(w, http.StatusRequestEntityTooLarge, "init body larger than 1 MiB")
+		return
+	}
+	var in state.Init
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		if err := dec.Decode(&in); err != nil {
+			writeError(w, http.StatusBadRequest, "init body: %v", err)
+			return
+		}
+	}
+	applied, err := s.State.Apply(in)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	s.log.Info("initialised", "applied", applied, "envVars", len(in.EnvVars),
+		"token", in.AccessToken != nil && *in.AccessToken != "", "defaultUser", in.DefaultUser)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) envs(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(s.State.Env())
+}
+
+func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) {
+	m, err := s.metrics.sample()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(m)
+}
+
+// writeError answers with the JSON error shape the SDKs read.
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"code": status, "message": fmt.Sprintf(format, args...)})
+}
