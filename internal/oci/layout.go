@@ -314,7 +314,7 @@ func newStoreImage(st blobStore, mt types.MediaType, raw []byte, m *v1.Manifest,
 	return partial.CompressedToImage(&storeImage{st: st, mediaType: mt, manifest: raw, m: m, config: cfg, diffIDs: cf.RootFS.DiffIDs, paths: paths})
 }
 
-func (s *storeImage) RawConfigFile() ([]byte, error)       { return s.config, nil }
+func (s *storeImage) RawConfigFile() ([]byte, error)      { return s.config, nil }
 func (s *storeImage) MediaType() (types.MediaType, error) { return s.mediaType, nil }
 func (s *storeImage) RawManifest() ([]byte, error)        { return s.manifest, nil }
 

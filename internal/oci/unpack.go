@@ -237,10 +237,10 @@ func (u *unpacker) applyLayer(l v1.Layer, diffID v1.Hash, pr *progressReader) er
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s: reading tar: %w", digest, err)
+			return fmt.Errorf("%s: reading tar: %w", digest, corruption(err, vr, pr))
 		}
 		if err := u.entry(tr, h); err != nil {
-			return fmt.Errorf("%s: %w", digest, err)
+			return fmt.Errorf("%s: %w", digest, corruption(err, vr, pr))
 		}
 	}
 	// Read to the end so both digests are checked, tar padding included.
@@ -251,6 +251,21 @@ func (u *unpacker) applyLayer(l v1.Layer, diffID v1.Hash, pr *progressReader) er
 		return fmt.Errorf("%s: %w", digest, err)
 	}
 	return nil
+}
+
+// corruption explains a failure part-way through a layer: when the bytes do
+// not match their digests, that is the real problem (a damaged blob also
+// makes garbage tar headers or gzip errors), so report it instead.
+func corruption(err error, streams ...io.Reader) error {
+	if errors.Is(err, ErrCorrupt) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	for _, r := range streams {
+		if _, derr := io.Copy(io.Discard, r); errors.Is(derr, ErrCorrupt) {
+			return derr
+		}
+	}
+	return err
 }
 
 // entryPath checks a member name and returns it cleaned and relative to the

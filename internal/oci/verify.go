@@ -13,14 +13,16 @@ import (
 // content matched the expected digest and size. Callers act on the content
 // only after a clean EOF, so a wrong byte never goes unnoticed.
 type verifyReader struct {
-	r     io.Reader
-	want  v1.Hash
-	size  int64 // -1 when unknown
-	what  string
-	h     hash.Hash
-	n     int64
-	done  bool
-	onBad func()
+	r    io.Reader
+	want v1.Hash
+	size int64 // -1 when unknown
+	what string
+	h    hash.Hash
+	n    int64
+	done bool
+	// err is sticky: a reader such as io.ReadFull drops an error that
+	// arrives with enough bytes, so the next Read must report it again.
+	err error
 }
 
 func newVerifyReader(r io.Reader, want v1.Hash, size int64, what string) (*verifyReader, error) {
@@ -31,6 +33,17 @@ func newVerifyReader(r io.Reader, want v1.Hash, size int64, what string) (*verif
 }
 
 func (v *verifyReader) Read(p []byte) (int, error) {
+	if v.err != nil {
+		return 0, v.err
+	}
+	n, err := v.read(p)
+	if err != nil && err != io.EOF {
+		v.err = err
+	}
+	return n, err
+}
+
+func (v *verifyReader) read(p []byte) (int, error) {
 	n, err := v.r.Read(p)
 	v.h.Write(p[:n])
 	v.n += int64(n)
