@@ -403,10 +403,9 @@ func TestCorruptLayerFromRegistry(t *testing.T) {
 	if err == nil {
 		t.Fatal("unpacking a corrupt layer succeeded")
 	}
-	if !strings.Contains(err.Error(), d.String()) {
-		t.Errorf("error %q does not name the corrupt layer %s", err, d)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), d.String()) {
+		t.Errorf("Unpack = %v, want ErrCorrupt naming the layer %s", err, d)
 	}
-	t.Log(err)
 	if got := dirEntries(t, roots); len(got) != 0 {
 		t.Errorf("rootfs directory holds %v after a failed unpack, want nothing", got)
 	}

@@ -237,10 +237,16 @@ func (u *unpacker) applyLayer(l v1.Layer, diffID v1.Hash, pr *progressReader) er
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s: reading tar: %w", digest, corruption(err, vr, pr))
+			if c := corruption(err, vr, pr); c != err {
+				return c
+			}
+			return fmt.Errorf("%s: reading tar: %w", digest, err)
 		}
 		if err := u.entry(tr, h); err != nil {
-			return fmt.Errorf("%s: %w", digest, corruption(err, vr, pr))
+			if c := corruption(err, vr, pr); c != err {
+				return c
+			}
+			return fmt.Errorf("%s: %w", digest, err)
 		}
 	}
 	// Read to the end so both digests are checked, tar padding included.

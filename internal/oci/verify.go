@@ -50,15 +50,27 @@ func (v *verifyReader) read(p []byte) (int, error) {
 	if v.size >= 0 && v.n > v.size {
 		return n, fmt.Errorf("%w: %s is larger than the %d bytes its descriptor says", ErrCorrupt, v.what, v.size)
 	}
+	if err != nil && err != io.EOF && v.size >= 0 && v.n == v.size {
+		// The source failed at the very end (go-containerregistry's own
+		// digest check does); with every byte in hand, judge them here so
+		// the caller gets ErrCorrupt rather than a transport error.
+		if got := v.sum(); got != v.want {
+			v.done = true
+			return n, fmt.Errorf("%w: %s should hash to %s but hashes to %s", ErrCorrupt, v.what, v.want, got)
+		}
+	}
 	if err == io.EOF && !v.done {
 		v.done = true
 		if v.size >= 0 && v.n != v.size {
 			return n, fmt.Errorf("%w: %s has %d bytes, its descriptor says %d", ErrCorrupt, v.what, v.n, v.size)
 		}
-		got := v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", v.h.Sum(nil))}
-		if got != v.want {
+		if got := v.sum(); got != v.want {
 			return n, fmt.Errorf("%w: %s should hash to %s but hashes to %s", ErrCorrupt, v.what, v.want, got)
 		}
 	}
 	return n, err
+}
+
+func (v *verifyReader) sum() v1.Hash {
+	return v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", v.h.Sum(nil))}
 }
