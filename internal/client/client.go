@@ -1,0 +1,208 @@
+// Package client is a small client of the Cube control plane for the CLI
+// and tools: it knows where the server is, how to authenticate, and how to
+// turn error answers into Go errors. Verbs add their own typed calls on top
+// of Do.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"cube/internal/api/wire"
+)
+
+// Defaults and environment variables that locate the server and key.
+const (
+	DefaultURL     = "http://127.0.0.1:3000"
+	DefaultDataDir = "/var/lib/cube"
+	EnvURL         = "CUBE_API_URL"
+	EnvKey         = "CUBE_API_KEY"
+	EnvE2BKey      = "E2B_API_KEY"
+	// KeyFile is the file in the data directory holding the server's key.
+	KeyFile = "api-key"
+)
+
+// Client talks to one Cube server.
+type Client struct {
+	BaseURL string
+	APIKey  string
+	HTTP    *http.Client
+}
+
+// New returns a client for baseURL (no trailing slash needed).
+func New(baseURL, apiKey string) *Client {
+	return &Client{
+		BaseURL: strings.TrimRight(baseURL, "/"),
+		APIKey:  apiKey,
+		HTTP:    &http.Client{Timeout: 5 * time.Minute},
+	}
+}
+
+// FromEnv builds a client the way every cubemastercli verb does: the URL
+// from CUBE_API_URL (default DefaultURL); the key from E2B_API_KEY, then
+// CUBE_API_KEY, then <dataDir>/api-key (dataDir "" means DefaultDataDir).
+func FromEnv(dataDir string) (*Client, error) {
+	base := os.Getenv(EnvURL)
+	if base == "" {
+		base = DefaultURL
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%s=%q is not an http(s) URL", EnvURL, base)
+	}
+	key, err := findKey(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	return New(base, key), nil
+}
+
+func findKey(dataDir string) (string, error) {
+	for _, env := range []string{EnvE2BKey, EnvKey} {
+		if k := strings.TrimSpace(os.Getenv(env)); k != "" {
+			return k, nil
+		}
+	}
+	if dataDir == "" {
+		dataDir = DefaultDataDir
+	}
+	path := filepath.Join(dataDir, KeyFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("no API key: set %s or %s, or make %s readable: %w", EnvE2BKey, EnvKey, path, err)
+	}
+	k := strings.TrimSpace(string(b))
+	if k == "" {
+		return "", fmt.Errorf("no API key: %s is empty", path)
+	}
+	return k, nil
+}
+
+// APIError is a non-2xx answer of the server.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("server answered %d: %s", e.Status, e.Message)
+}
+
+// IsNotFound reports whether err is a 404 answer.
+func IsNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+}
+
+// Do sends in (JSON, unless nil) to method path (with query q) and decodes a
+// 2xx answer into out (unless nil). It returns the answer's headers.
+func (c *Client) Do(ctx context.Context, method, path string, q url.Values, in, out any) (http.Header, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	target := c.BaseURL + path
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-API-Key", c.APIKey)
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: reading answer: %w", method, path, err)
+	}
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		var e wire.Error
+		msg := strings.TrimSpace(string(data))
+		if json.Unmarshal(data, &e) == nil && e.Message != "" {
+			msg = e.Message
+		}
+		if msg == "" {
+			msg = http.StatusText(res.StatusCode)
+		}
+		return res.Header, &APIError{Status: res.StatusCode, Message: msg}
+	}
+	if out != nil && len(bytes.TrimSpace(data)) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return res.Header, fmt.Errorf("%s %s: decoding answer: %w", method, path, err)
+		}
+	}
+	return res.Header, nil
+}
+
+// ListOptions filter ListSandboxes. Empty fields match everything.
+type ListOptions struct {
+	// States among "running" and "paused"; none means both.
+	States   []string
+	Metadata map[string]string
+}
+
+// ListSandboxes returns every matching sandbox, following the pages.
+func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]wire.ListedSandbox, error) {
+	q := url.Values{"limit": {"100"}}
+	if len(opts.States) > 0 {
+		q.Set("state", strings.Join(opts.States, ","))
+	}
+	if len(opts.Metadata) > 0 {
+		md := url.Values{}
+		for k, v := range opts.Metadata {
+			md.Set(k, v)
+		}
+		q.Set("metadata", md.Encode())
+	}
+	var all []wire.ListedSandbox
+	for {
+		var page []wire.ListedSandbox
+		h, err := c.Do(ctx, http.MethodGet, "/v2/sandboxes", q, nil, &page)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		next := h.Get("X-Next-Token")
+		if next == "" || len(page) == 0 {
+			return all, nil
+		}
+		q.Set("nextToken", next)
+	}
+}
+
+// GetSandbox returns one sandbox's details.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*wire.SandboxDetail, error) {
+	var d wire.SandboxDetail
+	if _, err := c.Do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// KillSandbox destroys a sandbox.
+func (c *Client) KillSandbox(ctx context.Context, id string) error {
+	_, err := c.Do(ctx, http.MethodDelete, "/sandboxes/"+url.PathEscape(id), nil, nil, nil)
+	return err
+}
