@@ -35,15 +35,16 @@ func presentedKey(r *http.Request) string {
 // authorized compares the presented key's digest with every configured one,
 // without stopping early, so timing says nothing about which key or how
 // much of it matched.
-func (s *Server) authorized(r *http.Request) bool {
+// It returns the digest of the accepted key.
+func (s *Server) authorized(r *http.Request) ([sha256.Size]byte, bool) {
 	key := presentedKey(r)
 	if key == "" {
-		return false
+		return [sha256.Size]byte{}, false
 	}
 	got := HashAPIKey(key)
 	match := 0
 	for i := range s.cfg.APIKeyHashes {
 		match |= subtle.ConstantTimeCompare(got[:], s.cfg.APIKeyHashes[i][:])
 	}
-	return match == 1
+	return got, match == 1
 }

@@ -46,6 +46,11 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Version is reported by GET /health; default version.Version.
 	Version string
+	// RateLimit is the sustained API requests per second allowed per key;
+	// 0 means unlimited. RateBurst is the bucket size; default 2×RateLimit.
+	// Over the limit → 429 with Retry-After. Proxied traffic is not limited.
+	RateLimit float64
+	RateBurst int
 }
 
 // Defaults applied by NewServer.
@@ -65,6 +70,7 @@ type Server struct {
 	mux     *http.ServeMux
 	proxy   *proxy.Proxy
 	metrics *metrics
+	limiter *keyLimiter
 	log     *slog.Logger
 }
 
@@ -102,6 +108,7 @@ func NewServer(cfg Config, b Backend) (*Server, error) {
 		backend: b,
 		mux:     http.NewServeMux(),
 		proxy:   proxy.New(proxy.Config{Domain: cfg.Domain, Logger: cfg.Logger}, b),
+		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
 		log:     cfg.Logger,
 	}
 	m, err := newMetrics(cfg.Registry, b)
@@ -196,9 +203,16 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 		writeError(w, Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
 		return "unmatched"
 	}
-	if !s.isPublic(pattern) && !s.authorized(r) {
-		writeError(w, Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
-		return pattern
+	if !s.isPublic(pattern) {
+		key, ok := s.authorized(r)
+		if !ok {
+			writeError(w, Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
+			return pattern
+		}
+		if ok, wait := s.limiter.allow(key); !ok {
+			writeError(w, rateLimited(wait))
+			return pattern
+		}
 	}
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)

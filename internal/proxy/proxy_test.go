@@ -292,3 +292,32 @@ func TestWebSocketEcho(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMatch checks that routing never panics and that whatever it accepts
+// is a valid sandbox id and port.
+func FuzzMatch(f *testing.F) {
+	for _, seed := range [][3]string{
+		{"3000-abc.cube.test", "", ""}, {"", "abc", "49983"}, {"0-a.b", "", ""}, {"1-.x", "", ""},
+		{"99999999999999999999-a.b", "", ""}, {"x", "ABC", "-1"}, {"8080-abc-def.cube.test:1", "", ""},
+	} {
+		f.Add(seed[0], seed[1], seed[2])
+	}
+	f.Fuzz(func(t *testing.T, host, id, port string) {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Host = host
+		if id != "" {
+			r.Header.Set(HeaderSandboxID, id)
+		}
+		if port != "" {
+			r.Header.Set(HeaderSandboxPort, port)
+		}
+		for _, domain := range []string{"", "cube.test"} {
+			rt, ok, err := Match(r, domain)
+			if ok && err == nil {
+				if rt.Port < 1 || rt.Port > 65535 || rt.SandboxID == "" || strings.Trim(rt.SandboxID, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+					t.Fatalf("host %q id %q port %q → accepted %+v", host, id, port, rt)
+				}
+			}
+		}
+	})
+}
