@@ -7,17 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"cube/internal/envd"
-	fspb "cube/internal/envd/gen/filesystem"
 	"cube/internal/envd/gen/filesystem/filesystempbconnect"
 	pb "cube/internal/envd/gen/process"
 	"cube/internal/envd/gen/process/processpbconnect"
@@ -41,7 +40,7 @@ type sandbox struct {
 func newSandbox(t *testing.T) *sandbox {
 	t.Helper()
 	dir := t.TempDir()
-	opts := envd.Options{Env: []string{"PATH=" + os.Getenv("PATH"), "CUBE_TEMPLATE_VAR=from-template"}, DefaultWorkdir: dir}
+	opts := envd.Options{Logger: slog.New(slog.DiscardHandler), Env: []string{"PATH=" + os.Getenv("PATH"), "CUBE_TEMPLATE_VAR=from-template"}, DefaultWorkdir: dir}
 	if os.Geteuid() == 0 {
 		opts.DefaultUser = "root"
 	}
@@ -127,11 +126,6 @@ type result struct {
 	err    error
 }
 
-type eventStream interface {
-	Receive() bool
-	Err() error
-}
-
 // collect reads a Start or Connect stream to its end.
 func collect[T interface{ GetEvent() *pb.ProcessEvent }](stream interface {
 	Receive() bool
@@ -205,7 +199,3 @@ func needRoot(t *testing.T) {
 		t.Skip("switching users needs root")
 	}
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
-var _ = fspb.FileType_FILE_TYPE_FILE

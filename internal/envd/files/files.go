@@ -139,6 +139,13 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		zw.Close()
 		return
 	}
+	if fi.Size() == 0 {
+		// Clients tell an empty file by its Content-Length, which
+		// ServeContent leaves out for an empty body.
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	http.ServeContent(w, r, "", fi.ModTime(), f)
 }
 

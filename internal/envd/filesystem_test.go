@@ -1,0 +1,253 @@
+package envd_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	fspb "cube/internal/envd/gen/filesystem"
+)
+
+func TestStatMakeDirMoveRemove(t *testing.T) {
+	s := newSandbox(t)
+	ctx := s.ctx()
+	os.WriteFile(filepath.Join(s.dir, "a.txt"), []byte("hello"), 0o640)
+	os.Symlink("a.txt", filepath.Join(s.dir, "link"))
+
+	st, err := s.fsJS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "a.txt"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := st.Msg.GetEntry()
+	if e.GetName() != "a.txt" || e.GetPath() != filepath.Join(s.dir, "a.txt") || e.GetType() != fspb.FileType_FILE_TYPE_FILE ||
+		e.GetSize() != 5 || e.GetMode() != 0o640 || e.GetPermissions() != "-rw-r-----" || e.GetOwner() == "" || e.GetModifiedTime() == nil {
+		t.Fatalf("stat: %v", e)
+	}
+	st, err = s.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: filepath.Join(s.dir, "link")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != filepath.Join(s.dir, "a.txt") {
+		t.Fatalf("stat of a link: %v", st.Msg.GetEntry())
+	}
+	_, err = s.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "missing"}))
+	wantCode(t, err, connect.CodeNotFound)
+
+	md, err := s.fsJS.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "x/y/z"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_DIRECTORY || md.Msg.GetEntry().GetPath() != filepath.Join(s.dir, "x/y/z") {
+		t.Fatalf("makedir: %v", md.Msg.GetEntry())
+	}
+	_, err = s.fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "x/y/z"}))
+	wantCode(t, err, connect.CodeAlreadyExists)
+	_, err = s.fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "a.txt"}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+
+	mv, err := s.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "a.txt", Destination: "x/moved.txt"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mv.Msg.GetEntry().GetPath() != filepath.Join(s.dir, "x/moved.txt") {
+		t.Fatalf("move: %v", mv.Msg.GetEntry())
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.dir, "x/moved.txt")); string(b) != "hello" {
+		t.Fatalf("moved file holds %q", b)
+	}
+	_, err = s.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "a.txt", Destination: "b.txt"}))
+	wantCode(t, err, connect.CodeNotFound)
+
+	if _, err := s.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "x")); !os.IsNotExist(err) {
+		t.Fatalf("x still there: %v", err)
+	}
+	_, err = s.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "x"}))
+	wantCode(t, err, connect.CodeNotFound)
+}
+
+func TestListDirDepth(t *testing.T) {
+	s := newSandbox(t)
+	for _, p := range []string{"d/e/f/g.txt", "d/top.txt", "d/e/mid.txt"} {
+		os.MkdirAll(filepath.Join(s.dir, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(s.dir, p), nil, 0o644)
+	}
+	names := func(depth uint32) []string {
+		res, err := s.fsJS.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: "d", Depth: depth}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range res.Msg.GetEntries() {
+			rel, _ := filepath.Rel(filepath.Join(s.dir, "d"), e.GetPath())
+			out = append(out, rel)
+		}
+		sort.Strings(out)
+		return out
+	}
+	if got := names(0); !equal(got, []string{"e", "top.txt"}) {
+		t.Fatalf("depth 0: %v", got)
+	}
+	if got := names(1); !equal(got, []string{"e", "top.txt"}) {
+		t.Fatalf("depth 1: %v", got)
+	}
+	if got := names(2); !equal(got, []string{"e", "e/f", "e/mid.txt", "top.txt"}) {
+		t.Fatalf("depth 2: %v", got)
+	}
+	if got := names(10); !equal(got, []string{"e", "e/f", "e/f/g.txt", "e/mid.txt", "top.txt"}) {
+		t.Fatalf("depth 10: %v", got)
+	}
+	_, err := s.fs.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: "d/top.txt"}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = s.fs.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: "nope"}))
+	wantCode(t, err, connect.CodeNotFound)
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPermissionDeniedForUser(t *testing.T) {
+	needRoot(t)
+	s := newSandbox(t)
+	private := filepath.Join(s.dir, "private")
+	os.Mkdir(private, 0o700)
+	os.WriteFile(filepath.Join(private, "secret"), []byte("x"), 0o600)
+	// The sandbox dir's parents are root-only too; open the way down to
+	// private itself so only its own mode decides.
+	for d := s.dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	s.user = "nobody"
+	_, err := s.fs.Stat(s.ctx(), connect.NewRequest(&fspb.StatRequest{Path: filepath.Join(private, "secret")}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = s.fs.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: private}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = s.fs.MakeDir(s.ctx(), connect.NewRequest(&fspb.MakeDirRequest{Path: filepath.Join(private, "sub")}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = s.fs.Remove(s.ctx(), connect.NewRequest(&fspb.RemoveRequest{Path: filepath.Join(private, "secret")}))
+	wantCode(t, err, connect.CodePermissionDenied)
+
+	// What nobody creates, nobody owns.
+	open := filepath.Join(s.dir, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	res, err := s.fs.MakeDir(s.ctx(), connect.NewRequest(&fspb.MakeDirRequest{Path: filepath.Join(open, "mine")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Msg.GetEntry().GetOwner() != "nobody" {
+		t.Fatalf("directory made for nobody is owned by %q", res.Msg.GetEntry().GetOwner())
+	}
+}
+
+// Events must arrive in the order the changes happened; other events may
+// be interleaved.
+func TestWatchDirRecursive(t *testing.T) {
+	s := newSandbox(t)
+	os.MkdirAll(filepath.Join(s.dir, "w", "sub"), 0o755)
+	ctx, cancel := context.WithCancel(s.ctx())
+	defer cancel()
+	stream, err := s.fsJS.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: "w", Recursive: true, IncludeEntry: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() || stream.Msg().GetStart() == nil {
+		t.Fatalf("first watch event is not start: %v %v", stream.Msg(), stream.Err())
+	}
+	f := filepath.Join(s.dir, "w", "sub", "f.txt")
+	os.WriteFile(f, []byte("1"), 0o644)
+	os.Chmod(f, 0o600)
+	os.Rename(f, filepath.Join(s.dir, "w", "g.txt"))
+	os.Mkdir(filepath.Join(s.dir, "w", "new"), 0o755)
+	// A directory created after the watch began is watched too.
+	eventuallyWatched := filepath.Join(s.dir, "w", "new", "inner.txt")
+
+	want := []struct {
+		name string
+		typ  fspb.EventType
+	}{
+		{"sub/f.txt", fspb.EventType_EVENT_TYPE_CREATE},
+		{"sub/f.txt", fspb.EventType_EVENT_TYPE_WRITE},
+		{"sub/f.txt", fspb.EventType_EVENT_TYPE_CHMOD},
+		{"sub/f.txt", fspb.EventType_EVENT_TYPE_RENAME},
+		{"g.txt", fspb.EventType_EVENT_TYPE_CREATE},
+		{"new", fspb.EventType_EVENT_TYPE_CREATE},
+		{"new/inner.txt", fspb.EventType_EVENT_TYPE_CREATE},
+		{"g.txt", fspb.EventType_EVENT_TYPE_REMOVE},
+	}
+	i := 0
+	for i < len(want) {
+		if !stream.Receive() {
+			t.Fatalf("watch ended after %d of %d events: %v", i, len(want), stream.Err())
+		}
+		ev := stream.Msg().GetFilesystem()
+		if ev == nil {
+			continue
+		}
+		if ev.GetName() == want[i].name && ev.GetType() == want[i].typ {
+			if ev.GetType() == fspb.EventType_EVENT_TYPE_CREATE && ev.GetName() == "g.txt" && ev.GetEntry().GetPath() != filepath.Join(s.dir, "w", "g.txt") {
+				t.Fatalf("create event without its entry: %v", ev)
+			}
+			i++
+			switch want[i-1].name {
+			case "new":
+				os.WriteFile(eventuallyWatched, nil, 0o644)
+			case "new/inner.txt":
+				os.Remove(filepath.Join(s.dir, "w", "g.txt"))
+			}
+		}
+	}
+	_, err = s.fs.WatchDir(s.ctx(), connect.NewRequest(&fspb.WatchDirRequest{Path: "w/nope"}))
+	if err == nil {
+		st, _ := s.fs.WatchDir(s.ctx(), connect.NewRequest(&fspb.WatchDirRequest{Path: "w/nope"}))
+		st.Receive()
+		err = st.Err()
+	}
+	wantCode(t, err, connect.CodeNotFound)
+}
+
+func TestPollingWatcher(t *testing.T) {
+	s := newSandbox(t)
+	ctx := s.ctx()
+	res, err := s.fsJS.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: s.dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Msg.GetWatcherId()
+	os.WriteFile(filepath.Join(s.dir, "polled.txt"), nil, 0o644)
+	eventually(t, "a create event", func() bool {
+		evs, err := s.fs.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs.Msg.GetEvents() {
+			if ev.GetName() == "polled.txt" && ev.GetType() == fspb.EventType_EVENT_TYPE_CREATE {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := s.fs.RemoveWatcher(ctx, connect.NewRequest(&fspb.RemoveWatcherRequest{WatcherId: id})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.fs.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: id}))
+	wantCode(t, err, connect.CodeNotFound)
+	_, err = s.fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "missing"}))
+	wantCode(t, err, connect.CodeNotFound)
+}
