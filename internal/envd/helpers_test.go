@@ -27,7 +27,7 @@ type sandbox struct {
 	t       *testing.T
 	srv     *envd.Server
 	url     string
-	dir     string // default working directory
+	dir     string                         // default working directory
 	proc    processpbconnect.ProcessClient // binary codec
 	procJS  processpbconnect.ProcessClient // JSON codec, as the JS SDK uses
 	fs      filesystempbconnect.FilesystemClient
