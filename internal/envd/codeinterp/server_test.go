@@ -294,6 +294,14 @@ func TestExecute(t *testing.T) {
 		if got := ts.code(t, "import os\nprint(os.environ.get('CUBE_CALL'), os.environ.get('CUBE_KEPT'))").text("stdout"); got != "None original\n" {
 			t.Fatalf("after the call: %q", got)
 		}
+		// Restored even when the code fails (the kernel aborts its queue then).
+		e = ts.run(t, map[string]any{"code": "raise ValueError('boom')", "env_vars": map[string]string{"CUBE_CALL": "set"}})
+		if errs := e.ofType("error"); len(errs) != 1 || errs[0].str("name") != "ValueError" {
+			t.Fatalf("failing call: %v", e.lines)
+		}
+		if got := ts.code(t, "import os\nprint(os.environ.get('CUBE_CALL'))").text("stdout"); got != "None\n" {
+			t.Fatalf("after a failing call: %q", got)
+		}
 	})
 
 	t.Run("sandbox env set after start", func(t *testing.T) {
@@ -379,10 +387,24 @@ func TestExecute(t *testing.T) {
 			t.Fatalf("list %+v lacks %+v or the default context", list, c)
 		}
 
-		resp = post(t, ts.url+"/contexts/"+c.ID+"/restart", nil)
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("restart: %s", resp.Status)
+		// A restart ends the execution running in the context.
+		running := post(t, ts.url+"/execute", map[string]any{"code": "import time\nprint('busy', flush=True)\ntime.sleep(600)", "context_id": c.ID})
+		restarted := make(chan int, 1)
+		e := readLines(t, running.Body, func(l line) {
+			if l.str("type") == "stdout" {
+				go func() {
+					resp := post(t, ts.url+"/contexts/"+c.ID+"/restart", nil)
+					resp.Body.Close()
+					restarted <- resp.StatusCode
+				}()
+			}
+		})
+		running.Body.Close()
+		if errs := e.ofType("error"); len(errs) != 1 || errs[0].str("name") != "ContextRestarting" {
+			t.Fatalf("execution during restart: %v", e.lines)
+		}
+		if code := <-restarted; code/100 != 2 {
+			t.Fatalf("restart: %d", code)
 		}
 		if errs := ts.run(t, map[string]any{"code": "secret", "context_id": c.ID}).ofType("error"); len(errs) != 1 || errs[0].str("name") != "NameError" {
 			t.Fatalf("variable survived a restart: %v", errs)
@@ -419,6 +441,7 @@ func TestExecute(t *testing.T) {
 			t.Fatalf("state survived the kernel's death: %v", errs)
 		}
 		// The restarted kernel still gets sandbox env vars.
+		ts.setEnv("CUBE_SANDBOX", "from-init")
 		if got := ts.code(t, "import os\nos.environ.get('CUBE_SANDBOX')").mainText(t); got != "from-init" {
 			t.Fatalf("sandbox env after restart %q", got)
 		}
