@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -39,11 +40,14 @@ func (e *Error) WithRetryAfter(d time.Duration) *Error {
 }
 
 // StatusOf is the HTTP status err maps to: the Status of the first *Error in
-// its chain, 500 otherwise.
+// its chain, 504 for a deadline that ran out, 500 otherwise.
 func StatusOf(err error) int {
 	var ae *Error
 	if errors.As(err, &ae) && ae.Status >= 400 && ae.Status <= 599 {
 		return ae.Status
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }
