@@ -412,3 +412,20 @@ func dirEntries(t *testing.T, dir string) []string {
 	}
 	return n
 }
+
+// rootsDir is a temp directory for unpacked trees. Images hold read-only
+// directories, which a non-root test could not delete, so it makes every
+// directory writable again before the temp directory is removed.
+func rootsDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	t.Cleanup(func() {
+		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				os.Chmod(p, 0o755)
+			}
+			return nil
+		})
+	})
+	return d
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -86,7 +87,7 @@ func TestPullAndUnpackFromRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := t.TempDir()
+	roots := rootsDir(t)
 	var calls int
 	var last, lastTotal int64
 	rf, err := Unpack(ctx, pulled, roots, func(done, total int64) {
@@ -147,7 +148,7 @@ func TestPullAndUnpackFromRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rf2, err := Unpack(ctx, pulled2, t.TempDir(), nil)
+	rf2, err := Unpack(ctx, pulled2, rootsDir(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestUnpackOwnership(t *testing.T) {
 		t.Skip("ownership needs root")
 	}
 	img := testImage(t)
-	rf, err := Unpack(context.Background(), img, t.TempDir(), nil)
+	rf, err := Unpack(context.Background(), img, rootsDir(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ func TestLocalSourceForms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rf, err := Unpack(ctx, opened, t.TempDir(), nil)
+			rf, err := Unpack(ctx, opened, rootsDir(t), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,7 +399,7 @@ func TestCorruptLayerFromRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := t.TempDir()
+	roots := rootsDir(t)
 	_, err = Unpack(context.Background(), pulled, roots, nil)
 	if err == nil {
 		t.Fatal("unpacking a corrupt layer succeeded")
@@ -441,7 +442,7 @@ func TestCorruptLayerInLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := t.TempDir()
+	roots := rootsDir(t)
 	_, err = Unpack(context.Background(), opened, roots, nil)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), d.String()) {
 		t.Fatalf("Unpack = %v, want ErrCorrupt naming %s", err, d)
@@ -462,7 +463,7 @@ func TestDiffIDMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := t.TempDir()
+	roots := rootsDir(t)
 	_, err = Unpack(context.Background(), bad, roots, nil)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "layer 1 of 3") {
 		t.Fatalf("Unpack = %v, want ErrCorrupt for layer 1", err)
@@ -482,7 +483,7 @@ func TestPathTraversalRejected(t *testing.T) {
 	for n, ents := range cases {
 		t.Run(n, func(t *testing.T) {
 			img := imageOf(t, []v1.Layer{gzipLayer(t, tarOf(t, ents...))}, v1.Config{})
-			roots := t.TempDir()
+			roots := rootsDir(t)
 			_, err := Unpack(context.Background(), img, roots, nil)
 			if !errors.Is(err, ErrUnsafeLayer) || !strings.Contains(err.Error(), "outside the root filesystem") {
 				t.Fatalf("Unpack = %v, want ErrUnsafeLayer", err)
@@ -505,7 +506,7 @@ func TestSymlinksStayInside(t *testing.T) {
 	l1 := tarOf(t, symlink("up", "../../../../../.."+outside), symlink("abs", outside), symlink("loop", "loop"))
 	l2 := tarOf(t, file("up/a", 0o644, "a"), file("abs/b", 0o644, "b"))
 	img := imageOf(t, []v1.Layer{gzipLayer(t, l1), gzipLayer(t, l2)}, v1.Config{})
-	rf, err := Unpack(context.Background(), img, t.TempDir(), nil)
+	rf, err := Unpack(context.Background(), img, rootsDir(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +534,7 @@ func TestSymlinksStayInside(t *testing.T) {
 
 	// A file written through a self-referencing link is an error, not a hang.
 	img2 := imageOf(t, []v1.Layer{gzipLayer(t, l1), gzipLayer(t, tarOf(t, file("loop/x", 0o644, "x")))}, v1.Config{})
-	if _, err := Unpack(context.Background(), img2, t.TempDir(), nil); err == nil {
+	if _, err := Unpack(context.Background(), img2, rootsDir(t), nil); err == nil {
 		t.Error("writing through a symlink loop succeeded")
 	}
 }
@@ -541,7 +542,7 @@ func TestSymlinksStayInside(t *testing.T) {
 func TestUnpackCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	roots := t.TempDir()
+	roots := rootsDir(t)
 	_, err := Unpack(ctx, testImage(t), roots, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Unpack = %v, want context.Canceled", err)
@@ -552,7 +553,7 @@ func TestUnpackCancelled(t *testing.T) {
 }
 
 func TestSweep(t *testing.T) {
-	roots := t.TempDir()
+	roots := rootsDir(t)
 	os.MkdirAll(filepath.Join(roots, ".tmp-abc-1", "x"), 0o755)
 	os.MkdirAll(filepath.Join(roots, "abcdef"), 0o755)
 	if err := Sweep(roots); err != nil {
@@ -560,5 +561,46 @@ func TestSweep(t *testing.T) {
 	}
 	if got := dirEntries(t, roots); !reflect.DeepEqual(got, []string{"abcdef"}) {
 		t.Errorf("after Sweep: %v, want [abcdef]", got)
+	}
+}
+
+func TestMultiPlatformIndex(t *testing.T) {
+	amd := imageOf(t, []v1.Layer{gzipLayer(t, tarOf(t, file("arch", 0o644, "amd64")))}, v1.Config{})
+	arm := imageOf(t, []v1.Layer{gzipLayer(t, tarOf(t, file("arch", 0o644, "arm64")))}, v1.Config{})
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}},
+		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+	)
+	reg := newTestRegistry(t)
+	ref, err := name.ParseReference(reg.host() + "/multi:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	lp, err := layout.Write(t.TempDir(), empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{refNameAnnotation: "v1"})); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []Source{{Kind: KindRegistry, Ref: ref.Name()}, {Kind: KindOCILayout, Path: string(lp), Tag: "v1"}} {
+		img, err := Open(context.Background(), src, PullOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		rf, err := Unpack(context.Background(), img, rootsDir(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(rf.Dir, "arch")); string(b) != "amd64" {
+			t.Errorf("%s: unpacked the %q image, want amd64", src, b)
+		}
+		_, err = Open(context.Background(), src, PullOptions{Platform: v1.Platform{OS: "linux", Architecture: "s390x"}})
+		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "s390x") {
+			t.Errorf("%s for s390x: %v, want image not found naming the platform", src, err)
+		}
 	}
 }
