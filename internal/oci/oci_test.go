@@ -567,6 +567,10 @@ func TestSweep(t *testing.T) {
 func TestMultiPlatformIndex(t *testing.T) {
 	amd := imageOf(t, []v1.Layer{gzipLayer(t, tarOf(t, file("arch", 0o644, "amd64")))}, v1.Config{})
 	arm := imageOf(t, []v1.Layer{gzipLayer(t, tarOf(t, file("arch", 0o644, "arm64")))}, v1.Config{})
+	armCfg, _ := arm.ConfigFile()
+	armCfg = armCfg.DeepCopy()
+	armCfg.Architecture = "arm64"
+	arm, _ = mutate.ConfigFile(arm, armCfg)
 	idx := mutate.AppendManifests(empty.Index,
 		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}},
 		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
@@ -602,5 +606,12 @@ func TestMultiPlatformIndex(t *testing.T) {
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "s390x") {
 			t.Errorf("%s for s390x: %v, want image not found naming the platform", src, err)
 		}
+	}
+
+	// A plain (single-platform) image for another architecture.
+	armRef := reg.push(t, "armonly:v1", arm)
+	_, err = Open(context.Background(), Source{Kind: KindRegistry, Ref: armRef}, PullOptions{})
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "built for linux/arm64, not linux/amd64") {
+		t.Errorf("arm64-only image: %v, want an error naming both platforms", err)
 	}
 }

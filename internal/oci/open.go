@@ -41,6 +41,23 @@ func (o PullOptions) platform() v1.Platform {
 // Open resolves src to a single image without downloading its layers; they
 // are read (and verified) when the image is unpacked.
 func Open(ctx context.Context, src Source, opts PullOptions) (v1.Image, error) {
+	img, err := open(ctx, src, opts)
+	if err != nil {
+		return nil, err
+	}
+	// A single-platform reference is taken as it is; make sure it can run.
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading image config: %w", src, err)
+	}
+	want := opts.platform()
+	if (cf.OS != "" && cf.OS != want.OS) || (cf.Architecture != "" && cf.Architecture != want.Architecture) {
+		return nil, fmt.Errorf("%w: %s is built for %s/%s, not %s", ErrNotFound, src, cf.OS, cf.Architecture, want.String())
+	}
+	return img, nil
+}
+
+func open(ctx context.Context, src Source, opts PullOptions) (v1.Image, error) {
 	plat := opts.platform()
 	switch src.Kind {
 	case KindRegistry:
