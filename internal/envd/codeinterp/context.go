@@ -35,8 +35,19 @@ type codeContext struct {
 // kernelRun is one kernel process of a context.
 type kernelRun struct {
 	*jupyter.Kernel
-	stopReason string // set (under the context's mu) when we kill it on purpose
+	stopped *stopCause // set (under the context's mu) when we kill it on purpose
 }
+
+// stopCause is the error line an execution gets when its kernel is stopped
+// on purpose under it.
+type stopCause struct{ name, value string }
+
+var (
+	causeRestart      = &stopCause{"ContextRestarting", "Context was restarted"}
+	causeDeleted      = &stopCause{"ContextDeleted", "Context was deleted"}
+	causeShutdown     = &stopCause{"ContextDeleted", "The code interpreter is shutting down"}
+	causeUnresponsive = &stopCause{"KernelUnresponsive", "The kernel did not respond to an interrupt and is being restarted"}
+)
 
 func newCodeContext(srv *Server, language, cwd string, spec jupyter.Spec) *codeContext {
 	return &codeContext{
@@ -111,10 +122,13 @@ func (c *codeContext) watch(k *kernelRun) {
 		return
 	}
 	c.mu.Lock()
-	intended := k.stopReason != ""
+	intended := k.stopped != nil
 	current := c.kernel == k
 	closed := c.closed
 	c.mu.Unlock()
+	// Release the dead kernel's sockets, connection file, and any
+	// processes it left behind in its group.
+	k.Kill()
 	if intended || closed || !current {
 		return
 	}
@@ -127,13 +141,13 @@ func (c *codeContext) watch(k *kernelRun) {
 }
 
 // stopKernel kills the current kernel on purpose; an execution running on
-// it ends with an error naming reason.
-func (c *codeContext) stopKernel(reason string) {
+// it ends with the error line of cause.
+func (c *codeContext) stopKernel(cause *stopCause) {
 	c.mu.Lock()
 	k := c.kernel
 	c.kernel = nil
 	if k != nil {
-		k.stopReason = reason
+		k.stopped = cause
 	}
 	c.mu.Unlock()
 	if k != nil {
@@ -141,16 +155,16 @@ func (c *codeContext) stopKernel(reason string) {
 	}
 }
 
-// whyStopped says why a kernel that ended was stopped, or "" if it died.
-func (c *codeContext) whyStopped(k *kernelRun) string {
+// whyStopped says why a kernel that ended was stopped, or nil if it died.
+func (c *codeContext) whyStopped(k *kernelRun) *stopCause {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return k.stopReason
+	return k.stopped
 }
 
 // restart replaces the kernel with a fresh one, interrupting whatever runs.
 func (c *codeContext) restart(ctx context.Context) error {
-	c.stopKernel("Context was restarted")
+	c.stopKernel(causeRestart)
 	if err := c.turn.Lock(ctx); err != nil {
 		return err
 	}
@@ -160,11 +174,11 @@ func (c *codeContext) restart(ctx context.Context) error {
 }
 
 // close stops the kernel for good.
-func (c *codeContext) close(reason string) {
+func (c *codeContext) close(cause *stopCause) {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	c.stopKernel(reason)
+	c.stopKernel(cause)
 }
 
 // ready reports whether a live kernel is attached.

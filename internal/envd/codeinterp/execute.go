@@ -79,7 +79,7 @@ func (s *Server) execute(ctx context.Context, c *codeContext, code string, envVa
 	k, err := c.ensureKernel()
 	if err != nil {
 		if errors.Is(err, errContextGone) {
-			out.write(errorLine{Type: lineError, Name: "ContextDeleted", Value: "Context was deleted"})
+			out.write(errorLine{Type: lineError, Name: causeDeleted.name, Value: causeDeleted.value})
 			return
 		}
 		out.write(errorLine{Type: lineError, Name: errKernelStart, Value: err.Error()})
@@ -111,6 +111,9 @@ func (s *Server) execute(ctx context.Context, c *codeContext, code string, envVa
 
 	// Executions are queued here, never in the kernel, so stop_on_error
 	// would only abort our own environment restore that follows a failure.
+	if ctx.Err() != nil {
+		return // the client left while waiting for its turn or the kernel
+	}
 	errored := false
 	reply, err := k.Execute(ctx, jupyter.ExecuteRequest{Code: code, StoreHistory: true}, func(m *jupyter.Message) {
 		for _, line := range translate(m) {
@@ -148,8 +151,8 @@ func (s *Server) execute(ctx context.Context, c *codeContext, code string, envVa
 func (s *Server) kernelFailed(c *codeContext, k *kernelRun, err error, out *lineWriter) {
 	switch {
 	case errors.Is(err, jupyter.ErrDied):
-		if reason := c.whyStopped(k); reason != "" {
-			out.write(errorLine{Type: lineError, Name: "ContextRestarting", Value: reason})
+		if cause := c.whyStopped(k); cause != nil {
+			out.write(errorLine{Type: lineError, Name: cause.name, Value: cause.value})
 			return
 		}
 		exit := k.ExitErr()
@@ -161,7 +164,7 @@ func (s *Server) kernelFailed(c *codeContext, k *kernelRun, err error, out *line
 		})
 	case errors.Is(err, jupyter.ErrUnresponsive):
 		s.log.Warn("kernel ignored an interrupt, restarting it", "context", c.id)
-		c.stopKernel("The kernel did not respond to an interrupt and was restarted")
+		c.stopKernel(causeUnresponsive)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -170,7 +173,7 @@ func (s *Server) kernelFailed(c *codeContext, k *kernelRun, err error, out *line
 				c.turn.Unlock()
 			}
 		}()
-		out.write(errorLine{Type: lineError, Name: "KernelUnresponsive", Value: "The kernel did not respond to an interrupt and is being restarted"})
+		out.write(errorLine{Type: lineError, Name: causeUnresponsive.name, Value: causeUnresponsive.value})
 	default:
 		out.write(errorLine{Type: lineError, Name: "KernelError", Value: err.Error()})
 	}

@@ -140,7 +140,7 @@ func (s *Server) Close() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.close("The code interpreter is shutting down")
+			c.close(causeShutdown)
 		}()
 	}
 	wg.Wait()
@@ -423,14 +423,14 @@ func (s *Server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
 	// broken kernel is reported here rather than later.
 	if err := c.turn.Lock(r.Context()); err != nil {
 		s.remove(c.id)
-		c.close("context creation was abandoned")
+		c.close(causeDeleted)
 		return
 	}
 	_, err = c.ensureKernel()
 	c.turn.Unlock()
 	if err != nil {
 		s.remove(c.id)
-		c.close("kernel failed to start")
+		c.close(causeDeleted)
 		httpError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
@@ -472,7 +472,7 @@ func (s *Server) handleDeleteContext(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("Context %s not found", id))
 		return
 	}
-	c.close("Context was deleted")
+	c.close(causeDeleted)
 	w.WriteHeader(http.StatusNoContent)
 }
 

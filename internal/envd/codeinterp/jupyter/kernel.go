@@ -439,18 +439,31 @@ func (k *Kernel) Execute(ctx context.Context, req ExecuteRequest, onOutput func(
 		idle     bool
 		ctxDone  = ctx.Done()
 		deadline <-chan time.Time
+		again    <-chan time.Time
 	)
+	interrupt := func() {
+		if err := k.Interrupt(); err != nil {
+			k.log.Warn("interrupt failed", "err", err)
+		}
+	}
 	for reply == nil || !idle {
 		select {
 		case <-ctxDone:
 			ctxDone = nil
 			k.log.Info("interrupting execution", "reason", ctx.Err())
-			if err := k.Interrupt(); err != nil {
-				k.log.Warn("interrupt failed", "err", err)
-			}
+			interrupt()
 			t := time.NewTimer(InterruptGrace)
 			defer t.Stop()
 			deadline = t.C
+			// An interrupt that lands before the kernel began running
+			// the code is lost; repeat it until the kernel is idle.
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			again = tick.C
+		case <-again:
+			if reply == nil {
+				interrupt()
+			}
 		case <-deadline:
 			return nil, ErrUnresponsive
 		case <-in.notify:
