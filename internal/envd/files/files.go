@@ -251,59 +251,46 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(written)
 }
 
-// write stores src at dest (a client path) for u. The bytes go to a
-// temporary file beside the destination that is renamed over it only when
-// complete, so a failed upload (a full disk, a dropped connection) never
-// leaves a truncated file behind.
+// write stores src at dest (a client path) for u. The file is written in
+// place, as clients watching the directory expect (one create, then writes,
+// under the file's own name); if the upload fails part way (a full disk, a
+// dropped connection) the file is removed, so no truncated file is ever
+// left behind.
 func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string]string) (WrittenFile, int, error) {
 	path, err := h.state.Path(u, dest)
 	if err != nil {
 		return WrittenFile{}, http.StatusBadRequest, err
 	}
-	var tmp *os.File
-	mode := fs.FileMode(0o644)
+	var f *os.File
 	err = u.Do(func() error {
-		if fi, err := os.Stat(path); err == nil {
-			if fi.IsDir() {
-				return fmt.Errorf("%s is a directory: %w", path, syscall.EISDIR)
-			}
-			mode = fi.Mode().Perm()
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return fmt.Errorf("%s is a directory: %w", path, syscall.EISDIR)
 		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
 		var err error
-		tmp, err = os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".upload-*")
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		return err
 	})
 	if err != nil {
 		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
 	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := io.Copy(tmp, src); err != nil {
+	fail := func(status int, err error) (WrittenFile, int, error) {
+		f.Close()
+		os.Remove(path)
+		return WrittenFile{}, status, fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := io.Copy(f, src); err != nil {
+		return fail(copyStatus(err), err)
+	}
+	if err := filesystem.SetMetadata(path, md); err != nil {
+		return fail(fsStatus(err), err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(path)
 		return WrittenFile{}, copyStatus(err), fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := tmp.Chmod(mode); err != nil {
-		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
-	}
-	if len(md) > 0 {
-		if err := filesystem.SetMetadata(tmp.Name(), md); err != nil {
-			return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
-		}
-	}
-	if err := tmp.Close(); err != nil {
-		return WrittenFile{}, copyStatus(err), fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := u.Do(func() error { return os.Rename(tmp.Name(), path) }); err != nil {
-		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
-	}
-	done = true
 	wf := WrittenFile{Path: path, Name: filepath.Base(path), Type: "file"}
 	if len(md) > 0 {
 		wf.Metadata = md

@@ -73,12 +73,13 @@ func Start(cfg Config, reaper *reap.Reaper, log *slog.Logger) (<-chan struct{}, 
 	if err != nil {
 		return nil, fmt.Errorf("start command %q: %w", cfg.Args[0], err)
 	}
-	log.Info("start command running", "pid", child.Pid(), "args", cfg.Args, "user", u.Name, "dir", dir)
+	pid := child.Pid()
+	log.Info("start command running", "pid", pid, "args", cfg.Args, "user", u.Name, "dir", dir)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		ws := child.Wait()
-		log.Warn("start command exited; envd keeps serving", "pid", child.Pid(), "status", describe(ws))
+		log.Warn("start command exited; envd keeps serving", "pid", pid, "status", describe(ws))
 	}()
 	return done, nil
 }
