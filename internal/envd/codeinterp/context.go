@@ -89,6 +89,7 @@ func (c *codeContext) ensureKernel() (*kernelRun, error) {
 		Env:          procEnv,
 		ReadyTimeout: c.srv.readyTimeout,
 		Logger:       c.srv.log,
+		Spawn:        c.srv.opts.Spawn,
 	})
 	if err != nil {
 		c.srv.log.Error("kernel start failed", "context", c.id, "language", c.language, "err", err)

@@ -13,8 +13,10 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"cube/internal/envd/codeinterp/jupyter"
@@ -36,6 +38,11 @@ type Options struct {
 	// Jupyter data paths (jupyter.DefaultSpecDirs).
 	KernelSpecDirs []string
 	Logger         *slog.Logger
+	// Spawn, when set, starts each kernel process and returns a function
+	// waiting for its exit. cube-envd runs as PID 1 and reaps every child,
+	// so it passes its reaper's (reap.Reaper.Start, Child.Wait) to keep
+	// kernel exit statuses; nil uses cmd.Start and cmd.Wait.
+	Spawn func(*exec.Cmd) (wait func() syscall.WaitStatus, err error)
 }
 
 // Server holds the code contexts and their kernels.

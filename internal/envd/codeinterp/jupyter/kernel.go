@@ -37,6 +37,10 @@ type StartOptions struct {
 	Env          []string      // full environment ("K=V"); the spec's env is added on top
 	ReadyTimeout time.Duration // launch until the kernel answers; default 60 s
 	Logger       *slog.Logger
+	// Spawn starts the process and returns a function that waits for its
+	// exit. Default: cmd.Start and cmd.Wait. A process that reaps every
+	// child (PID 1) passes its reaper's, so exit statuses are not lost.
+	Spawn func(*exec.Cmd) (wait func() syscall.WaitStatus, err error)
 }
 
 // Kernel is one running kernel process and the sockets connected to it.
@@ -48,6 +52,7 @@ type Kernel struct {
 	tmpDir  string
 	cmd     *exec.Cmd
 	output  *tail
+	waitFn  func() error
 
 	// sockCtx ends when the process exits or the kernel is closed; it stops
 	// dials that wait for a kernel that will never bind.
@@ -130,15 +135,28 @@ func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err er
 	for k, v := range spec.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	// Our own pipe rather than an io.Writer: exec would only release the
+	// copying goroutine in cmd.Wait, which a reaper-provided Spawn skips.
 	out := &tail{max: 4096}
-	cmd.Stdout = out
-	cmd.Stderr = out
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = pw
+	cmd.Stderr = pw
 	// Own process group: an interrupt or kill reaches the kernel and
 	// whatever it spawned, and never cube-envd itself.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	waitFn, err := spawn(cmd, opts.Spawn)
+	pw.Close()
+	if err != nil {
+		pr.Close()
 		return nil, fmt.Errorf("start kernel %s: %w", spec.Name, err)
 	}
+	go func() {
+		io.Copy(out, pr)
+		pr.Close()
+	}()
 
 	sockCtx, sockCancel := context.WithCancel(context.Background())
 	k := &Kernel{
@@ -149,6 +167,7 @@ func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err er
 		tmpDir:     tmpDir,
 		cmd:        cmd,
 		output:     out,
+		waitFn:     waitFn,
 		sockCtx:    sockCtx,
 		sockCancel: sockCancel,
 		inboxes:    map[string]*inbox{},
@@ -190,12 +209,42 @@ func (k *Kernel) startError(ctx context.Context, err error) error {
 	return fmt.Errorf("kernel %s: %w", k.spec.Name, err)
 }
 
-func (k *Kernel) wait() {
-	err := k.cmd.Wait()
-	if err == nil {
-		err = errors.New("exited with status 0")
+// spawn starts cmd and returns how to wait for it, as an error describing
+// the exit ("exit status 1", "signal: killed").
+func spawn(cmd *exec.Cmd, custom func(*exec.Cmd) (func() syscall.WaitStatus, error)) (func() error, error) {
+	if custom != nil {
+		wait, err := custom(cmd)
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			ws := wait()
+			if ws.Signaled() {
+				return fmt.Errorf("signal: %v", ws.Signal())
+			}
+			return fmt.Errorf("exit status %d", ws.ExitStatus())
+		}, nil
 	}
-	k.exitErr = err
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return func() error {
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return errors.New("exit status 0")
+		case errors.As(err, &exit):
+			return exit
+		default:
+			// Someone else reaped it (a PID 1 reaper): the status is gone.
+			return fmt.Errorf("exit status unknown: %w", err)
+		}
+	}, nil
+}
+
+func (k *Kernel) wait() {
+	k.exitErr = k.waitFn()
 	close(k.done)
 	k.sockCancel()
 	k.mu.Lock()
@@ -203,7 +252,7 @@ func (k *Kernel) wait() {
 		in.close()
 	}
 	k.mu.Unlock()
-	k.log.Debug("kernel process exited", "err", err)
+	k.log.Debug("kernel process exited", "err", k.exitErr)
 }
 
 func (k *Kernel) connect(ci connectionInfo) error {

@@ -3,10 +3,10 @@ package jupyter_test
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"cube/internal/envd/codeinterp/jupyter"
 	"cube/internal/envd/codeinterp/jupyter/jupytertest"
@@ -22,7 +22,19 @@ func startPython(t *testing.T) *jupyter.Kernel {
 	if !ok {
 		t.Fatal("python spec not found")
 	}
-	k, err := jupyter.Start(context.Background(), spec, jupyter.StartOptions{Dir: t.TempDir()})
+	// Spawn the way a PID 1 reaper does: the status comes from elsewhere.
+	spawn := func(cmd *exec.Cmd) (func() syscall.WaitStatus, error) {
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		status := make(chan syscall.WaitStatus, 1)
+		go func() {
+			cmd.Wait()
+			status <- cmd.ProcessState.Sys().(syscall.WaitStatus)
+		}()
+		return func() syscall.WaitStatus { return <-status }, nil
+	}
+	k, err := jupyter.Start(context.Background(), spec, jupyter.StartOptions{Dir: t.TempDir(), Spawn: spawn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +114,9 @@ func TestKernelExecute(t *testing.T) {
 		if !errors.Is(err, jupyter.ErrDied) {
 			t.Fatalf("execute on dead kernel: %v", err)
 		}
-		select {
-		case <-k.Done():
-		case <-time.After(time.Minute):
-			t.Fatal("Done not closed after kill")
+		<-k.Done()
+		if got := k.ExitErr().Error(); got != "signal: killed" {
+			t.Fatalf("exit %q, want signal: killed", got)
 		}
 	})
 }
