@@ -145,8 +145,9 @@ func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err er
 	cmd.Stdout = pw
 	cmd.Stderr = pw
 	// Own process group: an interrupt or kill reaches the kernel and
-	// whatever it spawned, and never cube-envd itself.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// whatever it spawned, and never cube-envd itself. Pdeathsig: a kernel
+	// must not outlive a server that crashed without Close.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	waitFn, err := spawn(cmd, opts.Spawn)
 	pw.Close()
 	if err != nil {
