@@ -50,6 +50,9 @@ var (
 )
 
 func newCodeContext(srv *Server, language, cwd string, spec jupyter.Spec) *codeContext {
+	if spec.Language != "" {
+		language = spec.Language // "python3" asks for the python3 kernel, whose language is python
+	}
 	return &codeContext{
 		id:       jupyter.NewID(),
 		language: language,
@@ -218,7 +221,6 @@ func (c *codeContext) envToApply() map[string]string {
 // runSilently executes helper code (environment changes) that must leave
 // no trace: no output, no history, no execution count.
 func runSilently(ctx context.Context, k *jupyter.Kernel, code string) error {
-	var failure error
 	reply, err := k.Execute(ctx, jupyter.ExecuteRequest{Code: code, Silent: true}, nil)
 	if err != nil {
 		return err
@@ -232,9 +234,9 @@ func runSilently(ctx context.Context, k *jupyter.Kernel, code string) error {
 		return err
 	}
 	if r.Status != "ok" {
-		failure = fmt.Errorf("%s: %s", r.Ename, r.Evalue)
+		return fmt.Errorf("%s (%s: %s)", r.Status, r.Ename, r.Evalue)
 	}
-	return failure
+	return nil
 }
 
 // fifo is a lock granted in arrival order; waiting can be abandoned.

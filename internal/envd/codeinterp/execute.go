@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"cube/internal/envd/codeinterp/jupyter"
 )
@@ -140,7 +141,7 @@ func (s *Server) execute(ctx context.Context, c *codeContext, code string, envVa
 	case "error":
 		// Kernels normally publish the error on iopub too; this covers
 		// those that only put it in the reply.
-		out.write(errorLine{Type: lineError, Name: rc.Ename, Value: rc.Evalue, Traceback: joinLines(rc.Trace)})
+		out.write(errorLine{Type: lineError, Name: rc.Ename, Value: rc.Evalue, Traceback: strings.Join(rc.Trace, "\n")})
 	case "abort", "aborted":
 		out.write(errorLine{Type: lineError, Name: "ExecutionAborted", Value: "Execution was aborted"})
 	}
@@ -177,15 +178,4 @@ func (s *Server) kernelFailed(c *codeContext, k *kernelRun, err error, out *line
 	default:
 		out.write(errorLine{Type: lineError, Name: "KernelError", Value: err.Error()})
 	}
-}
-
-func joinLines(lines []string) string {
-	out := ""
-	for i, l := range lines {
-		if i > 0 {
-			out += "\n"
-		}
-		out += l
-	}
-	return out
 }

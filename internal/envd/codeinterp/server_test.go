@@ -353,7 +353,7 @@ func TestExecute(t *testing.T) {
 
 	t.Run("context isolation and lifecycle", func(t *testing.T) {
 		dir := t.TempDir()
-		resp := post(t, ts.url+"/contexts", map[string]any{"language": "python", "cwd": dir})
+		resp := post(t, ts.url+"/contexts", map[string]any{"language": "python3", "cwd": dir})
 		var c contextJSON
 		json.NewDecoder(resp.Body).Decode(&c)
 		resp.Body.Close()
