@@ -110,11 +110,11 @@ func (s *Server) execute(ctx context.Context, c *codeContext, code string, envVa
 		}()
 	}
 
-	// Executions are queued here, never in the kernel, so stop_on_error
-	// would only abort our own environment restore that follows a failure.
 	if ctx.Err() != nil {
 		return // the client left while waiting for its turn or the kernel
 	}
+	// Executions are queued here, never in the kernel, so stop_on_error
+	// would only abort our own environment restore that follows a failure.
 	errored := false
 	reply, err := k.Execute(ctx, jupyter.ExecuteRequest{Code: code, StoreHistory: true}, func(m *jupyter.Message) {
 		for _, line := range translate(m) {
