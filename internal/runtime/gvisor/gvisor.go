@@ -1,0 +1,328 @@
+// Package gvisor runs Cube sandboxes under gVisor's runsc with the systrap
+// platform, which needs no KVM.
+//
+// Each operation is one runsc invocation against a private --root, so the
+// state runsc keeps there is also what the server reconciles after a crash.
+// The writable layer is gVisor's memory-backed root overlay: it lives in
+// the sandbox's own memory, so one checkpoint carries files and memory
+// together, and its size cap turns a full disk into ENOSPC inside the
+// sandbox rather than on the host.
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cube/internal/runtime"
+)
+
+// Config locates runsc and its state.
+type Config struct {
+	// Runsc is the path of a statically built runsc binary.
+	Runsc string
+	// Root is runsc's state directory (--root), private to Cube.
+	Root string
+	// Bundles is where per-sandbox OCI bundles and console logs live.
+	Bundles string
+	// Debug, when set, makes runsc write debug logs under Bundles/<id>/.
+	Debug bool
+}
+
+// Runtime is the gVisor implementation of runtime.Runtime.
+type Runtime struct {
+	cfg Config
+}
+
+// New checks the configuration and returns a Runtime.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Runsc == "" {
+		return nil, errors.New("no runsc binary configured")
+	}
+	st, err := os.Stat(cfg.Runsc)
+	if err != nil {
+		return nil, fmt.Errorf("runsc not found at %s: build it with `make bin/runsc`", cfg.Runsc)
+	}
+	if st.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("runsc at %s is not executable", cfg.Runsc)
+	}
+	for _, d := range []string{cfg.Root, cfg.Bundles} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return &Runtime{cfg: cfg}, nil
+}
+
+// globalFlags are the runsc flags for one sandbox. The overlay size and the
+// network mode are global flags in runsc, which is why they are per call.
+func (r *Runtime) globalFlags(id string, spec *runtime.Spec) []string {
+	f := []string{"--root", r.cfg.Root, "--platform", "systrap"}
+	if spec != nil {
+		overlay := "root:memory"
+		if spec.WritableMB > 0 {
+			overlay += ",size=" + strconv.Itoa(spec.WritableMB) + "m"
+		}
+		f = append(f, "--overlay2", overlay)
+		if spec.NetNS != "" {
+			f = append(f, "--network", "sandbox")
+		} else {
+			f = append(f, "--network", "none")
+		}
+	}
+	if r.cfg.Debug && id != "" {
+		f = append(f, "--debug", "--debug-log", filepath.Join(r.cfg.Bundles, id)+"/runsc.%COMMAND%.log")
+	}
+	return f
+}
+
+// runsc runs one runsc command and returns its stdout; a failure carries
+// runsc's own last words.
+func (r *Runtime) runsc(ctx context.Context, id string, spec *runtime.Spec, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(r.globalFlags(id, spec), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// bundle writes the OCI bundle for spec and returns its directory.
+func (r *Runtime) bundle(spec runtime.Spec) (string, error) {
+	dir := filepath.Join(r.cfg.Bundles, spec.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	data, err := json.MarshalIndent(ociSpec(spec), "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// start runs runsc run or restore, detached, with the sandbox's console
+// going to a log file in the bundle. The bundle is removed if it fails.
+func (r *Runtime) start(ctx context.Context, spec runtime.Spec, args ...string) (runtime.Sandbox, error) {
+	if spec.ID == "" || spec.Rootfs == "" {
+		return nil, errors.New("sandbox spec needs an ID and a rootfs")
+	}
+	dir, err := r.bundle(spec)
+	if err != nil {
+		return nil, fmt.Errorf("write bundle: %w", err)
+	}
+	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	defer console.Close()
+	full := append(r.globalFlags(spec.ID, &spec), args...)
+	full = append(full, "--bundle", dir, spec.ID)
+	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
+	// Both streams go to files: the sandbox process runsc leaves behind
+	// inherits them, so a pipe would never reach EOF.
+	cmd.Stdout = console
+	cmd.Stderr = console
+	start, _ := console.Seek(0, io.SeekEnd)
+	if err := cmd.Run(); err != nil {
+		msg := tail(filepath.Join(dir, "console.log"), start)
+		// runsc may have left a half-created container behind.
+		r.runsc(context.Background(), spec.ID, nil, "delete", "--force", spec.ID)
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("runsc %s %s: %w: %s", args[0], spec.ID, err, msg)
+	}
+	return &sandbox{r: r, id: spec.ID, spec: spec}, nil
+}
+
+// tail returns the last line written to a file after offset.
+func tail(path string, offset int64) string {
+	data, err := os.ReadFile(path)
+	if err != nil || int64(len(data)) < offset {
+		return ""
+	}
+	return lastLine(string(data[offset:]))
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndex(s, "\n"); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// Boot starts a fresh sandbox.
+func (r *Runtime) Boot(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	return r.start(ctx, spec, "run", "--detach")
+}
+
+// Restore starts a sandbox from a checkpoint image.
+func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) (runtime.Sandbox, error) {
+	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
+		return nil, fmt.Errorf("checkpoint image %s is incomplete: %w", image, err)
+	}
+	return r.start(ctx, spec, "restore", "--detach", "--image-path", image)
+}
+
+// Attach returns a handle to a container that runsc already runs.
+func (r *Runtime) Attach(ctx context.Context, id string) (runtime.Sandbox, error) {
+	out, err := r.runsc(ctx, id, nil, "state", id)
+	if err != nil {
+		return nil, err
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, fmt.Errorf("runsc state %s: %w", id, err)
+	}
+	if st.Status != "running" && st.Status != "paused" {
+		return nil, fmt.Errorf("sandbox %s is %s", id, st.Status)
+	}
+	spec, err := r.readSpec(id)
+	if err != nil {
+		return nil, err
+	}
+	return &sandbox{r: r, id: id, spec: spec}, nil
+}
+
+// readSpec recovers the parts of a spec that later runsc calls need from
+// the annotations written into the bundle.
+func (r *Runtime) readSpec(id string) (runtime.Spec, error) {
+	data, err := os.ReadFile(filepath.Join(r.cfg.Bundles, id, "config.json"))
+	if err != nil {
+		return runtime.Spec{}, fmt.Errorf("bundle of %s: %w", id, err)
+	}
+	var s struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return runtime.Spec{}, fmt.Errorf("bundle of %s: %w", id, err)
+	}
+	mb, _ := strconv.Atoi(s.Annotations[annWritableMB])
+	return runtime.Spec{ID: id, WritableMB: mb, NetNS: s.Annotations[annNetNS]}, nil
+}
+
+// List returns the IDs of every container under runsc's root.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	out, err := r.runsc(ctx, "", nil, "list", "--quiet")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// Remove deletes a container by ID whether or not a handle exists, and its
+// bundle: the reconciler's tool for leftovers.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
+	os.RemoveAll(filepath.Join(r.cfg.Bundles, id))
+	if err != nil && strings.Contains(err.Error(), "does not exist") {
+		return nil
+	}
+	return err
+}
+
+type sandbox struct {
+	r    *Runtime
+	id   string
+	spec runtime.Spec
+}
+
+func (s *sandbox) ID() string { return s.id }
+
+func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	args := []string{"checkpoint", "--image-path", dir, "--compression=none"}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	args = append(args, s.id)
+	if _, err := s.r.runsc(ctx, s.id, &s.spec, args...); err != nil {
+		return err
+	}
+	if !leaveRunning {
+		// The sandbox has exited; drop runsc's record of it too.
+		return s.r.Remove(context.Background(), s.id)
+	}
+	return nil
+}
+
+func (s *sandbox) Pause(ctx context.Context) error {
+	_, err := s.r.runsc(ctx, s.id, nil, "pause", s.id)
+	return err
+}
+
+func (s *sandbox) Resume(ctx context.Context) error {
+	_, err := s.r.runsc(ctx, s.id, nil, "resume", s.id)
+	return err
+}
+
+func (s *sandbox) Kill(ctx context.Context) error {
+	return s.r.Remove(ctx, s.id)
+}
+
+func (s *sandbox) Exec(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, s.r.cfg.Runsc, append(s.r.globalFlags(s.id, nil), append([]string{"exec", s.id}, args...)...)...)
+	return cmd.CombinedOutput()
+}
+
+func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
+	out, err := s.r.runsc(ctx, s.id, nil, "events", "--stats", s.id)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	var ev struct {
+		Data struct {
+			CPU struct {
+				Usage struct {
+					Total uint64 `json:"total"`
+				} `json:"usage"`
+			} `json:"cpu"`
+			Memory struct {
+				Usage struct {
+					Usage uint64 `json:"usage"`
+				} `json:"usage"`
+			} `json:"memory"`
+			Pids struct {
+				Current uint64 `json:"current"`
+			} `json:"pids"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(out, &ev); err != nil {
+		return runtime.Stats{}, fmt.Errorf("runsc events %s: %w", s.id, err)
+	}
+	return runtime.Stats{
+		CPUTime:     time.Duration(ev.Data.CPU.Usage.Total),
+		MemoryBytes: ev.Data.Memory.Usage.Usage,
+		Pids:        ev.Data.Pids.Current,
+	}, nil
+}
+
+// Close releases what runsc keeps across sandboxes under its root: the
+// gofers' shared empty network namespace is a bind mount there, which
+// would otherwise outlive the server and keep the directory busy. Running
+// sandboxes keep their namespaces; only the mount point goes.
+func (r *Runtime) Close() error {
+	path := filepath.Join(r.cfg.Root, "null-netns")
+	for unix.Unmount(path, unix.MNT_DETACH) == nil {
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+// Command holder is the workload of the runtime tests: as PID 1 of a
+// sandbox it keeps a random token in memory and hands it out over a Unix
+// socket and TCP port 8080, so a test can tell whether a restored sandbox
+// carries the memory of the one it was checkpointed from.
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+const sock = "/tmp/holder.sock"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "get" {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		io.Copy(os.Stdout, c)
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "write" {
+		if err := os.WriteFile(os.Args[2], []byte(os.Args[3]), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fill" {
+		// Write until the disk is full; report the error.
+		f, err := os.Create(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		buf := make([]byte, 1<<20)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				fmt.Println(err)
+				os.Exit(3)
+			}
+		}
+	}
+	b := make([]byte, 16)
+	rand.Read(b)
+	token := hex.EncodeToString(b)
+	os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			io.WriteString(c, token)
+			c.Close()
+		}
+	}()
+	http.ListenAndServe(":8080", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, token)
+	}))
+	select {}
+}

@@ -1,0 +1,80 @@
+// Package runtime is the boundary between Cube's node and the isolation
+// technology under it. The node speaks only these interfaces, so a KVM
+// microVM backend can later stand beside gVisor without touching callers.
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Spec describes one sandbox to boot or restore.
+type Spec struct {
+	// ID is the container ID, unique on the host.
+	ID string
+	// Rootfs is a read-only root filesystem directory; it may be shared by
+	// many sandboxes and is never written.
+	Rootfs string
+	// WritableMB caps the in-sandbox writable layer (the template's
+	// writable-layer size). Writes past it fail with ENOSPC inside.
+	WritableMB int
+	// AgentDir is a host directory mounted read-only at AgentMount; it holds
+	// cube-envd, the sandbox's PID 1.
+	AgentDir string
+	// Args is PID 1's argv; Env and Cwd its environment and directory.
+	Args []string
+	Env  []string
+	Cwd  string
+	// NetNS is the path of the network namespace to run in; empty means no
+	// network at all.
+	NetNS string
+	// CPUCount and MemoryMB limit the sandbox; zero means no limit.
+	CPUCount int
+	MemoryMB int
+	// Hostname seen inside.
+	Hostname string
+}
+
+// AgentMount is where Spec.AgentDir appears inside every sandbox.
+const AgentMount = "/.cube"
+
+// Stats is a point-in-time resource reading of one sandbox.
+type Stats struct {
+	CPUTime     time.Duration // cumulative CPU time
+	MemoryBytes uint64        // memory in use
+	Pids        uint64
+}
+
+// Runtime boots and restores sandboxes.
+type Runtime interface {
+	// Boot starts a fresh sandbox from spec.
+	Boot(ctx context.Context, spec Spec) (Sandbox, error)
+	// Restore starts a new sandbox from a checkpoint image directory. The
+	// spec must describe the same root filesystem and agent as the
+	// checkpointed sandbox; the network namespace may differ.
+	Restore(ctx context.Context, image string, spec Spec) (Sandbox, error)
+	// Attach returns a handle to a sandbox that is already running, e.g.
+	// after the server restarted.
+	Attach(ctx context.Context, id string) (Sandbox, error)
+	// List returns the IDs of every sandbox this runtime knows of.
+	List(ctx context.Context) ([]string, error)
+}
+
+// Sandbox is one running (or paused) sandbox.
+type Sandbox interface {
+	ID() string
+	// Checkpoint writes memory and the writable filesystem to dir
+	// (uncompressed). With leaveRunning the sandbox continues afterwards;
+	// otherwise it is gone when Checkpoint returns.
+	Checkpoint(ctx context.Context, dir string, leaveRunning bool) error
+	// Pause freezes every process; Resume thaws them.
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+	// Kill stops the sandbox and releases everything the runtime holds for
+	// it. Killing a sandbox that is already gone is not an error.
+	Kill(ctx context.Context) error
+	Stats(ctx context.Context) (Stats, error)
+	// Exec runs a command inside the sandbox and returns its combined
+	// output: for diagnostics and tests, not the user path (that is envd).
+	Exec(ctx context.Context, args ...string) ([]byte, error)
+}
