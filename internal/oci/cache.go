@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -161,4 +162,54 @@ func (r *fillReader) Close() error {
 		os.Remove(r.tmp.Name())
 	}
 	return r.src.Close()
+}
+
+// Fetch downloads the layers of an image opened with PullOptions.CacheDir
+// into the cache, so a build can show pulling and unpacking as separate
+// phases with their own progress. Layers already cached count as done at
+// once. For images from local sources Fetch returns at once: their layers
+// are on disk already, and Unpack reads them in place.
+func Fetch(ctx context.Context, img v1.Image, progress func(done, total int64)) error {
+	ci, ok := img.(*cacheImage)
+	if !ok {
+		return nil
+	}
+	ls, err := ci.Layers()
+	if err != nil {
+		return fmt.Errorf("listing layers: %w", err)
+	}
+	var total int64
+	for _, l := range ls {
+		n, err := l.Size()
+		if err != nil {
+			return err
+		}
+		total += n
+	}
+	pr := &progressReader{ctx: ctx, total: total, fn: progress}
+	for i, l := range ls {
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(ci.c.path(d)); err == nil {
+			n, _ := l.Size()
+			pr.done += n
+			continue
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return fmt.Errorf("layer %d of %d (%s): %w", i+1, len(ls), d, err)
+		}
+		pr.r = rc
+		_, err = io.Copy(io.Discard, pr)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("layer %d of %d (%s): %w", i+1, len(ls), d, err)
+		}
+	}
+	if progress != nil {
+		progress(total, total)
+	}
+	return nil
 }

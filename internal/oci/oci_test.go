@@ -157,6 +157,14 @@ func TestPullAndUnpackFromRegistry(t *testing.T) {
 		t.Errorf("second pull fetched layers again: %d layer GETs in total, want 3", n)
 	}
 
+	// Fetch of a fully cached image downloads nothing.
+	if err := Fetch(ctx, pulled2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.layerGets(t, img); n != 3 {
+		t.Errorf("Fetch of a cached image fetched layers: %d layer GETs in total, want 3", n)
+	}
+
 	// Unpacking into the same directory reuses the tree as it is.
 	marker := filepath.Join(rf.Dir, "etc", "marker")
 	os.WriteFile(marker, nil, 0o644)
@@ -613,5 +621,31 @@ func TestMultiPlatformIndex(t *testing.T) {
 	_, err = Open(context.Background(), Source{Kind: KindRegistry, Ref: armRef}, PullOptions{})
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "built for linux/arm64, not linux/amd64") {
 		t.Errorf("arm64-only image: %v, want an error naming both platforms", err)
+	}
+}
+
+func TestFetchThenUnpack(t *testing.T) {
+	reg := newTestRegistry(t)
+	img := testImage(t)
+	ref := reg.push(t, "tests/fetch:v1", img)
+	ctx := context.Background()
+	pulled, err := Open(ctx, Source{Kind: KindRegistry, Ref: ref}, PullOptions{CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last, total int64
+	if err := Fetch(ctx, pulled, func(d, t int64) { last, total = d, t }); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.layerGets(t, img); n != 3 || last != total || total == 0 {
+		t.Errorf("Fetch: %d layer GETs (want 3), progress %d of %d", n, last, total)
+	}
+	rf, err := Unpack(ctx, pulled, rootsDir(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, rf.Dir, wantTree)
+	if n := reg.layerGets(t, img); n != 3 {
+		t.Errorf("Unpack after Fetch downloaded again: %d layer GETs, want 3", n)
 	}
 }
