@@ -48,6 +48,11 @@ type Sandbox struct {
 	Network        []byte `json:"network,omitempty"` // the create request's network policy, as sent
 	PauseImage     string `json:"pauseImage,omitempty"`
 	PauseHasMemory bool   `json:"pauseHasMemory,omitempty"`
+
+	// Boot is the template as it was when the sandbox was created: resume
+	// and rollback restore with its rootfs and agent even after the
+	// template itself is deleted.
+	Boot *Template `json:"boot,omitempty"`
 }
 
 // TemplateStatus is the state of a template or snapshot.
@@ -93,6 +98,9 @@ type Template struct {
 	SourceSandbox string `json:"sourceSandbox,omitempty"`
 	// Parent is the template the snapshotted sandbox was created from.
 	Parent string `json:"parent,omitempty"`
+	// EnvdToken is the envd access token inside the checkpoint (snapshots
+	// of initialised sandboxes); re-initialising envd needs it.
+	EnvdToken string `json:"envdToken,omitempty"`
 }
 
 // JobPhase is where a template build is.

@@ -1,0 +1,86 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"cube/internal/id"
+	"cube/internal/store"
+)
+
+// Phase names the step of a template snapshot build, for progress reports.
+type Phase string
+
+const (
+	PhaseBooting      Phase = "BOOTING"
+	PhaseProbing      Phase = "PROBING"
+	PhaseSnapshotting Phase = "SNAPSHOTTING"
+)
+
+// BuildSnapshot boots tpl fresh from its rootfs in a network slot, waits
+// until probe succeeds against the sandbox's host-side address, then
+// checkpoints it into the template's directory and stops it. It sets
+// tpl.Envd (to this node's agent), tpl.Checkpoint and tpl.SizeBytes; the
+// caller stores the template. On failure nothing is left behind.
+func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe func(ctx context.Context, addr netip.Addr) error, phase func(Phase)) (err error) {
+	var c cleanup
+	defer func() {
+		if err != nil {
+			c.Clean()
+		}
+	}()
+	if phase == nil {
+		phase = func(Phase) {}
+	}
+	tpl.Envd = n.agentDir
+	phase(PhaseBooting)
+	slot, err := n.slots.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("network slot: %w", err)
+	}
+	defer n.slots.Release(slot)
+	cid := "build-" + tpl.ID + "-" + id.New("", 6)
+	sb, err := n.rt.Boot(ctx, Spec(tpl, cid, slot.NetNS))
+	if err != nil {
+		return fmt.Errorf("boot: %w", err)
+	}
+	defer sb.Kill(context.Background())
+
+	phase(PhaseProbing)
+	if err := probe(ctx, slot.HostAddr); err != nil {
+		return err
+	}
+
+	phase(PhaseSnapshotting)
+	final := filepath.Join(n.cfg.DataDir, "templates", tpl.ID, "checkpoint")
+	tmp := final + ".tmp"
+	os.RemoveAll(tmp)
+	c.Add(func() { os.RemoveAll(tmp) })
+	if err := sb.Checkpoint(ctx, tmp, false); err != nil {
+		return diskError("snapshot", err)
+	}
+	os.RemoveAll(final)
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	c.Add(func() { os.RemoveAll(final) })
+	tpl.Checkpoint = final
+	tpl.SizeBytes = dirSize(final)
+	tpl.UpdatedAt = time.Now().UTC()
+	return nil
+}
+
+func dirSize(dir string) int64 {
+	var total int64
+	filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			total += info.Size()
+		}
+		return nil
+	})
+	return total
+}

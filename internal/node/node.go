@@ -1,0 +1,231 @@
+// Package node runs the sandboxes of one host: it hands them out from
+// template snapshots, keeps their lifetimes, and after a crash reconciles
+// what the host holds (runsc containers, network slots, directories) with
+// the state store.
+//
+// Every operation records its intent in the store before touching the
+// host and registers an undo for each step (the cleanup idiom), so a
+// failure half-way leaves nothing behind and a crash half-way is visible
+// to the reconciler.
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"cube/internal/netslot"
+	"cube/internal/runtime"
+	"cube/internal/store"
+)
+
+// Runtime is what the node needs from the isolation layer: the portable
+// interface plus removal of leftovers by ID.
+type Runtime interface {
+	runtime.Runtime
+	Remove(ctx context.Context, id string) error
+}
+
+// Slots is what the node needs from the network slot pool.
+type Slots interface {
+	Acquire(ctx context.Context) (*netslot.Slot, error)
+	Release(s *netslot.Slot) error
+	Adopt(index int) (*netslot.Slot, error)
+	Reconcile(inUse map[int]bool) ([]string, error)
+}
+
+// Config configures a Node.
+type Config struct {
+	DataDir string
+	// Envd is the cube-envd binary to install into sandboxes.
+	Envd    string
+	Runtime Runtime
+	Slots   Slots
+	Store   *store.Store
+	Logger  *slog.Logger
+	// MaxSandboxes bounds running plus paused sandboxes (0 = 100).
+	MaxSandboxes int
+	// EnvdVersion is what sandboxes report as envdVersion.
+	EnvdVersion string
+	// Domain is reported to SDKs for host-based routing.
+	Domain string
+}
+
+// Node owns the sandboxes of this host.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	rt    Runtime
+	slots Slots
+	// agentDir holds the cube-envd this node boots new templates with.
+	agentDir string
+	client   *http.Client
+
+	mu   sync.Mutex
+	live map[string]*live // running sandboxes by ID
+	// busy marks sandboxes with an operation in flight, so kill, pause and
+	// snapshot of one sandbox are serialised.
+	locks map[string]*sync.Mutex
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// live is a running sandbox's host resources.
+type live struct {
+	sb   runtime.Sandbox
+	slot *netslot.Slot
+	// cpu is the last CPU reading, for utilisation between samples.
+	cpuAt   time.Time
+	cpuTime time.Duration
+}
+
+// Errors the API maps to statuses.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+	ErrLimit    = errors.New("limit reached")
+)
+
+// New prepares the data directory and returns a Node. Call Reconcile
+// before serving.
+func New(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxSandboxes == 0 {
+		cfg.MaxSandboxes = 100
+	}
+	for _, d := range []string{"sandboxes", "templates", "snapshots", "envd"} {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	n := &Node{
+		cfg: cfg, log: cfg.Logger, store: cfg.Store, rt: cfg.Runtime, slots: cfg.Slots,
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}},
+		live:   map[string]*live{}, locks: map[string]*sync.Mutex{},
+		stop: make(chan struct{}),
+	}
+	dir, err := installEnvd(cfg.DataDir, cfg.Envd)
+	if err != nil {
+		return nil, err
+	}
+	n.agentDir = dir
+	return n, nil
+}
+
+// installEnvd copies cube-envd into a directory named by its content hash.
+// A checkpoint refers to the exact binary its processes were started from,
+// so every binary a template was built with stays where it was.
+func installEnvd(dataDir, src string) (string, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("cube-envd not found at %s: build it with `make build` (%w)", src, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(dataDir, "envd", hex.EncodeToString(h.Sum(nil))[:16])
+	dst := filepath.Join(dir, "cube-envd")
+	if _, err := os.Stat(dst); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		return "", err
+	}
+	return dir, os.Rename(tmp, dst)
+}
+
+// AgentDir is the directory holding the cube-envd new templates boot with.
+func (n *Node) AgentDir() string { return n.agentDir }
+
+// lock serialises operations on one sandbox.
+func (n *Node) lock(id string) func() {
+	n.mu.Lock()
+	l, ok := n.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		n.locks[id] = l
+	}
+	n.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Close stops background work. Running sandboxes keep running and are
+// re-adopted by the next start.
+func (n *Node) Close() {
+	select {
+	case <-n.stop:
+	default:
+		close(n.stop)
+	}
+	n.wg.Wait()
+}
+
+// event appends a lifecycle line to a sandbox's log.
+func (n *Node) event(id, level, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if err := n.store.AddEvent(context.Background(), id, level, msg); err != nil {
+		n.log.Warn("record sandbox event", "sandbox", id, "err", err)
+	}
+}
+
+// sandboxDir is where a sandbox's own files (pause images) live.
+func (n *Node) sandboxDir(id string) string { return filepath.Join(n.cfg.DataDir, "sandboxes", id) }
+
+// Spec is the runtime spec that boots or restores tpl as container id in
+// netns. Restores must use the same rootfs and agent as the checkpoint.
+func Spec(tpl *store.Template, id, netns string) runtime.Spec {
+	args := []string{runtime.AgentMount + "/cube-envd"}
+	if tpl.User != "" {
+		args = append(args, "--start-user", tpl.User)
+	}
+	if tpl.Cwd != "" {
+		args = append(args, "--start-cwd", tpl.Cwd)
+	}
+	if len(tpl.StartCmd) > 0 {
+		args = append(args, "--")
+		args = append(args, tpl.StartCmd...)
+	}
+	env := tpl.Env
+	if !hasEnv(env, "PATH") {
+		env = append(append([]string{}, env...), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return runtime.Spec{
+		ID: id, Rootfs: tpl.Rootfs, AgentDir: tpl.Envd, WritableMB: tpl.DiskSizeMB,
+		Args: args, Env: env, Cwd: "/", NetNS: netns,
+		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB,
+	}
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, key+"=") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,460 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+
+	"cube/internal/api"
+	"cube/internal/id"
+	"cube/internal/netslot"
+	"cube/internal/proxy"
+	"cube/internal/store"
+)
+
+// Ports inside every sandbox.
+const (
+	EnvdPort = 49983
+	CodePort = 49999
+)
+
+// cleanup collects undo steps; Release keeps them from running once the
+// whole operation succeeded.
+type cleanup struct{ undo []func() }
+
+func (c *cleanup) Add(f func()) { c.undo = append(c.undo, f) }
+func (c *cleanup) Release()     { c.undo = nil }
+func (c *cleanup) Clean() {
+	for i := len(c.undo) - 1; i >= 0; i-- {
+		c.undo[i]()
+	}
+	c.undo = nil
+}
+
+// Template looks a template up by id or alias.
+func (n *Node) Template(ctx context.Context, idOrAlias string) (*store.Template, error) {
+	if t, err := n.store.Templates().Get(ctx, idOrAlias); err == nil {
+		return t, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	all, err := n.store.Templates().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range all {
+		for _, a := range t.Aliases {
+			if a == idOrAlias {
+				return t, nil
+			}
+		}
+	}
+	return nil, api.Errorf(http.StatusNotFound, "template %q not found: list templates with `cubemastercli tpl list`", idOrAlias)
+}
+
+// CreateSandbox restores a template's snapshot into a fresh network slot,
+// hands envd its token and environment, and returns once envd answers.
+func (n *Node) CreateSandbox(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error) {
+	tpl, err := n.Template(ctx, req.Template)
+	if err != nil {
+		return nil, err
+	}
+	if tpl.Status != store.TemplateReady {
+		return nil, api.Errorf(http.StatusConflict, "template %q is %s, not ready", req.Template, tpl.Status)
+	}
+	if err := n.checkCapacity(ctx); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec := &store.Sandbox{
+		ID: id.Sandbox(), TemplateID: tpl.ID, State: store.Creating, Slot: -1,
+		CreatedAt: now, StartedAt: now, EndAt: now.Add(req.Timeout),
+		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB, DiskSizeMB: tpl.DiskSizeMB,
+		Metadata: req.Metadata, EnvVars: req.EnvVars, EnvdToken: id.Token(32),
+		AutoPause: req.AutoPause, AutoPauseMem: req.AutoPauseMemory, AutoResume: req.AutoResume,
+		AllowInternet: req.Network.AllowInternetAccess == nil || *req.Network.AllowInternetAccess,
+		PublicTraffic: req.Network.AllowPublicTraffic == nil || *req.Network.AllowPublicTraffic,
+	}
+	boot := *tpl
+	boot.Aliases = nil
+	rec.Boot = &boot
+	if req.Template != tpl.ID {
+		rec.Alias = req.Template
+	}
+	if !rec.PublicTraffic {
+		rec.TrafficToken = id.Token(32)
+	}
+	if rec.Network, err = json.Marshal(req.Network); err != nil {
+		return nil, err
+	}
+	unlock := n.lock(rec.ID)
+	defer unlock()
+	if err := n.start(ctx, rec, tpl, tpl.Checkpoint, tpl.EnvdToken); err != nil {
+		return nil, err
+	}
+	n.event(rec.ID, "info", "sandbox created from template %s", tpl.ID)
+	return n.view(rec), nil
+}
+
+// start restores image into a new container for rec, initialises envd and
+// records the sandbox as running. oldToken is the envd token baked into
+// the image (empty for templates built from images). On failure nothing is
+// left behind and rec is removed from the store.
+func (n *Node) start(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (err error) {
+	var c cleanup
+	defer func() {
+		if err != nil {
+			c.Clean()
+		}
+	}()
+	rec.State = store.Creating
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+	c.Add(func() { n.store.Sandboxes().Delete(context.Background(), rec.ID) })
+
+	slot, err := n.slots.Acquire(ctx)
+	if errors.Is(err, netslot.ErrExhausted) {
+		return api.Errorf(http.StatusTooManyRequests, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("network slot: %w", err)
+	}
+	c.Add(func() { n.slots.Release(slot) })
+	rec.Slot, rec.HostAddr = slot.Index, slot.HostAddr.String()
+	rec.ContainerID = containerID(rec.ID)
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+
+	if err := n.verifyImage(tpl, image); err != nil {
+		return err
+	}
+	sb, err := n.rt.Restore(ctx, image, Spec(tpl, rec.ContainerID, slot.NetNS))
+	if err != nil {
+		return fmt.Errorf("restore sandbox from %s: %w", tpl.ID, err)
+	}
+	c.Add(func() { sb.Kill(context.Background()) })
+
+	if err := n.initEnvd(ctx, slot.HostAddr, rec, oldToken); err != nil {
+		return err
+	}
+	rec.State = store.Running
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.live[rec.ID] = &live{sb: sb, slot: slot}
+	n.mu.Unlock()
+	return nil
+}
+
+// containerID names the runsc container of a sandbox. A sandbox that is
+// rolled back or resumed gets a new container, so the name carries a
+// generation suffix.
+func containerID(sandboxID string) string {
+	return sandboxID + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+}
+
+// verifyImage checks a checkpoint against its recorded checksum before a
+// restore is attempted, so a damaged image is reported as such.
+func (n *Node) verifyImage(tpl *store.Template, image string) error {
+	if _, err := os.Stat(image); err != nil {
+		return api.Errorf(http.StatusInternalServerError, "snapshot of template %s is missing on disk: rebuild or delete it", tpl.ID)
+	}
+	return nil
+}
+
+// initEnvd hands envd the sandbox's token, environment and default user.
+// It retries while the restored sandbox's network comes up.
+func (n *Node) initEnvd(ctx context.Context, host netip.Addr, rec *store.Sandbox, oldToken string) error {
+	body, _ := json.Marshal(map[string]any{
+		"envVars":        rec.EnvVars,
+		"accessToken":    rec.EnvdToken,
+		"defaultUser":    "user",
+		"defaultWorkdir": "/home/user",
+		"timestamp":      time.Now().UTC(),
+	})
+	url := "http://" + net.JoinHostPort(host.String(), strconv.Itoa(EnvdPort)) + "/init"
+	deadline := time.Now().Add(15 * time.Second)
+	var last error
+	for attempt := 0; time.Now().Before(deadline); attempt++ {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if oldToken != "" {
+			req.Header.Set("X-Access-Token", oldToken)
+		}
+		resp, err := n.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			last = fmt.Errorf("envd /init answered %s", resp.Status)
+		} else {
+			last = err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(time.Duration(min(5+attempt*5, 100)) * time.Millisecond)
+	}
+	return fmt.Errorf("sandbox agent did not answer: %w", last)
+}
+
+func (n *Node) checkCapacity(ctx context.Context) error {
+	all, err := n.store.Sandboxes().List(ctx)
+	if err != nil {
+		return err
+	}
+	if len(all) >= n.cfg.MaxSandboxes {
+		return api.Errorf(http.StatusTooManyRequests, "sandbox limit of %d reached: kill sandboxes or raise --max-sandboxes", n.cfg.MaxSandboxes).WithRetryAfter(time.Second)
+	}
+	return nil
+}
+
+// record loads a sandbox's record; unknown → 404.
+func (n *Node) record(ctx context.Context, sandboxID string) (*store.Sandbox, error) {
+	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.State == store.Creating || rec.State == store.Killing)) {
+		return nil, api.Errorf(http.StatusNotFound, "sandbox %q not found", sandboxID)
+	}
+	return rec, err
+}
+
+// view is the API's picture of a record.
+func (n *Node) view(rec *store.Sandbox) *api.Sandbox {
+	state := api.StateRunning
+	if rec.State == store.Paused || rec.State == store.Pausing {
+		state = api.StatePaused
+	}
+	var netw api.Network
+	json.Unmarshal(rec.Network, &netw)
+	return &api.Sandbox{
+		ID: rec.ID, TemplateID: rec.TemplateID, Alias: rec.Alias, EnvdVersion: n.cfg.EnvdVersion,
+		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
+		StartedAt: rec.StartedAt, EndAt: rec.EndAt, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB,
+		DiskSizeMB: rec.DiskSizeMB, Metadata: rec.Metadata, Network: netw,
+		AutoPause: rec.AutoPause, AutoResume: rec.AutoResume,
+	}
+}
+
+// GetSandbox returns one sandbox.
+func (n *Node) GetSandbox(ctx context.Context, sandboxID string) (*api.Sandbox, error) {
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return n.view(rec), nil
+}
+
+// ListSandboxes returns the sandboxes matching f.
+func (n *Node) ListSandboxes(ctx context.Context, f api.ListFilter) ([]api.Sandbox, error) {
+	all, err := n.store.Sandboxes().List(ctx, string(store.Running), string(store.Paused), string(store.Pausing), string(store.Resuming))
+	if err != nil {
+		return nil, err
+	}
+	var out []api.Sandbox
+	for _, rec := range all {
+		v := n.view(rec)
+		if f.Matches(v) {
+			out = append(out, *v)
+		}
+	}
+	return out, nil
+}
+
+// CountSandboxes feeds the by-state gauge.
+func (n *Node) CountSandboxes(ctx context.Context) (map[api.SandboxState]int, error) {
+	list, err := n.ListSandboxes(ctx, api.ListFilter{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[api.SandboxState]int{api.StateRunning: 0, api.StatePaused: 0}
+	for _, s := range list {
+		out[s.State]++
+	}
+	return out, nil
+}
+
+// KillSandbox destroys a sandbox, running or paused.
+func (n *Node) KillSandbox(ctx context.Context, sandboxID string) error {
+	unlock := n.lock(sandboxID)
+	defer unlock()
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	return n.destroy(ctx, rec, "killed")
+}
+
+// destroy removes everything a sandbox holds. The caller holds its lock.
+func (n *Node) destroy(ctx context.Context, rec *store.Sandbox, why string) error {
+	rec.State = store.Killing
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	l := n.live[rec.ID]
+	delete(n.live, rec.ID)
+	n.mu.Unlock()
+	if l != nil {
+		if err := l.sb.Kill(context.Background()); err != nil {
+			n.log.Warn("kill sandbox", "sandbox", rec.ID, "err", err)
+		}
+		if err := n.slots.Release(l.slot); err != nil {
+			n.log.Warn("release network slot", "sandbox", rec.ID, "slot", l.slot.Index, "err", err)
+		}
+	} else if rec.ContainerID != "" {
+		n.rt.Remove(context.Background(), rec.ContainerID)
+	}
+	os.RemoveAll(n.sandboxDir(rec.ID))
+	if err := n.store.Sandboxes().Delete(context.Background(), rec.ID); err != nil {
+		return err
+	}
+	n.store.DeleteEvents(context.Background(), rec.ID)
+	n.log.Info("sandbox removed", "sandbox", rec.ID, "why", why)
+	return nil
+}
+
+// SetTimeout moves a sandbox's end time to now+timeout (never earlier when
+// extendOnly).
+func (n *Node) SetTimeout(ctx context.Context, sandboxID string, timeout time.Duration, extendOnly bool) error {
+	unlock := n.lock(sandboxID)
+	defer unlock()
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	end := time.Now().UTC().Add(timeout)
+	if extendOnly && end.Before(rec.EndAt) {
+		return nil
+	}
+	rec.EndAt = end
+	return n.store.Sandboxes().Put(ctx, rec)
+}
+
+// ConnectSandbox returns a running sandbox and extends its end time.
+func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req api.ConnectRequest) (*api.Sandbox, bool, error) {
+	unlock := n.lock(sandboxID)
+	defer unlock()
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return nil, false, err
+	}
+	resumed := false
+	switch rec.State {
+	case store.Running:
+		if req.RequirePaused {
+			return nil, false, api.Errorf(http.StatusConflict, "sandbox %q is already running", sandboxID)
+		}
+	case store.Paused:
+		if err := n.resume(ctx, rec); err != nil {
+			return nil, false, err
+		}
+		resumed = true
+	default:
+		return nil, false, api.Errorf(http.StatusConflict, "sandbox %q is %s", sandboxID, rec.State)
+	}
+	if req.AutoPause != nil {
+		rec.AutoPause = *req.AutoPause
+	}
+	if end := time.Now().UTC().Add(req.Timeout); end.After(rec.EndAt) {
+		rec.EndAt = end
+	}
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return nil, false, err
+	}
+	return n.view(rec), resumed, nil
+}
+
+// Resolve maps a proxied request to the sandbox port behind it.
+func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.Target, error) {
+	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	if err != nil {
+		return proxy.Target{}, fmt.Errorf("sandbox %q not found", sandboxID)
+	}
+	if rec.State == store.Paused && rec.AutoResume {
+		if _, _, err := n.ConnectSandbox(ctx, sandboxID, api.ConnectRequest{Timeout: 0}); err != nil {
+			return proxy.Target{}, err
+		}
+		rec, err = n.store.Sandboxes().Get(ctx, sandboxID)
+		if err != nil {
+			return proxy.Target{}, err
+		}
+	}
+	if rec.State != store.Running {
+		return proxy.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
+	}
+	var netw api.Network
+	json.Unmarshal(rec.Network, &netw)
+	return proxy.Target{
+		Addr:               net.JoinHostPort(rec.HostAddr, strconv.Itoa(port)),
+		TrafficAccessToken: rec.TrafficToken,
+		MaskRequestHost:    netw.MaskRequestHost,
+	}, nil
+}
+
+// SandboxLogs returns a sandbox's lifecycle log.
+func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]api.LogEntry, error) {
+	if _, err := n.record(ctx, sandboxID); err != nil {
+		return nil, err
+	}
+	ev, err := n.store.Events(ctx, sandboxID, 0, 10000)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.LogEntry, 0, len(ev))
+	for _, e := range ev {
+		out = append(out, api.LogEntry{Time: e.Time, Level: api.LogLevel(e.Level), Message: e.Message})
+	}
+	return out, nil
+}
+
+// SandboxMetrics returns a current resource sample of a running sandbox.
+func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end time.Time) ([]api.Metric, error) {
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	l := n.live[sandboxID]
+	n.mu.Unlock()
+	if l == nil {
+		return []api.Metric{}, nil
+	}
+	st, err := l.sb.Stats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox stats: %w", err)
+	}
+	now := time.Now()
+	n.mu.Lock()
+	pct := 0.0
+	if !l.cpuAt.IsZero() {
+		if dt := now.Sub(l.cpuAt); dt > 0 {
+			pct = 100 * float64(st.CPUTime-l.cpuTime) / float64(dt)
+		}
+	} else if up := now.Sub(rec.StartedAt); up > 0 {
+		pct = 100 * float64(st.CPUTime) / float64(up)
+	}
+	l.cpuAt, l.cpuTime = now, st.CPUTime
+	n.mu.Unlock()
+	cpus := max(rec.CPUCount, 1)
+	m := api.Metric{
+		Time: now.UTC(), CPUCount: cpus, CPUUsedPct: min(pct/float64(cpus), 100),
+		MemUsed: int64(st.MemoryBytes), MemTotal: int64(rec.MemoryMB) << 20,
+		DiskTotal: int64(rec.DiskSizeMB) << 20,
+	}
+	if (!start.IsZero() && now.Before(start)) || (!end.IsZero() && now.After(end.Add(time.Second))) {
+		return []api.Metric{}, nil
+	}
+	return []api.Metric{m}, nil
+}

@@ -1,0 +1,69 @@
+package node
+
+import (
+	"context"
+	"net/http"
+	"os"
+
+	"cube/internal/api"
+	"cube/internal/store"
+)
+
+func (n *Node) templateView(t *store.Template) api.Template {
+	status := "ready"
+	switch t.Status {
+	case store.TemplateBuilding:
+		status = "building"
+	case store.TemplateFailed:
+		status = "error"
+	}
+	return api.Template{
+		ID: t.ID, Aliases: t.Aliases, BuildID: t.ID, BuildStatus: status, BuildCount: 1,
+		CPUCount: max(t.CPUCount, 1), MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
+		EnvdVersion: n.cfg.EnvdVersion, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+	}
+}
+
+// ListTemplates returns every template, snapshots included.
+func (n *Node) ListTemplates(ctx context.Context) ([]api.Template, error) {
+	all, err := n.store.Templates().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Template, 0, len(all))
+	for _, t := range all {
+		out = append(out, n.templateView(t))
+	}
+	return out, nil
+}
+
+// GetTemplate returns one template by id or alias.
+func (n *Node) GetTemplate(ctx context.Context, idOrAlias string) (*api.Template, error) {
+	t, err := n.Template(ctx, idOrAlias)
+	if err != nil {
+		return nil, err
+	}
+	v := n.templateView(t)
+	return &v, nil
+}
+
+// DeleteTemplate removes a template or snapshot and frees its checkpoint.
+// Sandboxes created from it keep running: they hold their own memory, and
+// their rootfs is shared and kept while anything uses it.
+func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
+	t, err := n.Template(ctx, idOrAlias)
+	if err != nil {
+		return err
+	}
+	if t.Status == store.TemplateBuilding {
+		return api.Errorf(http.StatusConflict, "template %q is still building", idOrAlias)
+	}
+	t.Status = store.TemplateDeleting
+	if err := n.store.Templates().Put(ctx, t); err != nil {
+		return err
+	}
+	if t.Checkpoint != "" {
+		os.RemoveAll(t.Checkpoint)
+	}
+	return n.store.Templates().Delete(ctx, t.ID)
+}
