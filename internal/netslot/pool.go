@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -247,6 +248,9 @@ func (p *Pool) warmer() {
 			p.warming--
 			if err != nil {
 				delete(p.owned, i)
+				if errors.Is(err, errOccupied) {
+					p.foreign[i] = true
+				}
 				p.notify()
 				p.mu.Unlock()
 				// Retried on the next Acquire or Release, not in a loop.
@@ -290,13 +294,21 @@ func (p *Pool) Acquire(ctx context.Context) (*Slot, error) {
 			p.owned[i] = stArming
 			p.mu.Unlock()
 			p.wakeWarmer()
+			t0 := time.Now()
 			if err := p.build(i); err != nil {
 				p.mu.Lock()
 				delete(p.owned, i)
 				p.notify()
+				if errors.Is(err, errOccupied) {
+					// Not ours: leave it for Reconcile and try another.
+					p.foreign[i] = true
+					p.log.Warn("slot index occupied by objects this pool did not make", "slot", i, "err", err)
+					continue
+				}
 				p.mu.Unlock()
 				return nil, err
 			}
+			p.log.Debug("slot armed on demand", "slot", i, "took", time.Since(t0))
 			p.mu.Lock()
 			if p.closed {
 				// Close ran while building; it did not see this slot.

@@ -91,6 +91,10 @@ func (h *nsHandles) close() {
 // made is removed again, so no half-built slot is left behind.
 func (p *Pool) build(i int) (err error) {
 	s := p.slot(i)
+	// Objects this pool did not make are never touched, not even to undo.
+	if names := p.existing(i); len(names) > 0 {
+		return fmt.Errorf("netslot: slot %d: %v %w", i, names, errOccupied)
+	}
 	defer func() {
 		if err != nil {
 			if terr := p.teardown(i); terr != nil {
@@ -155,6 +159,30 @@ func (p *Pool) build(i int) (err error) {
 		return err
 	}
 	return armSlot(s, h)
+}
+
+// errOccupied means a slot index has objects on the host that this pool
+// did not make (another process with the same prefix, or a leftover that
+// appeared after the start-up scan). Such an index waits for Reconcile.
+var errOccupied = errors.New("already exist on the host")
+
+// existing names the objects of slot i present on the host.
+func (p *Pool) existing(i int) []string {
+	var names []string
+	for _, n := range []string{slotNetnsName(p.cfg.Prefix, i), gwNetnsName(p.cfg.Prefix, i)} {
+		if netnsExists(n) {
+			names = append(names, n)
+		}
+	}
+	if h := hostIfName(p.cfg.Prefix, i); !isNotFound(p.linkErr(h)) {
+		names = append(names, h)
+	}
+	return names
+}
+
+func (p *Pool) linkErr(name string) error {
+	_, err := p.host.LinkByName(name)
+	return err
 }
 
 // rearm makes a used slot clean again: the sandbox side as on creation,

@@ -621,3 +621,33 @@ func TestExhausted(t *testing.T) {
 		t.Fatalf("third Acquire of 2: %v", err)
 	}
 }
+
+func TestAcquireSkipsObjectsItDidNotMake(t *testing.T) {
+	needRoot(t)
+	p := newTestPool(t, Config{Warm: -1})
+	// Appears after the pool's start-up scan, e.g. made by another process.
+	other := slotNetnsName(p.cfg.Prefix, 0)
+	run(t, "ip", "netns", "add", other)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", other).Run() })
+	s, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Index == 0 {
+		t.Fatal("Acquire took over slot 0, which it did not make")
+	}
+	wantArmed(t, s)
+	if _, err := os.Stat("/run/netns/" + other); err != nil {
+		t.Fatalf("the other netns was removed: %v", err)
+	}
+	// Until Reconcile decides it is a leftover.
+	if removed, err := p.Reconcile(nil); err != nil || len(removed) != 1 || removed[0] != other {
+		t.Fatalf("Reconcile: removed %v, %v", removed, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := hostObjects(t, p.cfg.Prefix); len(left) > 0 {
+		t.Fatalf("left behind after Close: %v", left)
+	}
+}
