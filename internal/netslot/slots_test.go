@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -649,5 +650,51 @@ func TestAcquireSkipsObjectsItDidNotMake(t *testing.T) {
 	}
 	if left := hostObjects(t, p.cfg.Prefix); len(left) > 0 {
 		t.Fatalf("left behind after Close: %v", left)
+	}
+}
+
+func TestConcurrentAcquireRelease(t *testing.T) {
+	needRoot(t)
+	p := newTestPool(t, Config{Size: 4, Warm: 1})
+	var mu sync.Mutex
+	held := map[int]bool{}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			// Sent even when a helper's t.Fatal ends this goroutine.
+			var err error
+			defer func() { errs <- err }()
+			err = func() error {
+				for range 5 {
+					s, err := p.Acquire(context.Background())
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					if held[s.Index] {
+						mu.Unlock()
+						return fmt.Errorf("slot %d handed out twice", s.Index)
+					}
+					held[s.Index] = true
+					mu.Unlock()
+					if in := readInside(t, s.NetNS); len(in.addrs) != 1 || in.gateway != Gateway.String() {
+						return fmt.Errorf("slot %d handed out unarmed: %+v", s.Index, in)
+					}
+					stripLikeRunsc(t, s)
+					mu.Lock()
+					delete(held, s.Index)
+					mu.Unlock()
+					if err := p.Release(s); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
