@@ -160,8 +160,10 @@ func (s *Server) routes() []route {
 		{"POST", "/sandboxes/{sandboxID}/clone", false, s.clone},
 		{"POST", "/sandboxes/{sandboxID}/rollback", false, s.rollback},
 
-		{"GET", "/templates", false, s.listTemplates},
-		{"GET", "/templates/{templateID}", false, s.getTemplate},
+		{"GET", "/templates", false, s.listTemplatesDetailed},
+		{"POST", "/templates", false, s.buildTemplate},
+		{"GET", "/templates/jobs/{jobID}", false, s.getBuildJob},
+		{"GET", "/templates/{templateID}", false, s.getTemplateDetailed},
 		{"DELETE", "/templates/{templateID}", false, s.deleteTemplate},
 	}
 }

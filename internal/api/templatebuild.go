@@ -1,0 +1,332 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"cube/internal/api/wire"
+	"cube/internal/id"
+)
+
+// TemplateBuilder is implemented by backends that build templates from OCI
+// images (POST /templates and GET /templates/jobs/{jobID}; without it they
+// answer 501). It also enriches GET /templates and GET /templates/{id}
+// with each template's build facts.
+type TemplateBuilder interface {
+	// BuildTemplate records a build job and its template (status building)
+	// and starts the build in the background; it returns at once. Template
+	// id or alias already taken → 409.
+	BuildTemplate(ctx context.Context, req BuildRequest) (*BuildJob, error)
+	// BuildJob returns one build job; unknown → 404.
+	BuildJob(ctx context.Context, jobID string) (*BuildJob, error)
+	// TemplateDetails returns the build facts of every stored template
+	// (snapshots included), keyed by template ID.
+	TemplateDetails(ctx context.Context) (map[string]TemplateDetail, error)
+}
+
+// BuildRequest is a validated request to build a template from an image.
+// Zero values mean the builder's defaults.
+type BuildRequest struct {
+	Image string
+	// TemplateID is empty (generate one) or satisfies id.ValidName.
+	TemplateID string
+	// Aliases each satisfy id.ValidName and are distinct.
+	Aliases    []string
+	CPUCount   int
+	MemoryMB   int
+	DiskSizeMB int
+	// ExposedPorts are 1-65535; empty takes the image's EXPOSE ports.
+	ExposedPorts []int
+	ProbePort    int
+	// ProbePath starts with "/".
+	ProbePath string
+	// Cmd replaces the image's ENTRYPOINT and CMD; Args replaces its CMD.
+	Cmd  []string
+	Args []string
+	// Env adds to or overrides the image's ENV.
+	Env       map[string]string
+	Cwd, User string
+
+	RegistryUsername, RegistryPassword string
+	InsecureRegistry                   bool
+}
+
+// BuildJob is a template build as the control plane reports it.
+type BuildJob struct {
+	ID         string
+	TemplateID string
+	// Phase is PULLING, UNPACKING, BOOTING, PROBING, SNAPSHOTTING, READY
+	// or FAILED.
+	Phase     string
+	Progress  int
+	Error     string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// TemplateDetail is what operators see of a template beyond E2B's fields.
+type TemplateDetail struct {
+	// Status is building, ready or failed.
+	Status       string
+	Error        string
+	Image        string
+	ImageDigest  string
+	SizeBytes    int64
+	ExposedPorts []int
+	ProbePort    int
+	ProbePath    string
+	StartCmd     []string
+	Cwd, User    string
+	JobID        string
+}
+
+// Limits of a build request.
+const (
+	MaxAliases      = 16
+	MaxCPUCount     = 64
+	MaxMemoryMB     = 256 << 10
+	MaxDiskSizeMB   = 1 << 20
+	maxBuildStrings = 256
+)
+
+// ParseSize reads a size such as 1G, 512M, 1.5G, 2048 (megabytes), 1GiB or
+// 100MB into whole megabytes (MiB). It is how --writable-layer-size reads.
+func ParseSize(s string) (int, error) {
+	orig := s
+	s = strings.TrimSpace(strings.ToUpper(s))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "IB"), "B")
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1.0/1024, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"):
+		s = s[:len(s)-1]
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1024, s[:len(s)-1]
+	case strings.HasSuffix(s, "T"):
+		mult, s = 1024*1024, s[:len(s)-1]
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || v <= 0 || v != v {
+		return 0, fmt.Errorf("size %q: want a positive number with an optional unit K, M, G or T, such as 1G or 512M", orig)
+	}
+	mb := v * mult
+	if mb < 1 || mb > MaxDiskSizeMB {
+		return 0, fmt.Errorf("size %q: must be between 1M and %dG", orig, MaxDiskSizeMB/1024)
+	}
+	return int(mb + 0.5), nil
+}
+
+// buildRequest validates the body of POST /templates.
+func buildRequest(body wire.TemplateBuildRequest) (BuildRequest, error) {
+	req := BuildRequest{
+		Image: strings.TrimSpace(body.Image), TemplateID: body.TemplateID,
+		MemoryMB: body.MemoryMB, ProbePort: body.ProbePort, ProbePath: body.ProbePath,
+		Cmd: body.Cmd, Args: body.Args, Env: body.Env, Cwd: body.Cwd, User: body.User,
+		RegistryUsername: body.RegistryUsername, RegistryPassword: body.RegistryPassword,
+		InsecureRegistry: body.InsecureRegistry,
+	}
+	if req.Image == "" {
+		return req, badRequest("image is required (a registry reference, oci-archive:PATH, oci:DIR[:TAG] or docker-archive:PATH)")
+	}
+	if len(req.Image) > 4096 || strings.ContainsAny(req.Image, "\x00\n\r") {
+		return req, badRequest("invalid image reference %q", req.Image)
+	}
+	if req.TemplateID != "" {
+		if !id.ValidName(req.TemplateID) {
+			return req, badRequest("invalid template ID %q: want 1-63 lowercase letters, digits, '-' and '_', starting with a letter or digit", req.TemplateID)
+		}
+		if strings.HasPrefix(req.TemplateID, "snap-") {
+			return req, badRequest("template ID %q: the snap- prefix is reserved for snapshots", req.TemplateID)
+		}
+	}
+	if len(body.Aliases) > MaxAliases {
+		return req, badRequest("at most %d aliases, got %d", MaxAliases, len(body.Aliases))
+	}
+	for _, a := range body.Aliases {
+		if !id.ValidName(a) {
+			return req, badRequest("invalid alias %q: want 1-63 lowercase letters, digits, '-' and '_', starting with a letter or digit", a)
+		}
+		if a == req.TemplateID {
+			return req, badRequest("alias %q is the template ID itself", a)
+		}
+		if slices.Contains(req.Aliases, a) {
+			return req, badRequest("alias %q given twice", a)
+		}
+		req.Aliases = append(req.Aliases, a)
+	}
+	if body.CPUMillicores < 0 || body.CPUMillicores > MaxCPUCount*1000 {
+		return req, badRequest("cpuMillicores must be between 1 and %d, got %d", MaxCPUCount*1000, body.CPUMillicores)
+	}
+	req.CPUCount = (body.CPUMillicores + 999) / 1000
+	if req.MemoryMB < 0 || req.MemoryMB > MaxMemoryMB {
+		return req, badRequest("memoryMB must be between 1 and %d, got %d", MaxMemoryMB, req.MemoryMB)
+	}
+	if body.WritableLayerSize != "" {
+		mb, err := ParseSize(body.WritableLayerSize)
+		if err != nil {
+			return req, badRequest("writableLayerSize: %v", err)
+		}
+		req.DiskSizeMB = mb
+	}
+	for _, p := range body.ExposedPorts {
+		if p < 1 || p > 65535 {
+			return req, badRequest("exposed port %d: want 1-65535", p)
+		}
+		if !slices.Contains(req.ExposedPorts, p) {
+			req.ExposedPorts = append(req.ExposedPorts, p)
+		}
+	}
+	slices.Sort(req.ExposedPorts)
+	if req.ProbePort < 0 || req.ProbePort > 65535 {
+		return req, badRequest("probePort %d: want 1-65535", req.ProbePort)
+	}
+	if req.ProbePath != "" && (!strings.HasPrefix(req.ProbePath, "/") || strings.ContainsAny(req.ProbePath, " \x00\n\r") || len(req.ProbePath) > 1024) {
+		return req, badRequest("probePath %q: want an absolute URL path such as /health", req.ProbePath)
+	}
+	if len(req.Cmd)+len(req.Args) > maxBuildStrings || len(req.Env) > maxBuildStrings {
+		return req, badRequest("too many cmd, args or env entries (at most %d)", maxBuildStrings)
+	}
+	for _, s := range append(append([]string{}, req.Cmd...), req.Args...) {
+		if strings.ContainsRune(s, 0) {
+			return req, badRequest("cmd and args may not contain NUL bytes")
+		}
+	}
+	if len(req.Cmd) > 0 && req.Cmd[0] == "" {
+		return req, badRequest("cmd: the program name is empty")
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return req, badRequest("env: invalid variable name %q", k)
+		}
+	}
+	if strings.ContainsRune(req.Cwd, 0) || (req.Cwd != "" && !strings.HasPrefix(req.Cwd, "/")) {
+		return req, badRequest("cwd %q: want an absolute path", req.Cwd)
+	}
+	if strings.ContainsAny(req.User, "\x00\n") {
+		return req, badRequest("invalid user %q", req.User)
+	}
+	return req, nil
+}
+
+func wireBuildJob(j *BuildJob) wire.TemplateBuildJob {
+	return wire.TemplateBuildJob{
+		JobID: j.ID, TemplateID: j.TemplateID, Phase: j.Phase, Progress: j.Progress,
+		Error: j.Error, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
+	}
+}
+
+func wireBuildInfo(d TemplateDetail) wire.TemplateBuildInfo {
+	return wire.TemplateBuildInfo{
+		Status: d.Status, Error: d.Error, Image: d.Image, ImageDigest: d.ImageDigest,
+		SizeBytes: d.SizeBytes, ExposedPorts: d.ExposedPorts, ProbePort: d.ProbePort,
+		ProbePath: d.ProbePath, StartCmd: d.StartCmd, Cwd: d.Cwd, User: d.User, JobID: d.JobID,
+	}
+}
+
+func (s *Server) builder(w http.ResponseWriter) (TemplateBuilder, bool) {
+	b, ok := s.backend.(TemplateBuilder)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotImplemented, "building templates is not supported by this server"))
+	}
+	return b, ok
+}
+
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+	var body wire.TemplateBuildRequest
+	if err := decodeBody(r, &body, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := buildRequest(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	b, ok := s.builder(w)
+	if !ok {
+		return
+	}
+	job, err := b.BuildTemplate(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/templates/jobs/"+job.ID)
+	writeJSON(w, http.StatusAccepted, wire.TemplateBuildStarted{JobID: job.ID, TemplateID: job.TemplateID})
+}
+
+func (s *Server) getBuildJob(w http.ResponseWriter, r *http.Request) {
+	jobID := r.PathValue("jobID")
+	if !id.ValidName(jobID) {
+		writeError(w, badRequest("invalid job ID %q", jobID))
+		return
+	}
+	b, ok := s.builder(w)
+	if !ok {
+		return
+	}
+	job, err := b.BuildJob(r.Context(), jobID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireBuildJob(job))
+}
+
+// listTemplatesDetailed answers GET /templates, adding build facts when
+// the backend builds templates.
+func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) {
+	b, ok := s.backend.(TemplateBuilder)
+	if !ok {
+		s.listTemplates(w, r)
+		return
+	}
+	ts, err := s.backend.ListTemplates(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	details, err := b.TemplateDetails(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ts, _, _ = page(ts, func(t *Template) (time.Time, string) { return t.CreatedAt, t.ID }, true, len(ts), "")
+	out := make([]wire.TemplateListed, 0, len(ts))
+	for i := range ts {
+		out = append(out, wire.TemplateListed{Template: wireTemplate(&ts[i]), TemplateBuildInfo: wireBuildInfo(details[ts[i].ID])})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getTemplateDetailed answers GET /templates/{id}, adding build facts when
+// the backend builds templates.
+func (s *Server) getTemplateDetailed(w http.ResponseWriter, r *http.Request) {
+	b, ok := s.backend.(TemplateBuilder)
+	if !ok {
+		s.getTemplate(w, r)
+		return
+	}
+	tid, err := templateID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	t, err := s.backend.GetTemplate(r.Context(), tid)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	details, err := b.TemplateDetails(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.TemplateDetail{TemplateWithBuilds: wireTemplateWithBuilds(t), TemplateBuildInfo: wireBuildInfo(details[t.ID])})
+}
