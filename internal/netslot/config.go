@@ -22,8 +22,22 @@
 // so lookups never hang.
 //
 // The gateway netns is also where per-sandbox policy belongs: re-arming a
-// slot replaces the whole nftables ruleset of the gateway netns, so rules
-// another package adds there (Slot.GatewayNetNS) last exactly one tenant.
+// slot deletes every nftables table of the gateway netns but this
+// package's own ("slot"), so rules another package adds there
+// (Slot.GatewayNetNS) last exactly one tenant. Adopt keeps them.
+//
+// Use:
+//
+//	pool, err := netslot.NewPool(netslot.Config{})
+//	removed, err := pool.Reconcile(liveSlots) // after a crash: clean the rest
+//	slot, err := pool.Adopt(i)                // for each live sandbox
+//	slot, err := pool.Acquire(ctx)            // new sandbox: slot.NetNS goes in
+//	                                          // the OCI spec, runsc --network=sandbox
+//	err = pool.Release(slot)                  // after runsc has exited
+//
+// Release must come after the sandbox is gone: re-arming puts eth0's
+// address back, which a sandbox still running on it would share with the
+// host kernel.
 package netslot
 
 import (
@@ -58,14 +72,21 @@ var (
 // Interface names inside the namespaces. Those live in their own netns, so
 // they are short and fixed; only the host side carries the prefix and index.
 const (
-	SandboxIf     = "eth0" // in the slot netns
-	gwSandboxIf   = "sb"   // in the gateway netns, peer of eth0
-	gwUplinkIf    = "up"   // in the gateway netns, peer of the host side
-	netnsDir      = "/run/netns"
-	maxIfNameLen  = 15
+	SandboxIf   = "eth0" // in the slot netns
+	gwSandboxIf = "sb"   // in the gateway netns, peer of eth0
+	gwUplinkIf  = "up"   // in the gateway netns, peer of the host side
+)
+
+// Defaults for a zero Config.
+const (
 	DefaultPrefix = "cube"
 	DefaultSize   = 256
 	DefaultWarm   = 2
+)
+
+const (
+	netnsDir     = "/run/netns"
+	maxIfNameLen = 15 // IFNAMSIZ - 1
 )
 
 // DefaultHostCIDR is where the per-slot /30 links are carved from.

@@ -28,6 +28,9 @@ type Slot struct {
 	HostAddr netip.Addr
 	// HostPeer is the host's own address on the slot's link.
 	HostPeer netip.Addr
+	// HostIf is the host end of the slot's link (<prefix>-h<N>), for
+	// host-side rules about the slot's traffic.
+	HostIf string
 }
 
 func (p *Pool) slot(i int) *Slot {
@@ -38,6 +41,7 @@ func (p *Pool) slot(i int) *Slot {
 		GatewayNetNS: netnsPath(gwNetnsName(p.cfg.Prefix, i)),
 		HostAddr:     addr,
 		HostPeer:     peer,
+		HostIf:       hostIfName(p.cfg.Prefix, i),
 	}
 }
 
