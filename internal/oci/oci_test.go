@@ -649,3 +649,48 @@ func TestFetchThenUnpack(t *testing.T) {
 		t.Errorf("Unpack after Fetch downloaded again: %d layer GETs, want 3", n)
 	}
 }
+
+func TestDamagedCacheEntry(t *testing.T) {
+	reg := newTestRegistry(t)
+	img := testImage(t)
+	ref := reg.push(t, "tests/cache:v1", img)
+	ctx := context.Background()
+	cache := t.TempDir()
+	open := func() v1.Image {
+		pulled, err := Open(ctx, Source{Kind: KindRegistry, Ref: ref}, PullOptions{CacheDir: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pulled
+	}
+	if err := Fetch(ctx, open(), nil); err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := img.Layers()
+	d, _ := ls[0].Digest()
+	blob := filepath.Join(cache, "blobs", "sha256", d.Hex)
+	b, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x55
+	os.WriteFile(blob, b, 0o600)
+
+	roots := rootsDir(t)
+	_, err = Unpack(ctx, open(), roots, nil)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "removed it from the cache") {
+		t.Fatalf("Unpack from a damaged cache = %v, want ErrCorrupt saying the entry was dropped", err)
+	}
+	if got := dirEntries(t, roots); len(got) != 0 {
+		t.Errorf("rootfs directory holds %v after a failed unpack", got)
+	}
+	// The next attempt downloads the layer again and succeeds.
+	rf, err := Unpack(ctx, open(), roots, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, rf.Dir, wantTree)
+	if n := reg.layerGets(t, img); n != 4 {
+		t.Errorf("%d layer GETs, want 4 (three, then the damaged one again)", n)
+	}
+}
