@@ -4,6 +4,16 @@
 // always through go-containerregistry and never through a Docker daemon. Every
 // blob is checked against its digest before anything built from it is put
 // under its final name, so a corrupt download never becomes a template.
+//
+// A template build uses it like this:
+//
+//	src, err := oci.ParseSource(ref)                                       // bad input fails here
+//	img, err := oci.Open(ctx, src, oci.PullOptions{CacheDir: dataDir + "/images"}) // manifest and config only
+//	err = oci.Fetch(ctx, img, pullProgress)                                 // PULLING: layers into the cache
+//	rf, err := oci.Unpack(ctx, img, dataDir+"/rootfs", unpackProgress)     // UNPACKING: rootfs/<image ID>/
+//
+// Errors wrap ErrBadReference, ErrNotFound, ErrUnauthorized, ErrUnreachable,
+// ErrCorrupt or ErrUnsafeLayer, and their text says what to fix.
 package oci
 
 import (
