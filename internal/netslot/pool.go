@@ -361,13 +361,17 @@ func (p *Pool) Release(s *Slot) error {
 		err = p.rearm(s.Index)
 	}
 	if closed || err != nil {
-		if terr := p.teardown(s.Index); terr != nil {
+		if err != nil {
+			p.log.Error("slot could not be cleaned; removing it", "slot", s.Index, "err", err)
+		}
+		terr := p.teardown(s.Index)
+		if terr != nil {
 			err = errors.Join(err, terr)
 			p.log.Error("slot teardown failed; left for Reconcile", "slot", s.Index, "err", terr)
 		}
 		p.mu.Lock()
 		delete(p.owned, s.Index)
-		if err != nil {
+		if terr != nil {
 			// Whatever is left of it must not be reused before Reconcile.
 			p.foreign[s.Index] = true
 		}
@@ -524,6 +528,16 @@ func (p *Pool) Reconcile(inUse map[int]bool) (removed []string, err error) {
 		p.log.Info("reconcile: removed leftover slot", "slot", i, "objects", names)
 		removed = append(removed, names...)
 	}
+	// Indices held back at start whose objects have gone since are free.
+	p.mu.Lock()
+	for i := range p.foreign {
+		if _, ok := found[i]; !ok && len(p.existing(i)) == 0 {
+			delete(p.foreign, i)
+			p.log.Info("reconcile: slot of a previous run is gone", "slot", i)
+		}
+	}
+	p.notify()
+	p.mu.Unlock()
 	p.wakeWarmer()
 	return removed, errors.Join(errs...)
 }
