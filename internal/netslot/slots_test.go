@@ -698,3 +698,20 @@ func TestConcurrentAcquireRelease(t *testing.T) {
 		}
 	}
 }
+
+func TestReconcileFreesIndicesWhoseLeftoversVanished(t *testing.T) {
+	needRoot(t)
+	prefix := testPrefix()
+	name := slotNetnsName(prefix, 1)
+	run(t, "ip", "netns", "add", name)
+	p := newTestPool(t, Config{Prefix: prefix, Size: 2, Warm: -1})
+	run(t, "ip", "netns", "del", name) // someone else cleaned it up
+	if _, err := p.Reconcile(nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := p.Acquire(context.Background()); err != nil {
+			t.Fatalf("slot 1 still held back: %v", err)
+		}
+	}
+}
