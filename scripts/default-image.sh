@@ -11,13 +11,15 @@
 # and file ownership). Downloaded .debs are kept in $CUBE_CACHE_DIR so a
 # rebuild does not fetch them again.
 #
-# Measured on a 2-core VM: about 3 minutes from a cold cache.
+# Measured on a 2-core VM: 97 s with empty caches (156 MB of .debs), 79 s
+# with warm ones; the result is a 600 MB rootfs in a 222 MB archive.
 #
 # Environment:
 #   DEBIAN_MIRROR       default http://deb.debian.org/debian
 #   CUBE_CACHE_DIR      default /var/cache/cube
 #   SANDBOX_NAMESERVER  resolver written to the image's /etc/resolv.conf
-#   GZIP_LAYER=1        gzip the layer (smaller file, slower build and unpack)
+#   GZIP_LAYER=0        store the layer uncompressed (about 2.5 times bigger,
+#                       no gzip on build or unpack); default 1
 set -euo pipefail
 
 # The resolver sandboxes use. It must answer or fail fast: an unreachable
@@ -87,12 +89,26 @@ if [[ ! -x "$rootfs/usr/bin/apt-get" || ! -f "$rootfs/var/lib/dpkg/status" || -d
 fi
 
 step 2 "apt-get install $PY_PACKAGES"
+# Leave out documentation and translations, as Debian's slim images do
+# (copyright files stay); about 60 MB.
+cat >"$rootfs/etc/dpkg/dpkg.cfg.d/cube-slim" <<'EOF'
+path-exclude=/usr/share/doc/*
+path-include=/usr/share/doc/*/copyright
+path-exclude=/usr/share/man/*
+path-exclude=/usr/share/info/*
+path-exclude=/usr/share/locale/*
+path-include=/usr/share/locale/locale.alias
+path-exclude=/usr/share/lintian/*
+EOF
+find "$rootfs/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+find "$rootfs/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
+rm -rf "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/lintian/*
 in_root() { chroot "$rootfs" /usr/bin/env -i PATH="$IMAGE_PATH" DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 "$@"; }
 # Reuse .debs from earlier builds: copied in, new ones copied back out.
 find "$CACHE_DIR/apt" -maxdepth 1 -name '*.deb' -exec cp -n -t "$rootfs/var/cache/apt/archives/" {} +
 in_root apt-get update -qq
 in_root apt-get install -y -qq --no-install-recommends $PY_PACKAGES 2>&1 |
-	grep -E --line-buffered '^(Unpacking|Setting up|E:|W:)' | awk '{ print "  " $0; fflush() }' || true
+	grep -E --line-buffered '^(Unpacking|Setting up|E:|W:)' | grep -v --line-buffered 'Can not write log' | awk '{ print "  " $0; fflush() }' || true
 find "$rootfs/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -n -t "$CACHE_DIR/apt/" {} +
 for p in $PY_PACKAGES; do
 	if ! in_root dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -121,7 +137,7 @@ rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var
 step 4 "packing the image (go run ./tools/mkimage)"
 mk_args=(-rootfs "$rootfs" -out "$work/image.tar" -tag latest -workdir /home/user
 	-env "PATH=$IMAGE_PATH" -env LANG=C.UTF-8 -expose 49983 -expose 49999)
-if [[ "${GZIP_LAYER:-0}" == 1 ]]; then mk_args+=(-gzip); fi
+if [[ "${GZIP_LAYER:-1}" == 1 ]]; then mk_args+=(-gzip); fi
 (cd "$repo" && GOFLAGS=-mod=mod ${GO:-go} run ./tools/mkimage "${mk_args[@]}")
 
 step 5 "installing $OUT"
