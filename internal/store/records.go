@@ -75,7 +75,11 @@ type Template struct {
 	CreatedAt time.Time      `json:"createdAt"`
 	UpdatedAt time.Time      `json:"updatedAt"`
 
-	Image      string `json:"image,omitempty"`
+	Image string `json:"image,omitempty"`
+	// ImageDigest is the image ID (config digest) the rootfs was unpacked from.
+	ImageDigest string `json:"imageDigest,omitempty"`
+	// BuildJob is the job that built the template from its image.
+	BuildJob   string `json:"buildJob,omitempty"`
 	Rootfs     string `json:"rootfs"`     // read-only rootfs directory
 	Envd       string `json:"envd"`       // host path of the cube-envd binary the snapshot was taken with
 	Checkpoint string `json:"checkpoint"` // checkpoint image directory

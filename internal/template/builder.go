@@ -1,0 +1,339 @@
+// Package template builds templates from OCI images: pull the image, unpack
+// it into a content-addressed read-only rootfs, boot it under gVisor, wait
+// for its probe to answer, and checkpoint it. That checkpoint is the
+// template; sandboxes are restores of it.
+//
+// Every build is a job. The job and its template are recorded in the store
+// before anything else happens and updated at each phase, so clients can
+// follow a build and a server restart finds every build it interrupted.
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"cube/internal/api"
+	"cube/internal/id"
+	"cube/internal/node"
+	"cube/internal/oci"
+	"cube/internal/store"
+)
+
+// Defaults for what a build request leaves out.
+const (
+	// DefaultProbePort is envd's port; its GET /health answers 204 as soon
+	// as the agent runs. Templates that must be warm before their snapshot
+	// (the code interpreter on 49999) name their own probe port.
+	DefaultProbePort    = node.EnvdPort
+	DefaultProbePath    = "/health"
+	DefaultCPUCount     = 2
+	DefaultMemoryMB     = 512
+	DefaultDiskSizeMB   = 1024
+	DefaultProbeTimeout = 60 * time.Second
+	DefaultConcurrency  = 2
+)
+
+// RestartReason is the error of a build that a server restart interrupted.
+const RestartReason = "interrupted by a server restart; create the template again"
+
+// ShutdownReason is the error of a build that a server shutdown stopped.
+const ShutdownReason = "interrupted by a server shutdown; create the template again"
+
+// Snapshotter boots a template from its rootfs, waits for probe and
+// checkpoints it; *node.Node is one. On failure it leaves no checkpoint.
+type Snapshotter interface {
+	BuildSnapshot(ctx context.Context, tpl *store.Template, probe func(ctx context.Context, addr netip.Addr) error, phase func(node.Phase)) error
+}
+
+// Config configures a Builder. DataDir, Store and Snapshotter are required.
+type Config struct {
+	// DataDir holds images/ (the blob cache), rootfs/ and templates/.
+	DataDir     string
+	Store       *store.Store
+	Snapshotter Snapshotter
+	Logger      *slog.Logger
+	// ProbeTimeout bounds the wait for the probe's first 2xx answer;
+	// default DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// Concurrency bounds the builds that run at once; the others wait in
+	// PULLING at 0 %. Default DefaultConcurrency.
+	Concurrency int
+}
+
+// Builder runs template builds. It implements api.TemplateBuilder.
+type Builder struct {
+	cfg Config
+	log *slog.Logger
+	st  *store.Store
+	sem chan struct{}
+
+	// mu serialises the claims of template IDs and aliases.
+	mu     sync.Mutex
+	closed bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ api.TemplateBuilder = (*Builder)(nil)
+
+// New returns a Builder. Call Recover before the first build.
+func New(cfg Config) (*Builder, error) {
+	if cfg.DataDir == "" || cfg.Store == nil || cfg.Snapshotter == nil {
+		return nil, errors.New("template: DataDir, Store and Snapshotter are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = DefaultProbeTimeout
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	for _, d := range []string{"images", "rootfs", "templates"} {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Builder{
+		cfg: cfg, log: cfg.Logger, st: cfg.Store,
+		sem: make(chan struct{}, cfg.Concurrency),
+		ctx: ctx, cancel: cancel,
+	}, nil
+}
+
+// Close stops running builds (they end FAILED with ShutdownReason) and
+// waits for them.
+func (b *Builder) Close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+}
+
+// Recover settles what an earlier server process left: every job that had
+// not finished is marked FAILED with RestartReason, so is its template,
+// and half-written checkpoints and unpacks are removed. Call it at start,
+// before the first build.
+func (b *Builder) Recover(ctx context.Context) error {
+	jobs, err := b.st.Jobs().List(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	for _, j := range jobs {
+		if j.Phase == store.PhaseReady || j.Phase == store.PhaseFailed {
+			continue
+		}
+		b.log.Warn("template build interrupted by a restart", "job", j.ID, "template", j.TemplateID, "phase", j.Phase)
+		j.Phase, j.Error, j.UpdatedAt = store.PhaseFailed, RestartReason, now
+		if err := b.st.Jobs().Put(ctx, j); err != nil {
+			return err
+		}
+	}
+	tpls, err := b.st.Templates().List(ctx, string(store.TemplateBuilding))
+	if err != nil {
+		return err
+	}
+	for _, t := range tpls {
+		if strings.HasPrefix(t.ID, "snap-") {
+			continue // snapshots are the node's to reconcile
+		}
+		t.Status, t.Error, t.UpdatedAt = store.TemplateFailed, RestartReason, now
+		if err := b.st.Templates().Put(ctx, t); err != nil {
+			return err
+		}
+		b.removeTemplateDir(t.ID)
+	}
+	return oci.Sweep(filepath.Join(b.cfg.DataDir, "rootfs"))
+}
+
+// removeTemplateDir removes what a failed build of id may have left.
+// Builds only run for IDs without a ready template, so nothing in the
+// directory is in use.
+func (b *Builder) removeTemplateDir(tplID string) {
+	if !id.ValidName(tplID) {
+		return
+	}
+	if err := os.RemoveAll(filepath.Join(b.cfg.DataDir, "templates", tplID)); err != nil {
+		b.log.Warn("remove template directory", "template", tplID, "err", err)
+	}
+}
+
+// BuildTemplate implements api.TemplateBuilder. The template ID and aliases
+// must be free: a building or ready template with the same ID, or any
+// other template holding one of the names, is a 409. A failed template of
+// the same ID is replaced, and failed templates give up aliases the new
+// build claims.
+func (b *Builder) BuildTemplate(ctx context.Context, req api.BuildRequest) (*api.BuildJob, error) {
+	src, err := oci.ParseSource(req.Image)
+	if err != nil {
+		return nil, api.Errorf(http.StatusBadRequest, "%v", err)
+	}
+	if req.TemplateID != "" && !id.ValidName(req.TemplateID) {
+		return nil, api.Errorf(http.StatusBadRequest, "invalid template ID %q", req.TemplateID)
+	}
+	for _, a := range req.Aliases {
+		if !id.ValidName(a) {
+			return nil, api.Errorf(http.StatusBadRequest, "invalid alias %q", a)
+		}
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, api.Errorf(http.StatusServiceUnavailable, "the server is shutting down")
+	}
+	all, err := b.st.Templates().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tplID := req.TemplateID
+	if tplID == "" {
+		tplID = id.New("", 20)
+	}
+	var release []*store.Template // failed templates giving up aliases
+	for _, t := range all {
+		if t.ID == tplID {
+			if t.Status != store.TemplateFailed {
+				return nil, api.Errorf(http.StatusConflict, "template %q already exists (%s): delete it first with `cubemastercli tpl delete --template-id %s`", tplID, t.Status, tplID)
+			}
+			continue
+		}
+		if t.Status == store.TemplateFailed {
+			if slices.ContainsFunc(t.Aliases, func(a string) bool { return slices.Contains(req.Aliases, a) || a == tplID }) {
+				release = append(release, t)
+			}
+			continue
+		}
+		if slices.Contains(t.Aliases, tplID) {
+			return nil, api.Errorf(http.StatusConflict, "template ID %q is an alias of template %s", tplID, t.ID)
+		}
+		for _, a := range req.Aliases {
+			if a == t.ID || slices.Contains(t.Aliases, a) {
+				return nil, api.Errorf(http.StatusConflict, "alias %q is taken by template %s", a, t.ID)
+			}
+		}
+	}
+	for _, t := range release {
+		t.Aliases = slices.DeleteFunc(t.Aliases, func(a string) bool { return slices.Contains(req.Aliases, a) || a == tplID })
+		if err := b.st.Templates().Put(ctx, t); err != nil {
+			return nil, err
+		}
+	}
+
+	now := time.Now().UTC()
+	job := &store.Job{ID: id.New("", 20), TemplateID: tplID, Phase: store.PhasePulling, CreatedAt: now, UpdatedAt: now}
+	tpl := &store.Template{
+		ID: tplID, Aliases: slices.Clone(req.Aliases), Status: store.TemplateBuilding,
+		CreatedAt: now, UpdatedAt: now, Image: strings.TrimSpace(req.Image), BuildJob: job.ID,
+		CPUCount: or(req.CPUCount, DefaultCPUCount), MemoryMB: or(req.MemoryMB, DefaultMemoryMB),
+		DiskSizeMB: or(req.DiskSizeMB, DefaultDiskSizeMB), ExposedPorts: slices.Clone(req.ExposedPorts),
+		ProbePort: or(req.ProbePort, DefaultProbePort), ProbePath: req.ProbePath,
+	}
+	if tpl.ProbePath == "" {
+		tpl.ProbePath = DefaultProbePath
+	}
+	if err := b.st.Jobs().Put(ctx, job); err != nil {
+		return nil, err
+	}
+	if err := b.st.Templates().Put(ctx, tpl); err != nil {
+		b.st.Jobs().Delete(context.Background(), job.ID)
+		return nil, err
+	}
+	b.log.Info("template build started", "job", job.ID, "template", tplID, "image", tpl.Image)
+	view := jobView(job) // before the build goroutine owns job
+	b.wg.Add(1)
+	go b.run(job, tpl, src, req)
+	return view, nil
+}
+
+func or(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// BuildJob implements api.TemplateBuilder.
+func (b *Builder) BuildJob(ctx context.Context, jobID string) (*api.BuildJob, error) {
+	j, err := b.st.Jobs().Get(ctx, jobID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, api.Errorf(http.StatusNotFound, "build job %q not found", jobID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return jobView(j), nil
+}
+
+// TemplateDetails implements api.TemplateBuilder.
+func (b *Builder) TemplateDetails(ctx context.Context) (map[string]api.TemplateDetail, error) {
+	all, err := b.st.Templates().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]api.TemplateDetail, len(all))
+	for _, t := range all {
+		out[t.ID] = api.TemplateDetail{
+			Status: string(t.Status), Error: t.Error, Image: t.Image, ImageDigest: t.ImageDigest,
+			SizeBytes: t.SizeBytes, ExposedPorts: t.ExposedPorts, ProbePort: t.ProbePort,
+			ProbePath: t.ProbePath, StartCmd: t.StartCmd, Cwd: t.Cwd, User: t.User, JobID: t.BuildJob,
+		}
+	}
+	return out, nil
+}
+
+func jobView(j *store.Job) *api.BuildJob {
+	return &api.BuildJob{ID: j.ID, TemplateID: j.TemplateID, Phase: string(j.Phase), Progress: j.Progress,
+		Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
+}
+
+// startCommand is the image's ENTRYPOINT and CMD with the request's
+// overrides, the way `docker run --entrypoint CMD IMAGE ARGS...` reads.
+func startCommand(cfg oci.ImageConfig, cmd, args []string) []string {
+	entry, rest := cfg.Entrypoint, cfg.Cmd
+	if len(cmd) > 0 {
+		entry, rest = cmd, nil
+	}
+	if len(args) > 0 {
+		rest = args
+	}
+	return append(slices.Clone(entry), rest...)
+}
+
+// mergeEnv returns the image's KEY=VALUE list with overrides applied:
+// existing keys are replaced in place, new ones appended in name order.
+func mergeEnv(image []string, over map[string]string) []string {
+	out := slices.Clone(image)
+	keys := make([]string, 0, len(over))
+	for k := range over {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		kv := k + "=" + over[k]
+		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") || e == k })
+		if i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

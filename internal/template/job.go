@@ -1,0 +1,215 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"cube/internal/api"
+	"cube/internal/node"
+	"cube/internal/oci"
+	"cube/internal/store"
+)
+
+// Each phase owns a slice of the job's percentage. Pulling and unpacking
+// report bytes; the gVisor phases are steps.
+var phaseRange = map[store.JobPhase][2]int{
+	store.PhasePulling:      {0, 40},
+	store.PhaseUnpacking:    {40, 70},
+	store.PhaseBooting:      {70, 75},
+	store.PhaseProbing:      {75, 90},
+	store.PhaseSnapshotting: {90, 99},
+	store.PhaseReady:        {100, 100},
+}
+
+// tracker writes a job's phase and progress to the store. Progress within
+// a phase is written when the percentage changes, at most a few times a
+// second, so a fast download does not turn into a write per block.
+type tracker struct {
+	b       *Builder
+	job     *store.Job
+	written time.Time
+}
+
+func (t *tracker) phase(p store.JobPhase) {
+	t.job.Phase = p
+	t.job.Progress = phaseRange[p][0]
+	t.save()
+}
+
+func (t *tracker) progress(done, total int64) {
+	r := phaseRange[t.job.Phase]
+	pct := r[0]
+	if total > 0 {
+		pct = r[0] + int(int64(r[1]-r[0])*min(done, total)/total)
+	}
+	if pct == t.job.Progress || (done < total && time.Since(t.written) < 200*time.Millisecond) {
+		return
+	}
+	t.job.Progress = pct
+	t.save()
+}
+
+func (t *tracker) save() {
+	t.job.UpdatedAt = time.Now().UTC()
+	t.written = time.Now()
+	if err := t.b.st.Jobs().Put(context.Background(), t.job); err != nil {
+		t.b.log.Warn("record build progress", "job", t.job.ID, "err", err)
+	}
+}
+
+// run builds tpl in the background and records the outcome.
+func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req api.BuildRequest) {
+	defer b.wg.Done()
+	t := &tracker{b: b, job: job}
+	err := b.build(b.ctx, t, tpl, src, req)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	if err == nil {
+		tpl.Status, tpl.Error, tpl.UpdatedAt = store.TemplateReady, "", now
+		if err = b.st.Templates().Put(ctx, tpl); err == nil {
+			t.phase(store.PhaseReady)
+			b.log.Info("template ready", "job", job.ID, "template", tpl.ID, "took", now.Sub(job.CreatedAt).Round(time.Millisecond), "bytes", tpl.SizeBytes)
+			return
+		}
+	}
+	reason := err.Error()
+	if b.ctx.Err() != nil {
+		reason = ShutdownReason
+	}
+	b.removeTemplateDir(tpl.ID)
+	tpl.Status, tpl.Error, tpl.UpdatedAt = store.TemplateFailed, reason, now
+	tpl.Checkpoint, tpl.SizeBytes = "", 0
+	if err := b.st.Templates().Put(ctx, tpl); err != nil {
+		b.log.Warn("record failed template", "template", tpl.ID, "err", err)
+	}
+	job.Error = reason
+	t.phase(store.PhaseFailed)
+	b.log.Warn("template build failed", "job", job.ID, "template", tpl.ID, "reason", reason)
+}
+
+func (b *Builder) build(ctx context.Context, t *tracker, tpl *store.Template, src oci.Source, req api.BuildRequest) error {
+	select {
+	case b.sem <- struct{}{}:
+		defer func() { <-b.sem }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+
+	img, err := oci.Open(ctx, src, oci.PullOptions{
+		Username: req.RegistryUsername, Password: req.RegistryPassword, Insecure: req.InsecureRegistry,
+		CacheDir: filepath.Join(b.cfg.DataDir, "images"),
+	})
+	if err != nil {
+		return pullError(src, err)
+	}
+	if err := oci.Fetch(ctx, img, t.progress); err != nil {
+		return pullError(src, err)
+	}
+
+	t.phase(store.PhaseUnpacking)
+	rf, err := oci.Unpack(ctx, img, filepath.Join(b.cfg.DataDir, "rootfs"), t.progress)
+	if err != nil {
+		return unpackError(src, err)
+	}
+	tpl.Rootfs = rf.Dir
+	tpl.ImageDigest = rf.Digest.String()
+	tpl.StartCmd = startCommand(rf.Config, req.Cmd, req.Args)
+	tpl.Env = mergeEnv(rf.Config.Env, req.Env)
+	tpl.Cwd = rf.Config.WorkingDir
+	if req.Cwd != "" {
+		tpl.Cwd = req.Cwd
+	}
+	tpl.User = rf.Config.User
+	if req.User != "" {
+		tpl.User = req.User
+	}
+	if len(tpl.ExposedPorts) == 0 {
+		tpl.ExposedPorts = rf.Config.ExposedPorts
+	}
+	tpl.UpdatedAt = time.Now().UTC()
+	if err := b.st.Templates().Put(ctx, tpl); err != nil {
+		return err
+	}
+
+	phases := map[node.Phase]store.JobPhase{
+		node.PhaseBooting: store.PhaseBooting, node.PhaseProbing: store.PhaseProbing,
+		node.PhaseSnapshotting: store.PhaseSnapshotting,
+	}
+	probe := Probe(tpl.ProbePort, tpl.ProbePath, b.cfg.ProbeTimeout)
+	return b.cfg.Snapshotter.BuildSnapshot(ctx, tpl, probe, func(p node.Phase) {
+		if jp, ok := phases[p]; ok {
+			t.phase(jp)
+		}
+	})
+}
+
+// pullError says what to fix when an image cannot be read.
+func pullError(src oci.Source, err error) error {
+	switch {
+	case errors.Is(err, oci.ErrUnreachable):
+		return fmt.Errorf("pull %s: %w (check the registry address and that it is running; use --insecure-registry for a plain-HTTP registry)", src, err)
+	case errors.Is(err, oci.ErrCorrupt):
+		return fmt.Errorf("pull %s: %w (the image's content does not match its digests: push or save it again)", src, err)
+	case errors.Is(err, oci.ErrNotFound), errors.Is(err, oci.ErrUnauthorized):
+		return fmt.Errorf("pull %s: %w", src, err)
+	}
+	return fmt.Errorf("pull %s: %w", src, err)
+}
+
+func unpackError(src oci.Source, err error) error {
+	switch {
+	case errors.Is(err, oci.ErrCorrupt):
+		return fmt.Errorf("unpack %s: %w (the image's layers do not match their digests: push or save the image again)", src, err)
+	case errors.Is(err, oci.ErrUnsafeLayer):
+		return fmt.Errorf("unpack %s: %w (the image has a layer entry that escapes the root filesystem; rebuild it)", src, err)
+	}
+	return fmt.Errorf("unpack %s: %w", src, err)
+}
+
+// Probe returns the readiness check of a build: HTTP GET
+// http://<addr>:<port><path> until it answers 2xx, for at most timeout.
+// Its error names the URL and the last answer or failure seen.
+func Probe(port int, path string, timeout time.Duration) func(ctx context.Context, addr netip.Addr) error {
+	return func(ctx context.Context, addr netip.Addr) error {
+		url := "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(port)) + path
+		// Never through a proxy: the address is a local network slot.
+		client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+		deadline := time.Now().Add(timeout)
+		var last error
+		for attempt := 0; ; attempt++ {
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			r, _ := http.NewRequestWithContext(actx, http.MethodGet, url, nil)
+			resp, err := client.Do(r)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode/100 == 2 {
+					cancel()
+					return nil
+				}
+				last = fmt.Errorf("answered %s", resp.Status)
+			} else {
+				last = err
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !time.Now().Before(deadline) {
+				return fmt.Errorf("probe: GET %s got no 2xx answer within %s (last: %v): check that the start command serves HTTP on port %d (--probe) and answers 2xx on %s (--probe-path)", url, timeout, last, port, path)
+			}
+			wait := min(time.Duration(50<<min(attempt, 4))*time.Millisecond, 500*time.Millisecond, time.Until(deadline))
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(max(wait, 0)):
+			}
+		}
+	}
+}
