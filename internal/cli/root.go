@@ -25,6 +25,6 @@ func Root() *cobra.Command {
 			fmt.Fprintln(cmd.OutOrStdout(), "cubemastercli", version.Version)
 		},
 	})
-	root.AddCommand(newListCmd(), newInfoCmd(), newRmCmd())
+	root.AddCommand(newListCmd(), newInfoCmd(), newRmCmd(), newTplCmd())
 	return root
 }
