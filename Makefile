@@ -44,6 +44,23 @@ deps:
 run: deps build
 	./bin/cube-server --data-dir $(DATA_DIR)
 
+## template: build the default image offline from Debian packages and
+## register it on the running server (CUBE_API_URL, default
+## http://127.0.0.1:3000) as template code-interpreter with aliases base and
+## code-interpreter-v1, then wait for READY. Does nothing when a ready
+## template answers to the alias base.
+DEFAULT_IMAGE ?= /var/cache/cube/default-image.tar
+template: bin/cubemastercli
+	@cli="./bin/cubemastercli"; \
+	$$cli tpl list --data-dir $(DATA_DIR) >/dev/null || { echo "template: no Cube server answers at $${CUBE_API_URL:-http://127.0.0.1:3000}; start one with make run" >&2; exit 1; }; \
+	if $$cli tpl info --template-id base --data-dir $(DATA_DIR) 2>/dev/null | grep -q '"status": "ready"'; then \
+		echo "template: the default template (alias base) is ready"; exit 0; \
+	fi; \
+	./scripts/default-image.sh $(DEFAULT_IMAGE) && \
+	$$cli tpl create-from-image --data-dir $(DATA_DIR) --image oci-archive:$(DEFAULT_IMAGE) \
+		--template-id code-interpreter --alias base --alias code-interpreter-v1 \
+		--expose-port 49983 --expose-port 49999 --probe 49999 --writable-layer-size 1G --wait
+
 ## test: the whole suite (unit, gVisor integration, crash, e2e).
 test: deps build
 	./scripts/test.sh
