@@ -170,6 +170,9 @@ func (s *Server) routes() []route {
 
 var probeMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
 
+// Proxy is the sandbox proxy mounted on this server.
+func (s *Server) Proxy() *proxy.Proxy { return s.proxy }
+
 // ServeHTTP dispatches between the proxy and the API, and records every
 // request in the access log and metrics.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {

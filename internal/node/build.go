@@ -42,7 +42,7 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 	if err != nil {
 		return fmt.Errorf("network slot: %w", err)
 	}
-	defer n.slots.Release(slot)
+	defer n.release(slot)
 	cid := "build-" + tpl.ID + "-" + id.New("", 6)
 	sb, err := n.rt.Boot(ctx, Spec(tpl, cid, slot.NetNS))
 	if err != nil {

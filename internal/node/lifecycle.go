@@ -120,7 +120,7 @@ func (n *Node) pause(ctx context.Context, rec *store.Sandbox) error {
 	n.mu.Lock()
 	delete(n.live, rec.ID)
 	n.mu.Unlock()
-	if err := n.slots.Release(l.slot); err != nil {
+	if err := n.release(l.slot); err != nil {
 		n.log.Warn("release network slot", "sandbox", rec.ID, "err", err)
 	}
 	rec.State = store.Paused

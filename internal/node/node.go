@@ -59,6 +59,10 @@ type Config struct {
 	EnvdVersion string
 	// Domain is reported to SDKs for host-based routing.
 	Domain string
+	// OnRelease is called after a sandbox's network slot was released, so
+	// whoever keeps connections to sandbox addresses can drop them (the
+	// address goes to the next sandbox).
+	OnRelease func()
 }
 
 // Node owns the sandboxes of this host.
@@ -172,6 +176,15 @@ func (n *Node) lock(id string) func() {
 	n.mu.Unlock()
 	l.Lock()
 	return l.Unlock
+}
+
+// release returns a network slot to the pool and tells OnRelease.
+func (n *Node) release(s *netslot.Slot) error {
+	err := n.slots.Release(s)
+	if n.cfg.OnRelease != nil {
+		n.cfg.OnRelease()
+	}
+	return err
 }
 
 // Close stops background work. Running sandboxes keep running and are

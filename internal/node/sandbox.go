@@ -128,7 +128,7 @@ func (n *Node) start(ctx context.Context, rec *store.Sandbox, tpl *store.Templat
 	if err != nil {
 		return fmt.Errorf("network slot: %w", err)
 	}
-	c.Add(func() { n.slots.Release(slot) })
+	c.Add(func() { n.release(slot) })
 	rec.Slot, rec.HostAddr = slot.Index, slot.HostAddr.String()
 	rec.ContainerID = containerID(rec.ID)
 	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
@@ -310,7 +310,7 @@ func (n *Node) destroy(ctx context.Context, rec *store.Sandbox, why string) erro
 		if err := l.sb.Kill(context.Background()); err != nil {
 			n.log.Warn("kill sandbox", "sandbox", rec.ID, "err", err)
 		}
-		if err := n.slots.Release(l.slot); err != nil {
+		if err := n.release(l.slot); err != nil {
 			n.log.Warn("release network slot", "sandbox", rec.ID, "slot", l.slot.Index, "err", err)
 		}
 	} else if rec.ContainerID != "" {

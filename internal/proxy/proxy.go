@@ -134,8 +134,14 @@ type Proxy struct {
 	cfg      Config
 	resolver Resolver
 	rp       *httputil.ReverseProxy
+	tr       *http.Transport
 	log      *slog.Logger
 }
+
+// Forget drops idle upstream connections. The node calls it when a
+// sandbox goes away: its network slot, and so its address, is handed to
+// the next sandbox, and a kept-alive connection to the old one would hang.
+func (p *Proxy) Forget() { p.tr.CloseIdleConnections() }
 
 type ctxKey struct{}
 
@@ -165,6 +171,7 @@ func New(cfg Config, r Resolver) *Proxy {
 		DisableCompression:    true,
 		ExpectContinueTimeout: time.Second,
 	}
+	p.tr = transport
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
 		Transport: transport,

@@ -1,0 +1,50 @@
+// Command cube-server is the Cube daemon: the E2B-compatible control
+// plane, the sandbox proxy and the node that runs gVisor sandboxes.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"cube/internal/server"
+	"cube/internal/version"
+)
+
+func main() {
+	var o server.Options
+	flag.StringVar(&o.Listen, "listen", "127.0.0.1:3000", "address of the API and sandbox proxy")
+	flag.StringVar(&o.DataDir, "data-dir", "/var/lib/cube", "state, images, templates and snapshots")
+	flag.StringVar(&o.Domain, "domain", "", "sandbox domain for <port>-<id>.<domain> routing")
+	flag.StringVar(&o.Runsc, "runsc", "", "runsc binary (default: beside cube-server)")
+	flag.StringVar(&o.Envd, "cube-envd", "", "cube-envd binary (default: beside cube-server)")
+	flag.IntVar(&o.MaxSandboxes, "max-sandboxes", 200, "most sandboxes (running and paused) at once")
+	flag.DurationVar(&o.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a request may ask for")
+	flag.IntVar(&o.Slots, "slots", 0, "network slots (default: the netslot default)")
+	flag.StringVar(&o.SlotPrefix, "slot-prefix", "cube", "name prefix of network namespaces and links")
+	flag.StringVar(&o.HostCIDR, "host-cidr", "", "host-side address range of network slots")
+	flag.Float64Var(&o.RateLimit, "rate-limit", 0, "API requests per second per key (0 = unlimited)")
+	flag.BoolVar(&o.Debug, "debug", false, "debug logs, including runsc's")
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	if *showVersion {
+		fmt.Println("cube-server", version.Version)
+		return
+	}
+	level := slog.LevelInfo
+	if o.Debug {
+		level = slog.LevelDebug
+	}
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := server.Run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "cube-server:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,163 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"cube/internal/store"
+)
+
+// Reconcile makes the host and the store agree after a start, in
+// particular after a crash. Each sandbox record whose container and slot
+// are still alive is re-adopted; a sandbox caught half-way through an
+// operation is finished or rolled back; every runsc container, network
+// slot and directory that no record accounts for is removed. Each decision
+// is logged.
+func (n *Node) Reconcile(ctx context.Context) error {
+	containers, err := n.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	running := map[string]bool{}
+	for _, c := range containers {
+		running[c] = true
+	}
+	recs, err := n.store.Sandboxes().List(ctx)
+	if err != nil {
+		return err
+	}
+	keepContainer := map[string]bool{}
+	slotsInUse := map[int]bool{}
+	keepDir := map[string]bool{}
+	for _, rec := range recs {
+		switch rec.State {
+		case store.Running:
+			if n.adopt(ctx, rec, running[rec.ContainerID]) {
+				keepContainer[rec.ContainerID] = true
+				slotsInUse[rec.Slot] = true
+				keepDir[rec.ID] = true
+				continue
+			}
+			n.log.Warn("reconcile: sandbox lost its container; removing", "sandbox", rec.ID, "container", rec.ContainerID)
+			n.forget(ctx, rec)
+		case store.Paused:
+			if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err == nil {
+				n.log.Info("reconcile: keeping paused sandbox", "sandbox", rec.ID)
+				keepDir[rec.ID] = true
+				continue
+			}
+			n.log.Warn("reconcile: paused sandbox lost its image; removing", "sandbox", rec.ID)
+			n.forget(ctx, rec)
+		case store.Pausing:
+			// The checkpoint either completed (rename done) or not; a
+			// complete image wins, else the container if it still runs.
+			img := filepath.Join(n.sandboxDir(rec.ID), "pause")
+			if _, err := os.Stat(filepath.Join(img, "checkpoint.img")); err == nil {
+				rec.State, rec.PauseImage, rec.Slot, rec.HostAddr = store.Paused, img, -1, ""
+				n.store.Sandboxes().Put(ctx, rec)
+				n.log.Info("reconcile: finished interrupted pause", "sandbox", rec.ID)
+				keepDir[rec.ID] = true
+				continue
+			}
+			rec.State = store.Running
+			if n.adopt(ctx, rec, running[rec.ContainerID]) {
+				n.store.Sandboxes().Put(ctx, rec)
+				n.log.Info("reconcile: rolled back interrupted pause", "sandbox", rec.ID)
+				keepContainer[rec.ContainerID] = true
+				slotsInUse[rec.Slot] = true
+				keepDir[rec.ID] = true
+				continue
+			}
+			n.forget(ctx, rec)
+		case store.Resuming:
+			if rec.PauseImage != "" {
+				if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err == nil {
+					rec.State, rec.Slot, rec.HostAddr, rec.ContainerID = store.Paused, -1, "", ""
+					n.store.Sandboxes().Put(ctx, rec)
+					n.log.Info("reconcile: interrupted resume; sandbox stays paused", "sandbox", rec.ID)
+					keepDir[rec.ID] = true
+					continue
+				}
+			}
+			n.forget(ctx, rec)
+		default: // creating, killing: never finished, so never handed out
+			n.log.Info("reconcile: removing sandbox interrupted while "+string(rec.State), "sandbox", rec.ID)
+			n.forget(ctx, rec)
+		}
+	}
+	for _, c := range containers {
+		if !keepContainer[c] {
+			n.log.Info("reconcile: removing unknown container", "container", c)
+			if err := n.rt.Remove(ctx, c); err != nil {
+				n.log.Warn("reconcile: remove container", "container", c, "err", err)
+			}
+		}
+	}
+	removed, err := n.slots.Reconcile(slotsInUse)
+	for _, r := range removed {
+		n.log.Info("reconcile: removed leftover network object", "name", r)
+	}
+	if err != nil {
+		n.log.Warn("reconcile: network slots", "err", err)
+	}
+	n.sweepDirs(keepDir)
+	return nil
+}
+
+// adopt takes over a sandbox that survived the server: its container must
+// run and its slot must still be intact.
+func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool) bool {
+	if !alive || rec.Slot < 0 {
+		return false
+	}
+	sb, err := n.rt.Attach(ctx, rec.ContainerID)
+	if err != nil {
+		n.log.Warn("reconcile: attach", "sandbox", rec.ID, "err", err)
+		return false
+	}
+	slot, err := n.slots.Adopt(rec.Slot)
+	if err != nil {
+		n.log.Warn("reconcile: adopt slot", "sandbox", rec.ID, "slot", rec.Slot, "err", err)
+		return false
+	}
+	n.mu.Lock()
+	n.live[rec.ID] = &live{sb: sb, slot: slot}
+	n.mu.Unlock()
+	n.log.Info("reconcile: re-adopted running sandbox", "sandbox", rec.ID, "slot", rec.Slot)
+	return true
+}
+
+// forget removes a sandbox the host no longer holds (or holds only in
+// part): container, directory, record.
+func (n *Node) forget(ctx context.Context, rec *store.Sandbox) {
+	if rec.ContainerID != "" {
+		n.rt.Remove(ctx, rec.ContainerID)
+	}
+	os.RemoveAll(n.sandboxDir(rec.ID))
+	n.store.Sandboxes().Delete(ctx, rec.ID)
+	n.store.DeleteEvents(ctx, rec.ID)
+}
+
+// sweepDirs removes sandbox directories no record keeps and half-written
+// checkpoint directories anywhere under the data dir.
+func (n *Node) sweepDirs(keep map[string]bool) {
+	sbDir := filepath.Join(n.cfg.DataDir, "sandboxes")
+	entries, _ := os.ReadDir(sbDir)
+	for _, e := range entries {
+		if !keep[e.Name()] {
+			n.log.Info("reconcile: removing orphaned sandbox directory", "dir", e.Name())
+			os.RemoveAll(filepath.Join(sbDir, e.Name()))
+		}
+	}
+	for _, pattern := range []string{"templates/*/*.tmp", "sandboxes/*/*.tmp", "snapshots/*.tmp", "snapshots/*/*.tmp"} {
+		matches, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, pattern))
+		for _, m := range matches {
+			if strings.HasSuffix(m, ".tmp") {
+				n.log.Info("reconcile: removing half-written checkpoint", "dir", m)
+				os.RemoveAll(m)
+			}
+		}
+	}
+}

@@ -1,0 +1,180 @@
+// Package server assembles a single-node Cube: state store, gVisor
+// runtime, network slots, node and the HTTP control plane with its proxy.
+// cmd/cube-server only parses flags and calls Run.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"cube/internal/api"
+	"cube/internal/envd"
+	"cube/internal/netslot"
+	"cube/internal/node"
+	"cube/internal/runtime/gvisor"
+	"cube/internal/store"
+)
+
+// Options are cube-server's settings.
+type Options struct {
+	Listen       string
+	DataDir      string
+	Domain       string
+	Runsc        string // path of runsc; default: beside the executable
+	Envd         string // path of cube-envd; default: beside the executable
+	MaxSandboxes int
+	MaxTimeout   time.Duration
+	Slots        int
+	SlotPrefix   string
+	HostCIDR     string
+	RateLimit    float64
+	Debug        bool
+	Logger       *slog.Logger
+	// Ready, when set, receives the listening address once serving.
+	Ready func(addr string)
+}
+
+// Check reports, as one actionable line, why the server cannot start here:
+// no root, a data dir it cannot write, missing binaries. It creates
+// nothing it does not keep.
+func (o *Options) Check() error {
+	if os.Geteuid() != 0 {
+		return errors.New("cube-server needs root (it creates network namespaces and runs gVisor): run it as root, e.g. `sudo make run`")
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("cannot create data dir %s: %v: choose another with --data-dir", o.DataDir, err)
+	}
+	probe := filepath.Join(o.DataDir, ".write-test")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		return fmt.Errorf("data dir %s is not writable: %v: fix its permissions or choose another with --data-dir", o.DataDir, err)
+	}
+	os.Remove(probe)
+	exe, _ := os.Executable()
+	if o.Runsc == "" {
+		o.Runsc = filepath.Join(filepath.Dir(exe), "runsc")
+	}
+	if o.Envd == "" {
+		o.Envd = filepath.Join(filepath.Dir(exe), "cube-envd")
+	}
+	for _, b := range []string{o.Runsc, o.Envd} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("%s not found: build it with `make build` or point to it with --%s", b, filepath.Base(b))
+		}
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then shuts down cleanly. Running sandboxes
+// are left running and re-adopted by the next start.
+func Run(ctx context.Context, o Options) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := o.Check(); err != nil {
+		return err
+	}
+	st, err := store.Open(filepath.Join(o.DataDir, "state.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	key := os.Getenv("CUBE_API_KEY")
+	if key == "" {
+		k, created, err := api.EnsureAPIKey(filepath.Join(o.DataDir, "api-key"))
+		if err != nil {
+			return err
+		}
+		key = k
+		if created {
+			fmt.Fprintf(os.Stderr, "Generated API key (stored in %s):\n\n    %s\n\n", filepath.Join(o.DataDir, "api-key"), key)
+		}
+	}
+
+	rt, err := gvisor.New(gvisor.Config{
+		Runsc: o.Runsc, Root: filepath.Join(o.DataDir, "runsc"),
+		Bundles: filepath.Join(o.DataDir, "bundles"), Debug: o.Debug,
+	})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+
+	slotCfg := netslot.Config{Prefix: o.SlotPrefix, Size: o.Slots}
+	if o.HostCIDR != "" {
+		p, err := parsePrefix(o.HostCIDR)
+		if err != nil {
+			return err
+		}
+		slotCfg.HostCIDR = p
+	}
+	slots, err := netslot.NewPool(slotCfg)
+	if err != nil {
+		return fmt.Errorf("network slots: %w", err)
+	}
+	// The slot pool is not closed on exit: running sandboxes keep their
+	// slots and the next start re-adopts them.
+
+	// The proxy is built with the API server, after the node; the node
+	// reaches it through this indirection.
+	var forget func()
+	nd, err := node.New(node.Config{
+		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
+		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain,
+		OnRelease: func() {
+			if forget != nil {
+				forget()
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := nd.Reconcile(ctx); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	h, err := api.NewServer(api.Config{
+		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: o.Domain,
+		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit,
+	}, backend{nd})
+	if err != nil {
+		return err
+	}
+	forget = h.Proxy().Forget
+	nd.Start()
+	defer nd.Close()
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
+	}
+	srv := api.NewHTTPServer(o.Listen, h)
+	log.Info("cube-server listening", "addr", ln.Addr().String(), "data_dir", o.DataDir)
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		srv.Close()
+	}
+	return nil
+}
+
+// backend is the node as the control plane sees it.
+type backend struct{ *node.Node }
