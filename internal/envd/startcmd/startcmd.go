@@ -43,6 +43,10 @@ func Start(cfg Config, reaper *reap.Reaper, log *slog.Logger) (<-chan struct{}, 
 	dir := cfg.Dir
 	if dir == "" {
 		dir = u.Home
+		// Service accounts often name a home that does not exist.
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			dir = "/"
+		}
 	}
 	env := append([]string(nil), cfg.Env...)
 	// An explicit user brings its own identity; otherwise the template's
