@@ -19,6 +19,11 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 // access token, default user and working directory. It is open until a
 // token is set; after that only the current token may call it, which is how
 // a sandbox restored from another's snapshot receives its own token.
+//
+// Clones of one snapshot share all user-space state, so nothing envd hands
+// out may come from a generator seeded before the snapshot: ids and tokens
+// are read from the kernel (crypto/rand) at the moment they are made, and
+// there is nothing left for /init to reseed.
 func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Envd-Version", Version)
 	if !s.State.Authorized(r.Header.Get("X-Access-Token")) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,6 +32,10 @@ type proc struct {
 	stdin *os.File // pipe to stdin, or the pty master; nil once closed
 	isPTY bool
 	ptmx  *os.File
+
+	// exited is set once the kernel has released the pid, after which it
+	// may belong to an unrelated process and must not be signalled.
+	exited atomic.Bool
 
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
@@ -164,9 +169,9 @@ func (p *proc) drainNonBlocking(o *output, buf []byte) {
 
 // wait collects the exit status once the process is gone and all its output
 // has been forwarded, then publishes the end event.
-func (p *proc) wait(outputs []*output, onExit func()) {
+func (p *proc) wait(outputs []*output, onEnd func()) {
 	ws := p.child.Wait()
-	onExit()
+	p.exited.Store(true)
 	timer := time.NewTimer(drainGrace)
 	for _, o := range outputs {
 		select {
@@ -192,6 +197,7 @@ func (p *proc) wait(outputs []*output, onExit func()) {
 		p.ptmx.Close()
 	}
 	p.finish(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(ws)}})
+	onEnd()
 }
 
 func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
@@ -252,6 +258,9 @@ func (p *proc) closeInput() {
 // signal delivers sig to the process's group (it leads one: a session for a
 // terminal, a group otherwise), so helpers a shell started go with it.
 func (p *proc) signal(sig syscall.Signal) error {
+	if p.exited.Load() {
+		return nil // its end event is on its way
+	}
 	err := syscall.Kill(-int(p.pid), sig)
 	if err != nil {
 		err = syscall.Kill(int(p.pid), sig)

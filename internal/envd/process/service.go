@@ -75,7 +75,7 @@ func (s *Service) find(sel *pb.ProcessSelector) (*proc, error) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", v.Pid))
 	case *pb.ProcessSelector_Tag:
 		for _, p := range s.procs {
-			if p.tag != "" && p.tag == v.Tag {
+			if p.tag != "" && p.tag == v.Tag && !p.exited.Load() {
 				return p, nil
 			}
 		}
@@ -89,6 +89,9 @@ func (s *Service) List(ctx context.Context, req *connect.Request[pb.ListRequest]
 	s.mu.Lock()
 	out := &pb.ListResponse{}
 	for _, p := range s.procs {
+		if p.exited.Load() {
+			continue
+		}
 		info := &pb.ProcessInfo{Config: p.config, Pid: p.pid}
 		if p.tag != "" {
 			info.Tag = &p.tag

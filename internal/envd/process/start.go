@@ -213,7 +213,7 @@ func (s *Service) start(u *users.User, req *pb.StartRequest) (*proc, *subscriber
 		go p.read(o)
 	}
 	go p.wait(outputs, func() {
-		// Forget the pid as soon as it can be reused by the kernel.
+		// A process started later may already have the same pid.
 		s.mu.Lock()
 		if s.procs[p.pid] == p {
 			delete(s.procs, p.pid)
