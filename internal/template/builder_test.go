@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"cube/internal/api"
@@ -210,8 +211,9 @@ func TestCorruptLayer(t *testing.T) {
 	}
 }
 
-// pushed serves img from an in-process registry, behind handler wrappers.
-func pushed(t *testing.T, wrap func(http.Handler) http.Handler) (host string) {
+// pushed serves img as demo/app:v1 from an in-process registry, behind
+// a handler wrapper.
+func pushed(t *testing.T, img v1.Image, wrap func(http.Handler) http.Handler) (host string) {
 	t.Helper()
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(wrap(reg))
@@ -221,7 +223,7 @@ func pushed(t *testing.T, wrap func(http.Handler) http.Handler) (host string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(ref, testImage(t), remote.WithAuth(nil)); err != nil {
+	if err := remote.Write(ref, img); err != nil {
 		t.Fatal(err)
 	}
 	return host
@@ -230,7 +232,7 @@ func pushed(t *testing.T, wrap func(http.Handler) http.Handler) (host string) {
 func TestRegistryFailures(t *testing.T) {
 	f := newFixture(t)
 	var locked atomic.Bool
-	host := pushed(t, func(h http.Handler) http.Handler {
+	host := pushed(t, testImage(t), func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if locked.Load() {
 				if u, p, ok := r.BasicAuth(); !ok || u != "alice" || p != "secret" {
