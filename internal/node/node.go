@@ -242,3 +242,10 @@ func hasEnv(env []string, key string) bool {
 	}
 	return false
 }
+
+// Running is the number of sandboxes with a live container.
+func (n *Node) Running() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.live)
+}

@@ -3,111 +3,24 @@ package node_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"cube/internal/api"
 	"cube/internal/id"
-	"cube/internal/netslot"
 	"cube/internal/node"
-	"cube/internal/runtime/gvisor"
-	"cube/internal/store"
-	"cube/internal/testenv"
+	"cube/internal/nodetest"
 )
 
-// fixture is a node on real gVisor and real network slots, with a tiny
-// template whose rootfs holds nothing but directories: cube-envd is static
-// and serves files without anything else.
-type fixture struct {
-	n     *node.Node
-	st    *store.Store
-	slots *netslot.Pool
-	rt    *gvisor.Runtime
-	tpl   *store.Template
-	dir   string
-}
+type fixture struct{ *nodetest.Node }
 
 func newFixture(t *testing.T) *fixture {
-	testenv.RequireRoot(t)
-	runsc := testenv.Bin(t, "runsc")
-	envdBin := testenv.Bin(t, "cube-envd")
-	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, Root: filepath.Join(dir, "runsc"), Bundles: filepath.Join(dir, "bundles")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := "cn" + id.New("", 4)
-	cidr := netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", 240+rand.IntN(10), rand.IntN(256)))
-	slots, err := netslot.NewPool(netslot.Config{Prefix: prefix, Size: 8, HostCIDR: cidr, Warm: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.New(node.Config{DataDir: dir, Envd: envdBin, Runtime: rt, Slots: slots, Store: st,
-		Logger: slog.New(slog.NewTextHandler(testLog(), nil)), EnvdVersion: "0.6.4", MaxSandboxes: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Start()
-	f := &fixture{n: n, st: st, slots: slots, rt: rt, dir: dir}
-	t.Cleanup(func() {
-		n.Close()
-		ids, _ := rt.List(context.Background())
-		for _, id := range ids {
-			rt.Remove(context.Background(), id)
-		}
-		slots.Close()
-		rt.Close()
-		st.Close()
-	})
-	f.tpl = f.buildTemplate(t)
-	return f
-}
-
-func (f *fixture) buildTemplate(t *testing.T) *store.Template {
-	rootfs := filepath.Join(f.dir, "rootfs")
-	for _, d := range []string{"tmp", "etc", "home", "proc", "dev", "sys", "root"} {
-		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
-	}
-	os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777)
-	os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
-	os.WriteFile(filepath.Join(rootfs, "etc", "group"), []byte("root:x:0:\n"), 0o644)
-	tpl := &store.Template{ID: "tiny", Aliases: []string{"tiny-alias"}, Status: store.TemplateBuilding,
-		Rootfs: rootfs, DiskSizeMB: 64, MemoryMB: 512, CPUCount: 1, CreatedAt: time.Now()}
-	probe := func(ctx context.Context, addr netip.Addr) error {
-		for i := 0; i < 200; i++ {
-			resp, err := http.Get("http://" + addr.String() + ":49983/health")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 204 {
-					return nil
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return errors.New("envd never answered")
-	}
-	if err := f.n.BuildSnapshot(ctx(t), tpl, probe, nil); err != nil {
-		t.Fatal(err)
-	}
-	tpl.Status = store.TemplateReady
-	if err := f.st.Templates().Put(ctx(t), tpl); err != nil {
-		t.Fatal(err)
-	}
-	return tpl
+	n := nodetest.New(t, nodetest.Options{MaxSandboxes: 6})
+	n.TinyTemplate(t, "tiny", "tiny-alias")
+	return &fixture{n}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -118,7 +31,7 @@ func ctx(t *testing.T) context.Context {
 
 func (f *fixture) create(t *testing.T, tpl string, timeout time.Duration) *api.Sandbox {
 	t.Helper()
-	sb, err := f.n.CreateSandbox(ctx(t), api.CreateRequest{Template: tpl, Timeout: timeout, EnvVars: map[string]string{"GREETING": "hi"}})
+	sb, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: tpl, Timeout: timeout, EnvVars: map[string]string{"GREETING": "hi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +41,7 @@ func (f *fixture) create(t *testing.T, tpl string, timeout time.Duration) *api.S
 // envd sends a request to a sandbox's envd through the node's routing.
 func (f *fixture) envd(t *testing.T, sb *api.Sandbox, method, path string, body []byte, token string) (int, string) {
 	t.Helper()
-	target, err := f.n.Resolve(ctx(t), sb.ID, node.EnvdPort)
+	target, err := f.Resolve(ctx(t), sb.ID, node.EnvdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +51,7 @@ func (f *fixture) envd(t *testing.T, sb *api.Sandbox, method, path string, body 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/octet-stream")
 	}
-	resp, err := noKeepAlive.Do(req)
+	resp, err := nodetest.NoKeepAlive.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -175,23 +88,23 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Fatalf("envs: %d %s", code, body)
 	}
 
-	list, err := f.n.ListSandboxes(ctx(t), api.ListFilter{})
+	list, err := f.ListSandboxes(ctx(t), api.ListFilter{})
 	if err != nil || len(list) != 2 {
 		t.Fatalf("list = %v, %v", list, err)
 	}
-	m, err := f.n.SandboxMetrics(ctx(t), a.ID, time.Time{}, time.Time{})
+	m, err := f.SandboxMetrics(ctx(t), a.ID, time.Time{}, time.Time{})
 	if err != nil || len(m) != 1 || m[0].MemUsed == 0 || m[0].MemTotal != 512<<20 {
 		t.Fatalf("metrics = %+v, %v", m, err)
 	}
 
 	// Kill, twice.
-	if err := f.n.KillSandbox(ctx(t), a.ID); err != nil {
+	if err := f.KillSandbox(ctx(t), a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.n.KillSandbox(ctx(t), a.ID); api.StatusOf(err) != 404 {
+	if err := f.KillSandbox(ctx(t), a.ID); api.StatusOf(err) != 404 {
 		t.Fatalf("second kill: %v", err)
 	}
-	if _, err := f.n.GetSandbox(ctx(t), a.ID); api.StatusOf(err) != 404 {
+	if _, err := f.GetSandbox(ctx(t), a.ID); api.StatusOf(err) != 404 {
 		t.Fatalf("get after kill: %v", err)
 	}
 	// The freed slot is reused, clean, by the next sandbox.
@@ -199,7 +112,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if code, _ := f.envd(t, c, "GET", "/files?path=/tmp/note", nil, c.EnvdAccessToken); code != 404 {
 		t.Fatalf("new sandbox sees a killed sandbox's file: %d", code)
 	}
-	if _, err := f.n.CreateSandbox(ctx(t), api.CreateRequest{Template: "nope", Timeout: time.Minute}); api.StatusOf(err) != 404 || !strings.Contains(err.Error(), "nope") {
+	if _, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: "nope", Timeout: time.Minute}); api.StatusOf(err) != 404 || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("unknown template: %v", err)
 	}
 }
@@ -209,8 +122,8 @@ func TestTimeoutEndsSandbox(t *testing.T) {
 	sb := f.create(t, "tiny", time.Second)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := f.n.GetSandbox(ctx(t), sb.ID); api.StatusOf(err) == 404 {
-			if ids, _ := f.rt.List(ctx(t)); len(ids) != 0 {
+		if _, err := f.GetSandbox(ctx(t), sb.ID); api.StatusOf(err) == 404 {
+			if ids, _ := f.Runtime.List(ctx(t)); len(ids) != 0 {
 				t.Fatalf("containers left after timeout: %v", ids)
 			}
 			return
@@ -224,27 +137,27 @@ func TestPauseAndResumeKeepFiles(t *testing.T) {
 	f := newFixture(t)
 	sb := f.create(t, "tiny", time.Minute)
 	f.envd(t, sb, "POST", "/files?path=/tmp/kept", []byte("still here"), sb.EnvdAccessToken)
-	if err := f.n.PauseSandbox(ctx(t), sb.ID, true); err != nil {
+	if err := f.PauseSandbox(ctx(t), sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.n.PauseSandbox(ctx(t), sb.ID, true); api.StatusOf(err) != 409 {
+	if err := f.PauseSandbox(ctx(t), sb.ID, true); api.StatusOf(err) != 409 {
 		t.Fatalf("second pause: %v", err)
 	}
-	got, _ := f.n.GetSandbox(ctx(t), sb.ID)
+	got, _ := f.GetSandbox(ctx(t), sb.ID)
 	if got.State != api.StatePaused {
 		t.Fatalf("state %s", got.State)
 	}
-	if ids, _ := f.rt.List(ctx(t)); len(ids) != 0 {
+	if ids, _ := f.Runtime.List(ctx(t)); len(ids) != 0 {
 		t.Fatalf("paused sandbox still holds a container: %v", ids)
 	}
-	again, resumed, err := f.n.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute})
+	again, resumed, err := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute})
 	if err != nil || !resumed || again.State != api.StateRunning {
 		t.Fatalf("connect: %+v %v %v", again, resumed, err)
 	}
 	if code, body := f.envd(t, sb, "GET", "/files?path=/tmp/kept", nil, sb.EnvdAccessToken); code != 200 || body != "still here" {
 		t.Fatalf("after resume: %d %q", code, body)
 	}
-	if _, resumed, _ := f.n.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute}); resumed {
+	if _, resumed, _ := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute}); resumed {
 		t.Fatal("connect to a running sandbox reported a resume")
 	}
 }
@@ -254,20 +167,9 @@ func TestCapacityLimit(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		f.create(t, "tiny", time.Minute)
 	}
-	_, err := f.n.CreateSandbox(ctx(t), api.CreateRequest{Template: "tiny", Timeout: time.Minute})
+	_, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: "tiny", Timeout: time.Minute})
 	if api.StatusOf(err) != 429 {
 		t.Fatalf("seventh sandbox: %v", err)
 	}
 }
 
-// noKeepAlive never reuses a connection: a killed sandbox's address goes
-// to the next sandbox.
-var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-
-// testLog is where the node's logs go: stderr with CUBE_TEST_LOG=1.
-func testLog() io.Writer {
-	if os.Getenv("CUBE_TEST_LOG") != "" {
-		return os.Stderr
-	}
-	return io.Discard
-}

@@ -120,13 +120,21 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("network slots: %w", err)
 	}
-	// The slot pool is not closed on exit: running sandboxes keep their
-	// slots and the next start re-adopts them.
+	var nd *node.Node
+	// Running sandboxes keep their slots across a restart and the next
+	// start re-adopts them; with none left, every slot is torn down.
+	defer func() {
+		if nd == nil || nd.Running() == 0 {
+			if err := slots.Close(); err != nil {
+				log.Warn("tear down network slots", "err", err)
+			}
+		}
+	}()
 
 	// The proxy is built with the API server, after the node; the node
 	// reaches it through this indirection.
 	var forget func()
-	nd, err := node.New(node.Config{
+	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain,
 		OnRelease: func() {

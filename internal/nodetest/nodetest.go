@@ -1,0 +1,153 @@
+// Package nodetest sets up real nodes for tests: gVisor, network slots
+// with a private prefix and address range, a state store, and a tiny
+// template whose rootfs holds only directories (cube-envd is static and
+// serves files and /health without anything else).
+package nodetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"cube/internal/id"
+	"cube/internal/netslot"
+	"cube/internal/node"
+	"cube/internal/runtime/gvisor"
+	"cube/internal/store"
+	"cube/internal/testenv"
+)
+
+// Node is a node under test and what it is made of.
+type Node struct {
+	*node.Node
+	Store   *store.Store
+	Slots   *netslot.Pool
+	Runtime *gvisor.Runtime
+	DataDir string
+	Prefix  string
+	CIDR    netip.Prefix
+}
+
+// Options tune New.
+type Options struct {
+	DataDir      string // default: a temp dir
+	MaxSandboxes int
+}
+
+// New starts a node on real gVisor; it is torn down when the test ends.
+func New(t testing.TB, o Options) *Node {
+	testenv.RequireRoot(t)
+	runsc := testenv.Bin(t, "runsc")
+	envdBin := testenv.Bin(t, "cube-envd")
+	dir := o.DataDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	st, err := store.Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, Root: filepath.Join(dir, "runsc"), Bundles: filepath.Join(dir, "bundles")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, cidr := SlotRange()
+	slots, err := netslot.NewPool(netslot.Config{Prefix: prefix, Size: 16, HostCIDR: cidr, Warm: 1, Logger: Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(node.Config{DataDir: dir, Envd: envdBin, Runtime: rt, Slots: slots, Store: st,
+		Logger: Logger(), EnvdVersion: "0.6.4", MaxSandboxes: o.MaxSandboxes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Start()
+	tn := &Node{Node: n, Store: st, Slots: slots, Runtime: rt, DataDir: dir, Prefix: prefix, CIDR: cidr}
+	t.Cleanup(tn.Close)
+	return tn
+}
+
+// Close stops the node and removes every sandbox, slot and mount it made.
+// It is safe to call twice.
+func (n *Node) Close() {
+	if n.Store == nil {
+		return
+	}
+	n.Node.Close()
+	ids, _ := n.Runtime.List(context.Background())
+	for _, id := range ids {
+		n.Runtime.Remove(context.Background(), id)
+	}
+	n.Slots.Close()
+	n.Runtime.Close()
+	n.Store.Close()
+	n.Store = nil
+}
+
+// SlotRange picks a slot name prefix and host address range no other test
+// or server on the machine uses.
+func SlotRange() (string, netip.Prefix) {
+	return "ct" + id.New("", 4), netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", 240+rand.IntN(10), rand.IntN(256)))
+}
+
+// Logger is where nodes under test log: stderr with CUBE_TEST_LOG=1.
+func Logger() *slog.Logger {
+	var w io.Writer = io.Discard
+	if os.Getenv("CUBE_TEST_LOG") != "" {
+		w = os.Stderr
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// TinyTemplate builds and stores a READY template with the given id and
+// aliases from an empty rootfs.
+func (n *Node) TinyTemplate(t testing.TB, tplID string, aliases ...string) *store.Template {
+	t.Helper()
+	rootfs := filepath.Join(n.DataDir, "rootfs-"+tplID)
+	for _, d := range []string{"tmp", "etc", "home", "proc", "dev", "sys", "root"} {
+		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
+	}
+	os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777)
+	os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(rootfs, "etc", "group"), []byte("root:x:0:\n"), 0o644)
+	tpl := &store.Template{ID: tplID, Aliases: aliases, Status: store.TemplateBuilding,
+		Rootfs: rootfs, DiskSizeMB: 64, MemoryMB: 512, CPUCount: 1, CreatedAt: time.Now().UTC()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := n.BuildSnapshot(ctx, tpl, ProbeEnvd, nil); err != nil {
+		t.Fatal(err)
+	}
+	tpl.Status = store.TemplateReady
+	if err := n.Store.Templates().Put(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+// NoKeepAlive never reuses a connection: a killed sandbox's address goes
+// to the next sandbox.
+var NoKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}
+
+// ProbeEnvd waits until envd answers /health at addr.
+func ProbeEnvd(ctx context.Context, addr netip.Addr) error {
+	for ctx.Err() == nil {
+		resp, err := NoKeepAlive.Get("http://" + addr.String() + ":49983/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("envd never answered /health")
+}
