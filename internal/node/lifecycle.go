@@ -146,14 +146,19 @@ func (n *Node) resume(ctx context.Context, rec *store.Sandbox) error {
 	}
 	paused := time.Since(rec.PausedAt)
 	image := rec.PauseImage
-	saved := *rec
 	rec.State = store.Resuming
-	if err := n.start(ctx, rec, rec.Boot, image, rec.EnvdToken); err != nil {
-		// Keep the sandbox paused with its image intact.
-		saved.State = store.Paused
-		n.store.Sandboxes().Put(context.Background(), &saved)
-		*rec = saved
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+	l, err := n.launch(ctx, rec, rec.Boot, image, rec.EnvdToken)
+	if err != nil {
+		// The sandbox stays paused with its image intact.
+		rec.State = store.Paused
+		n.store.Sandboxes().Put(context.Background(), rec)
 		return fmt.Errorf("resume: %w", err)
+	}
+	if err := n.attach(ctx, rec, l); err != nil {
+		return err
 	}
 	rec.EndAt = rec.EndAt.Add(paused)
 	rec.PauseImage, rec.PausedAt = "", time.Time{}

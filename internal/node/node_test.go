@@ -3,8 +3,11 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -173,3 +176,164 @@ func TestCapacityLimit(t *testing.T) {
 	}
 }
 
+// holderToken reads the in-memory token of the start command of a sandbox
+// made from the tiny template.
+func (f *fixture) holderToken(t *testing.T, sb *api.Sandbox) string {
+	t.Helper()
+	target, err := f.Resolve(ctx(t), sb.ID, nodetest.HolderPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for i := 0; i < 100; i++ {
+		resp, err := nodetest.NoKeepAlive.Get("http://" + target.Addr + "/")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && len(b) == 32 {
+				return string(b)
+			}
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("holder in %s: %v", sb.ID, last)
+	return ""
+}
+
+func (f *fixture) read(t *testing.T, sb *api.Sandbox, path string) string {
+	t.Helper()
+	code, body := f.envd(t, sb, "GET", "/files?path="+path, nil, sb.EnvdAccessToken)
+	if code != 200 {
+		t.Fatalf("read %s in %s: %d %s", path, sb.ID, code, body)
+	}
+	return body
+}
+
+func (f *fixture) write(t *testing.T, sb *api.Sandbox, path, data string) {
+	t.Helper()
+	if code, body := f.envd(t, sb, "POST", "/files?path="+path, []byte(data), sb.EnvdAccessToken); code != 200 {
+		t.Fatalf("write %s in %s: %d %s", path, sb.ID, code, body)
+	}
+}
+
+func TestSnapshotCreateFromSnapshotAndRollback(t *testing.T) {
+	f := newFixture(t)
+	a := f.create(t, "tiny", time.Minute)
+	tokA := f.holderToken(t, a)
+	f.write(t, a, "/tmp/state", "v1")
+
+	snap, err := f.CreateSnapshot(ctx(t), a.ID, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(snap.ID, "snap-") || snap.SandboxID != a.ID || snap.SizeBytes == 0 || len(snap.Names) != 1 {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	// The source keeps running with the same memory.
+	if got := f.holderToken(t, a); got != tokA {
+		t.Fatalf("source memory changed: %s", got)
+	}
+	f.write(t, a, "/tmp/state", "v2")
+
+	// A new sandbox from the snapshot (by name) has its memory and files,
+	// but its own identity.
+	b := f.create(t, "first", time.Minute)
+	if b.ID == a.ID || b.EnvdAccessToken == a.EnvdAccessToken {
+		t.Fatalf("child shares identity: %+v", b)
+	}
+	if got := f.holderToken(t, b); got != tokA {
+		t.Fatalf("child memory token %s, want %s", got, tokA)
+	}
+	if got := f.read(t, b, "/tmp/state"); got != "v1" {
+		t.Fatalf("child file %q", got)
+	}
+	if code, _ := f.envd(t, b, "GET", "/files?path=/tmp/state", nil, a.EnvdAccessToken); code != 401 {
+		t.Fatalf("child accepts the parent's token: %d", code)
+	}
+
+	// Rollback in place: same id and token, files and memory of the snapshot.
+	rb, err := f.RollbackSandbox(ctx(t), a.ID, snap.ID)
+	if err != nil || rb.OperationID == "" {
+		t.Fatalf("rollback: %+v %v", rb, err)
+	}
+	if got := f.read(t, a, "/tmp/state"); got != "v1" {
+		t.Fatalf("after rollback file %q", got)
+	}
+	if got := f.holderToken(t, a); got != tokA {
+		t.Fatalf("after rollback token %s", got)
+	}
+	// Only to its own snapshots.
+	other, _ := f.CreateSnapshot(ctx(t), b.ID, "")
+	if _, err := f.RollbackSandbox(ctx(t), a.ID, other.ID); api.StatusOf(err) != 403 {
+		t.Fatalf("rollback to another sandbox's snapshot: %v", err)
+	}
+
+	list, err := f.ListSnapshots(ctx(t), api.SnapshotFilter{SandboxID: a.ID})
+	if err != nil || len(list) != 1 || list[0].ID != snap.ID {
+		t.Fatalf("list snapshots of a = %+v, %v", list, err)
+	}
+	// Deleting the snapshot never breaks sandboxes made from it.
+	if err := f.DeleteTemplate(ctx(t), snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(t, b, "/tmp/state"); got != "v1" {
+		t.Fatalf("child after snapshot delete: %q", got)
+	}
+	if _, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: snap.ID, Timeout: time.Minute}); api.StatusOf(err) != 404 {
+		t.Fatalf("create from deleted snapshot: %v", err)
+	}
+}
+
+func TestForkChildrenDiverge(t *testing.T) {
+	f := newFixture(t)
+	a := f.create(t, "tiny", time.Minute)
+	tokA := f.holderToken(t, a)
+	f.write(t, a, "/tmp/state", "parent")
+	res, err := f.ForkSandbox(ctx(t), a.ID, api.ForkRequest{Count: 3, Timeout: time.Minute})
+	if err != nil || len(res) != 3 {
+		t.Fatalf("fork: %v %v", res, err)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("child %d: %v", i, r.Err)
+		}
+		if got := f.holderToken(t, r.Sandbox); got != tokA {
+			t.Fatalf("child %d token %s", i, got)
+		}
+		f.write(t, r.Sandbox, "/tmp/state", fmt.Sprintf("child%d", i))
+	}
+	for i, r := range res {
+		if got := f.read(t, r.Sandbox, "/tmp/state"); got != fmt.Sprintf("child%d", i) {
+			t.Fatalf("child %d sees %q", i, got)
+		}
+	}
+	if got := f.read(t, a, "/tmp/state"); got != "parent" {
+		t.Fatalf("parent sees %q", got)
+	}
+}
+
+func TestDamagedSnapshotIsDetected(t *testing.T) {
+	f := newFixture(t)
+	a := f.create(t, "tiny", time.Minute)
+	snap, err := f.CreateSnapshot(ctx(t), a.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, _ := f.Store.Templates().Get(ctx(t), snap.ID)
+	img := filepath.Join(tpl.Checkpoint, "checkpoint.img")
+	data, _ := os.ReadFile(img)
+	data[len(data)/2] ^= 0xff
+	os.WriteFile(img, data, 0o600)
+	before, _ := f.Runtime.List(ctx(t))
+	_, err = f.CreateSandbox(ctx(t), api.CreateRequest{Template: snap.ID, Timeout: time.Minute})
+	if api.StatusOf(err) != 422 || !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("create from damaged snapshot: %v", err)
+	}
+	after, _ := f.Runtime.List(ctx(t))
+	if len(after) != len(before) {
+		t.Fatalf("failed create left containers: %v -> %v", before, after)
+	}
+	// The source is untouched.
+	f.holderToken(t, a)
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -104,57 +105,70 @@ func (n *Node) CreateSandbox(ctx context.Context, req api.CreateRequest) (*api.S
 	return n.view(rec), nil
 }
 
-// start restores image into a new container for rec, initialises envd and
-// records the sandbox as running. oldToken is the envd token baked into
-// the image (empty for templates built from images). On failure nothing is
-// left behind and rec is removed from the store.
-func (n *Node) start(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (err error) {
+// start records rec as creating, launches it from image and records it
+// as running. On failure nothing is left behind and rec is removed from
+// the store.
+func (n *Node) start(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) error {
+	rec.State = store.Creating
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+	l, err := n.launch(ctx, rec, tpl, image, oldToken)
+	if err != nil {
+		n.store.Sandboxes().Delete(context.Background(), rec.ID)
+		return err
+	}
+	return n.attach(ctx, rec, l)
+}
+
+// attach records a launched container as rec's and rec as running.
+func (n *Node) attach(ctx context.Context, rec *store.Sandbox, l *live) error {
+	rec.State = store.Running
+	rec.Slot, rec.HostAddr, rec.ContainerID = l.slot.Index, l.slot.HostAddr.String(), l.sb.ID()
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		l.sb.Kill(context.Background())
+		n.release(l.slot)
+		return err
+	}
+	n.mu.Lock()
+	n.live[rec.ID] = l
+	n.mu.Unlock()
+	return nil
+}
+
+// launch restores image into a new container in a fresh network slot and
+// initialises its envd for rec (token, environment). oldToken is the envd
+// token inside the image (empty for templates built from images). It does
+// not touch the store; on failure it leaves nothing behind. A crash
+// mid-way leaves a container and slot no record names, which the
+// reconciler removes.
+func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (l *live, err error) {
 	var c cleanup
 	defer func() {
 		if err != nil {
 			c.Clean()
 		}
 	}()
-	rec.State = store.Creating
-	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
-		return err
+	if err := n.verifyImage(tpl, image); err != nil {
+		return nil, err
 	}
-	c.Add(func() { n.store.Sandboxes().Delete(context.Background(), rec.ID) })
-
 	slot, err := n.slots.Acquire(ctx)
 	if errors.Is(err, netslot.ErrExhausted) {
-		return api.Errorf(http.StatusTooManyRequests, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
+		return nil, api.Errorf(http.StatusTooManyRequests, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
 	}
 	if err != nil {
-		return fmt.Errorf("network slot: %w", err)
+		return nil, fmt.Errorf("network slot: %w", err)
 	}
 	c.Add(func() { n.release(slot) })
-	rec.Slot, rec.HostAddr = slot.Index, slot.HostAddr.String()
-	rec.ContainerID = containerID(rec.ID)
-	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
-		return err
-	}
-
-	if err := n.verifyImage(tpl, image); err != nil {
-		return err
-	}
-	sb, err := n.rt.Restore(ctx, image, Spec(tpl, rec.ContainerID, slot.NetNS))
+	sb, err := n.rt.Restore(ctx, image, Spec(tpl, containerID(rec.ID), slot.NetNS))
 	if err != nil {
-		return fmt.Errorf("restore sandbox from %s: %w", tpl.ID, err)
+		return nil, fmt.Errorf("restore sandbox from %s: %w", tpl.ID, err)
 	}
 	c.Add(func() { sb.Kill(context.Background()) })
-
 	if err := n.initEnvd(ctx, slot.HostAddr, rec, oldToken); err != nil {
-		return err
+		return nil, err
 	}
-	rec.State = store.Running
-	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
-		return err
-	}
-	n.mu.Lock()
-	n.live[rec.ID] = &live{sb: sb, slot: slot}
-	n.mu.Unlock()
-	return nil
+	return &live{sb: sb, slot: slot}, nil
 }
 
 // containerID names the runsc container of a sandbox. A sandbox that is
@@ -167,8 +181,14 @@ func containerID(sandboxID string) string {
 // verifyImage checks a checkpoint against its recorded checksum before a
 // restore is attempted, so a damaged image is reported as such.
 func (n *Node) verifyImage(tpl *store.Template, image string) error {
-	if _, err := os.Stat(image); err != nil {
-		return api.Errorf(http.StatusInternalServerError, "snapshot of template %s is missing on disk: rebuild or delete it", tpl.ID)
+	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
+		return api.Errorf(http.StatusInternalServerError, "the snapshot image of %s is missing on disk: rebuild or delete it", tpl.ID)
+	}
+	if tpl.Checksum != "" && image == tpl.Checkpoint {
+		sum, err := imageChecksum(image)
+		if err != nil || sum != tpl.Checksum {
+			return api.Errorf(http.StatusUnprocessableEntity, "the snapshot image of %s is damaged (checksum mismatch); delete it with `cubemastercli snapshot delete %s`", tpl.ID, tpl.ID)
+		}
 	}
 	return nil
 }

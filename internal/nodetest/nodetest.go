@@ -109,7 +109,9 @@ func Logger() *slog.Logger {
 }
 
 // TinyTemplate builds and stores a READY template with the given id and
-// aliases from an empty rootfs.
+// aliases from a rootfs of empty directories and the holder test program,
+// which the template starts: it keeps a random token in memory and serves
+// it on port HolderPort, so tests can tell whose memory a sandbox has.
 func (n *Node) TinyTemplate(t testing.TB, tplID string, aliases ...string) *store.Template {
 	t.Helper()
 	rootfs := filepath.Join(n.DataDir, "rootfs-"+tplID)
@@ -119,8 +121,10 @@ func (n *Node) TinyTemplate(t testing.TB, tplID string, aliases ...string) *stor
 	os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777)
 	os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
 	os.WriteFile(filepath.Join(rootfs, "etc", "group"), []byte("root:x:0:\n"), 0o644)
+	testenv.BuildStatic(t, "./internal/runtime/gvisor/testdata/holder", rootfs, "holder")
 	tpl := &store.Template{ID: tplID, Aliases: aliases, Status: store.TemplateBuilding,
-		Rootfs: rootfs, DiskSizeMB: 64, MemoryMB: 512, CPUCount: 1, CreatedAt: time.Now().UTC()}
+		Rootfs: rootfs, DiskSizeMB: 64, MemoryMB: 512, CPUCount: 1, CreatedAt: time.Now().UTC(),
+		StartCmd: []string{"/holder"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := n.BuildSnapshot(ctx, tpl, ProbeEnvd, nil); err != nil {
@@ -132,6 +136,9 @@ func (n *Node) TinyTemplate(t testing.TB, tplID string, aliases ...string) *stor
 	}
 	return tpl
 }
+
+// HolderPort is where a tiny template's start command serves its token.
+const HolderPort = 8080
 
 // NoKeepAlive never reuses a connection: a killed sandbox's address goes
 // to the next sandbox.

@@ -1,0 +1,265 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"cube/internal/api"
+	"cube/internal/id"
+	"cube/internal/store"
+)
+
+// checkpoint writes a running sandbox's memory and files into a new
+// directory under snapshots/ (via a .tmp sibling, so a crash never leaves
+// a half-written image under its final name). The sandbox keeps running.
+// The caller holds the sandbox's lock.
+func (n *Node) checkpoint(ctx context.Context, rec *store.Sandbox, name string) (dir string, sum string, err error) {
+	n.mu.Lock()
+	l := n.live[rec.ID]
+	n.mu.Unlock()
+	if l == nil || rec.State != store.Running {
+		return "", "", api.Errorf(http.StatusConflict, "sandbox %q is %s, not running", rec.ID, rec.State)
+	}
+	dir = filepath.Join(n.cfg.DataDir, "snapshots", name)
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	if err := l.sb.Checkpoint(ctx, tmp, true); err != nil {
+		os.RemoveAll(tmp)
+		return "", "", diskError("snapshot", err)
+	}
+	if sum, err = imageChecksum(tmp); err != nil {
+		os.RemoveAll(tmp)
+		return "", "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		return "", "", err
+	}
+	return dir, sum, nil
+}
+
+// imageChecksum fingerprints a checkpoint image: the kernel state and
+// page metadata in full, and every file's size. It is cheap enough to check
+// before each restore, and catches truncated or replaced images.
+func imageChecksum(dir string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, name := range names {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", name, info.Size())
+		if name == "pages.img" {
+			continue // large; covered by its size and pages_meta
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// snapshotTemplate is the template record of a snapshot of rec.
+func snapshotTemplate(rec *store.Sandbox, snapID, dir, sum string, names []string) *store.Template {
+	t := *rec.Boot
+	now := time.Now().UTC()
+	t.ID, t.Aliases, t.Status, t.Error = snapID, names, store.TemplateReady, ""
+	t.CreatedAt, t.UpdatedAt = now, now
+	t.Checkpoint, t.Checksum, t.SizeBytes = dir, sum, dirSize(dir)
+	t.SourceSandbox, t.Parent, t.EnvdToken = rec.ID, rec.TemplateID, rec.EnvdToken
+	return &t
+}
+
+// CreateSnapshot checkpoints a running sandbox, which keeps running, into
+// a snapshot usable as a template.
+func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*api.Snapshot, error) {
+	var names []string
+	if name != "" {
+		if !id.ValidName(name) {
+			return nil, api.Errorf(http.StatusBadRequest, "snapshot name %q: use lowercase letters, digits, '-' and '_'", name)
+		}
+		if _, err := n.Template(ctx, name); err == nil {
+			return nil, api.Errorf(http.StatusConflict, "a template or snapshot named %q exists already", name)
+		}
+		names = []string{name}
+	}
+	unlock := n.lock(sandboxID)
+	defer unlock()
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	snapID := id.New("snap-", 16)
+	dir, sum, err := n.checkpoint(ctx, rec, snapID)
+	if err != nil {
+		return nil, err
+	}
+	t := snapshotTemplate(rec, snapID, dir, sum, names)
+	if err := n.store.Templates().Put(ctx, t); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	n.event(sandboxID, "info", "snapshot %s taken", snapID)
+	return snapshotView(t), nil
+}
+
+func snapshotView(t *store.Template) *api.Snapshot {
+	return &api.Snapshot{ID: t.ID, Names: t.Aliases, SandboxID: t.SourceSandbox, CreatedAt: t.CreatedAt, SizeBytes: t.SizeBytes}
+}
+
+// ListSnapshots returns the snapshots matching f.
+func (n *Node) ListSnapshots(ctx context.Context, f api.SnapshotFilter) ([]api.Snapshot, error) {
+	all, err := n.store.Templates().List(ctx, string(store.TemplateReady))
+	if err != nil {
+		return nil, err
+	}
+	var out []api.Snapshot
+	for _, t := range all {
+		if t.SourceSandbox == "" || (f.SandboxID != "" && f.SandboxID != t.SourceSandbox) {
+			continue
+		}
+		if f.Name != "" && f.Name != t.ID && !contains(t.Aliases, f.Name) {
+			continue
+		}
+		out = append(out, *snapshotView(t))
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ForkSandbox checkpoints a sandbox once and starts req.Count children
+// from that image, req.Concurrency at a time. The parent keeps running
+// with its id and end time. A failed child does not fail the others.
+func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req api.ForkRequest) ([]api.ForkResult, error) {
+	unlock := n.lock(sandboxID)
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	dir, _, err := n.checkpoint(ctx, rec, "fork-"+id.New("", 12))
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	// Children hold their memory once restored; the image goes with the
+	// request.
+	defer os.RemoveAll(dir)
+	conc := req.Concurrency
+	if conc <= 0 {
+		conc = 4
+	}
+	results := make([]api.ForkResult, req.Count)
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			child, err := n.startChild(ctx, rec, dir, req.Timeout)
+			results[i] = api.ForkResult{Sandbox: child, Err: err}
+		}(i)
+	}
+	wg.Wait()
+	n.event(sandboxID, "info", "forked into %d sandboxes", req.Count)
+	return results, nil
+}
+
+// startChild starts a copy of parent from its checkpoint image, with its
+// own id, tokens and slot.
+func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image string, timeout time.Duration) (*api.Sandbox, error) {
+	if err := n.checkCapacity(ctx); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	if timeout <= 0 {
+		timeout = parent.EndAt.Sub(now)
+	}
+	child := *parent
+	child.ID, child.EnvdToken = id.Sandbox(), id.Token(32)
+	if child.TrafficToken != "" {
+		child.TrafficToken = id.Token(32)
+	}
+	child.CreatedAt, child.StartedAt, child.EndAt = now, now, now.Add(timeout)
+	child.PauseImage, child.PausedAt = "", time.Time{}
+	unlock := n.lock(child.ID)
+	defer unlock()
+	if err := n.start(ctx, &child, child.Boot, image, parent.EnvdToken); err != nil {
+		return nil, err
+	}
+	n.event(child.ID, "info", "forked from %s", parent.ID)
+	return n.view(&child), nil
+}
+
+// RollbackSandbox returns a sandbox, in place, to a snapshot it took: its
+// id, tokens, metadata, end time and address stay. The current container
+// is replaced only once the snapshot's is running, so a failed rollback
+// leaves the sandbox as it was.
+func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string) (*api.Rollback, error) {
+	unlock := n.lock(sandboxID)
+	defer unlock()
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := n.Template(ctx, snapshotID)
+	if err != nil {
+		return nil, err
+	}
+	if snap.SourceSandbox != sandboxID {
+		return nil, api.Errorf(http.StatusForbidden, "snapshot %q was not taken from sandbox %q; a sandbox rolls back only to its own snapshots", snapshotID, sandboxID)
+	}
+	if rec.State != store.Running {
+		return nil, api.Errorf(http.StatusConflict, "sandbox %q is %s; connect to it first", sandboxID, rec.State)
+	}
+	l, err := n.launch(ctx, rec, snap, snap.Checkpoint, snap.EnvdToken)
+	if err != nil {
+		return nil, fmt.Errorf("rollback: %w", err)
+	}
+	n.mu.Lock()
+	old := n.live[rec.ID]
+	n.mu.Unlock()
+	if err := n.attach(ctx, rec, l); err != nil {
+		return nil, err
+	}
+	if old != nil {
+		old.sb.Kill(context.Background())
+		n.release(old.slot)
+	}
+	n.event(sandboxID, "info", "rolled back to %s", snap.ID)
+	return &api.Rollback{OperationID: id.New("op-", 12), Status: "completed"}, nil
+}
