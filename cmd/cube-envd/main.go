@@ -17,12 +17,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
 
 	"cube/internal/envd"
+	"cube/internal/envd/codeinterp"
 	"cube/internal/envd/reap"
 	"cube/internal/envd/startcmd"
 	"cube/internal/envd/users"
@@ -37,6 +39,7 @@ func main() {
 
 func run() error {
 	port := flag.Int("port", envd.DefaultPort, "port of the envd protocol")
+	codePort := flag.Int("code-port", 49999, "port of the code interpreter (0: off)")
 	startUser := flag.String("start-user", "", "account the start command runs as (default: envd's own)")
 	startCwd := flag.String("start-cwd", "", "working directory of the start command (default: the user's home)")
 	showVersion := flag.Bool("version", false, "print the envd protocol version and exit")
@@ -83,11 +86,36 @@ func run() error {
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	log.Info("envd serving", "addr", ln.Addr().String(), "version", envd.Version, "pid", os.Getpid())
 
-	// Code interpreter: a second listener on :49999 serving
-	// cube/internal/envd/codeinterp is wired in here, e.g.
-	//
-	//	ci := codeinterp.New(codeinterp.Options{...})
-	//	go http.ListenAndServe(":49999", ci.Handler())
+	// The code interpreter listens beside envd and warms its default
+	// Python kernel at once, so a template snapshot holds a ready kernel.
+	if *codePort > 0 {
+		ci := codeinterp.New(codeinterp.Options{
+			Env:        srv.State.Env,
+			DefaultCwd: "/home/" + users.DefaultName,
+			// The SDK sends the access token with executions only; context
+			// management carries none, as upstream.
+			Authorize: func(r *http.Request) bool {
+				return r.URL.Path != "/execute" || srv.State.Authorized(r.Header.Get("X-Access-Token"))
+			},
+			Logger: log,
+			Spawn: func(c *exec.Cmd) (func() syscall.WaitStatus, error) {
+				ch, err := reaper.Start(c)
+				if err != nil {
+					return nil, err
+				}
+				return ch.Wait, nil
+			},
+		})
+		ciLn, err := net.Listen("tcp", ":"+strconv.Itoa(*codePort))
+		if err != nil {
+			return err
+		}
+		ciSrv := &http.Server{Handler: ci.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go ciSrv.Serve(ciLn)
+		ci.Start(ctx)
+		defer ci.Close()
+		log.Info("code interpreter serving", "addr", ciLn.Addr().String())
+	}
 
 	if args := flag.Args(); len(args) > 0 {
 		if _, err := startcmd.Start(startcmd.Config{Args: args, User: *startUser, Dir: *startCwd, Env: os.Environ()}, reaper, log); err != nil {

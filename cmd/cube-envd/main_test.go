@@ -66,7 +66,7 @@ func startEnvd(t *testing.T, asPID1 bool, extraEnv []string, startCmd ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--port", strconv.Itoa(port)}
+	args := []string{"--port", strconv.Itoa(port), "--code-port", "0"}
 	if len(startCmd) > 0 {
 		args = append(append(args, "--"), startCmd...)
 	}

@@ -103,7 +103,29 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		n.log.Warn("reconcile: network slots", "err", err)
 	}
 	n.sweepDirs(keepDir)
+	n.sweepSnapshots(ctx)
 	return nil
+}
+
+// sweepSnapshots removes checkpoint images under snapshots/ that no
+// template names: fork images and snapshots whose record never landed.
+func (n *Node) sweepSnapshots(ctx context.Context) {
+	tpls, err := n.store.Templates().List(ctx)
+	if err != nil {
+		return
+	}
+	used := map[string]bool{}
+	for _, t := range tpls {
+		used[t.Checkpoint] = true
+	}
+	dir := filepath.Join(n.cfg.DataDir, "snapshots")
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if p := filepath.Join(dir, e.Name()); !used[p] {
+			n.log.Info("reconcile: removing unreferenced checkpoint image", "dir", p)
+			os.RemoveAll(p)
+		}
+	}
 }
 
 // adopt takes over a sandbox that survived the server: its container must
@@ -151,7 +173,7 @@ func (n *Node) sweepDirs(keep map[string]bool) {
 			os.RemoveAll(filepath.Join(sbDir, e.Name()))
 		}
 	}
-	for _, pattern := range []string{"templates/*/*.tmp", "sandboxes/*/*.tmp", "snapshots/*.tmp", "snapshots/*/*.tmp"} {
+	for _, pattern := range []string{"templates/*/*.tmp", "sandboxes/*/*.tmp"} {
 		matches, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, pattern))
 		for _, m := range matches {
 			if strings.HasSuffix(m, ".tmp") {

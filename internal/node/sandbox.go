@@ -77,7 +77,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req api.CreateRequest) (*api.S
 	now := time.Now().UTC()
 	rec := &store.Sandbox{
 		ID: id.Sandbox(), TemplateID: tpl.ID, State: store.Creating, Slot: -1,
-		CreatedAt: now, StartedAt: now, EndAt: now.Add(req.Timeout),
+		CreatedAt: now, StartedAt: now, EndAt: now.Add(req.Timeout), Timeout: req.Timeout,
 		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB, DiskSizeMB: tpl.DiskSizeMB,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, EnvdToken: id.Token(32),
 		AutoPause: req.AutoPause, AutoPauseMem: req.AutoPauseMemory, AutoResume: req.AutoResume,
@@ -403,7 +403,7 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.T
 		return proxy.Target{}, fmt.Errorf("sandbox %q not found", sandboxID)
 	}
 	if rec.State == store.Paused && rec.AutoResume {
-		if _, _, err := n.ConnectSandbox(ctx, sandboxID, api.ConnectRequest{Timeout: 0}); err != nil {
+		if _, _, err := n.ConnectSandbox(ctx, sandboxID, api.ConnectRequest{Timeout: max(rec.Timeout, time.Minute)}); err != nil {
 			return proxy.Target{}, err
 		}
 		rec, err = n.store.Sandboxes().Get(ctx, sandboxID)

@@ -28,6 +28,9 @@ type Sandbox struct {
 	CreatedAt time.Time `json:"createdAt"`
 	StartedAt time.Time `json:"startedAt"`
 	EndAt     time.Time `json:"endAt"`
+	// Timeout is the lifetime asked for at creation; an auto-resume grants
+	// it again.
+	Timeout time.Duration `json:"timeout,omitempty"`
 	// PausedAt is set while paused; time paused does not count against the timeout.
 	PausedAt time.Time `json:"pausedAt,omitzero"`
 
