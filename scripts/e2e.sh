@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# End-to-end suite: the official E2B JS SDKs, unchanged, against a real
+# cube-server running real gVisor sandboxes. It builds nothing (run
+# `make build` first) and needs root.
+#
+# It starts a private cube-server (fresh data dir, its own port, slot
+# prefix and host range, so it never meets another server on this machine),
+# registers the default template, runs `node --test` in test/e2e with only
+# E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY set, and on any exit kills
+# every sandbox it made, stops the server and removes the data dir.
+# The exit code is the tests' result.
+#
+# Arguments are passed to `node --test` (for example a single file:
+# scripts/e2e.sh tests/files.test.mjs).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+die() { echo "e2e: $*" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || die "needs root (cube-server creates network namespaces and runs gVisor)"
+for b in cube-server cubemastercli cube-envd runsc; do
+	[ -x "bin/$b" ] || die "bin/$b is missing: run make build first"
+done
+command -v node >/dev/null || die "node is not installed (Node >= 20.18.1 is needed)"
+
+data="$(mktemp -d /tmp/cube-e2e.XXXXXX)"
+log="$data.server.log"
+# A random slot prefix and /22 keep two runs (or another server) apart.
+tag="$(od -An -N2 -tx1 /dev/urandom | tr -d ' \n')"
+prefix="e2e$tag"
+cidr="10.250.$(( (0x$tag % 64) * 4 )).0/22"
+key="e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
+url=""
+server_pid=""
+status=1
+
+# api METHOD PATH: one control-plane call with this run's key.
+api() { curl -sS --max-time 30 -X "$1" -H "X-API-Key: $key" "$url$2"; }
+
+# Every sandbox the server knows about, running or paused, page by page.
+sandbox_ids() {
+	local token="" headers body
+	headers="$(mktemp)"
+	while :; do
+		body="$(curl -sS --max-time 30 -D "$headers" -H "X-API-Key: $key" \
+			"$url/v2/sandboxes?state=running,paused&limit=100${token:+&nextToken=$token}")" || break
+		printf '%s' "$body" | grep -o '"sandboxID":"[a-z0-9]*"' | cut -d'"' -f4
+		token="$(grep -i '^x-next-token:' "$headers" | cut -d' ' -f2 | tr -d '\r')"
+		[ -n "$token" ] || break
+	done
+	rm -f "$headers"
+}
+
+cleanup() {
+	local rc=$status
+	trap - EXIT INT TERM
+	if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+		if [ -n "$url" ]; then
+			for id in $(sandbox_ids); do
+				api DELETE "/sandboxes/$id" >/dev/null 2>&1 || echo "e2e: could not kill sandbox $id" >&2
+			done
+		fi
+		kill -TERM "$server_pid"
+		for _ in $(seq 1 300); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$server_pid" 2>/dev/null; then
+			echo "e2e: cube-server did not stop on SIGTERM; killing it" >&2
+			kill -KILL "$server_pid"
+		fi
+		wait "$server_pid" 2>/dev/null
+	fi
+	if [ "$rc" != 0 ] && [ -f "$log" ]; then
+		echo "==== cube-server log (last 300 lines) ====" >&2
+		tail -n 300 "$log" >&2
+		echo "==== end of cube-server log ====" >&2
+	fi
+	# Never follow a mount that outlived the server into another tree.
+	findmnt -rn -o TARGET | grep "^$data/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+	rm -rf --one-file-system "$data"
+	rm -f "$log"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'status=130; exit' INT TERM
+
+echo "e2e: starting cube-server (data $data, slots $prefix in $cidr)"
+CUBE_API_KEY="$key" bin/cube-server --data-dir "$data" --listen 127.0.0.1:0 \
+	--slot-prefix "$prefix" --host-cidr "$cidr" --slots 64 >"$log" 2>&1 &
+server_pid=$!
+
+# The server logs the address it listens on; port 0 lets it pick a free one.
+for _ in $(seq 1 600); do
+	addr="$(grep -o 'msg="cube-server listening" addr=[0-9.:]*' "$log" | head -1 | sed 's/.*addr=//')"
+	[ -n "$addr" ] && break
+	kill -0 "$server_pid" 2>/dev/null || { echo "e2e: cube-server exited at start" >&2; exit 1; }
+	sleep 0.1
+done
+[ -n "${addr:-}" ] || { echo "e2e: cube-server did not start listening" >&2; exit 1; }
+url="http://$addr"
+for _ in $(seq 1 300); do
+	curl -fsS --max-time 2 "$url/health" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+curl -fsS --max-time 2 "$url/health" >/dev/null || { echo "e2e: $url/health does not answer" >&2; exit 1; }
+echo "e2e: cube-server on $url"
+
+echo "e2e: building the default template"
+CUBE_API_URL="$url" CUBE_API_KEY="$key" E2B_API_KEY="$key" make --no-print-directory template DATA_DIR="$data" ||
+	{ echo "e2e: make template failed" >&2; exit 1; }
+
+cd test/e2e
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+	echo "e2e: npm ci"
+	npm ci --no-audit --no-fund || { echo "e2e: npm ci failed" >&2; exit 1; }
+fi
+
+echo "e2e: running the tests"
+E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY="$key" \
+	node --test --test-concurrency=2 --test-timeout=300000 "${@:-tests/}"
+status=$?
+exit "$status"
