@@ -246,3 +246,27 @@ func TestBootErrors(t *testing.T) {
 		t.Fatalf("missing runsc: %v", err)
 	}
 }
+
+func TestMemoryLimitContainsAllocation(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	spec := f.spec("ctmem")
+	spec.MemoryMB = 128
+	a, err := f.rt.Boot(c, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := token(t, a)
+	out, err := a.Exec(c, runtime.AgentMount+"/holder", "alloc", "65536")
+	if err == nil && strings.Contains(string(out), "allocated") {
+		t.Fatalf("a 64 GiB allocation succeeded under a 128 MiB limit: %s", out)
+	}
+	// PID 1 and its memory survive the allocation that failed.
+	if got := token(t, a); got != tok {
+		t.Fatalf("token after OOM %s", got)
+	}
+	small, err := a.Exec(c, runtime.AgentMount+"/holder", "alloc", "16")
+	if err != nil || !strings.Contains(string(small), "allocated 16") {
+		t.Fatalf("small allocation after OOM: %v %s", err, small)
+	}
+}

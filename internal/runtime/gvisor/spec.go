@@ -67,7 +67,69 @@ type ociNamespace struct {
 }
 
 type ociLinux struct {
-	Namespaces []ociNamespace `json:"namespaces"`
+	Namespaces  []ociNamespace `json:"namespaces"`
+	CgroupsPath string         `json:"cgroupsPath,omitempty"`
+	Resources   *ociResources  `json:"resources,omitempty"`
+}
+
+type ociResources struct {
+	Memory *struct {
+		Limit int64 `json:"limit"`
+	} `json:"memory,omitempty"`
+	CPU *struct {
+		Quota  int64  `json:"quota"`
+		Period uint64 `json:"period"`
+	} `json:"cpu,omitempty"`
+	Pids *struct {
+		Limit int64 `json:"limit"`
+	} `json:"pids,omitempty"`
+}
+
+// hostMemoryLimit is the host cgroup's cap on a sandbox with memoryMB:
+// room for gVisor's own overhead above what processes inside may use.
+// Reaching it kills the whole sandbox, which only a sandbox that ignores
+// its in-sandbox limit (addressSpaceLimit) can do; its neighbours and the
+// host are unaffected either way.
+func hostMemoryLimit(memoryMB int) int64 {
+	return int64(memoryMB)<<20 + int64(memoryMB)<<18 + 256<<20
+}
+
+// addressSpaceLimit is each process's RLIMIT_AS inside a sandbox with
+// memoryMB: generous enough for the virtual reservations of runtimes like
+// Python with numpy, small enough that an absurd allocation fails inside
+// the sandbox (ENOMEM, MemoryError) instead of reaching the host's limit.
+func addressSpaceLimit(memoryMB int) uint64 {
+	return uint64(memoryMB)<<20 + 2<<30
+}
+
+// NprocLimit bounds the tasks inside a sandbox so a fork bomb fails with
+// EAGAIN instead of exhausting the sandbox's memory.
+const NprocLimit = 2048
+
+// PidsLimit bounds the host threads of one sandbox (gVisor's sentry and
+// gofer), so a fork bomb inside cannot exhaust the host's.
+const PidsLimit = 4096
+
+// resources turns the spec's limits into cgroup settings, which runsc
+// applies to the sandbox's host processes; the memory limit is also the
+// total memory the sandbox sees.
+func resources(s runtime.Spec) *ociResources {
+	r := &ociResources{}
+	r.Pids = &struct {
+		Limit int64 `json:"limit"`
+	}{PidsLimit}
+	if s.MemoryMB > 0 {
+		r.Memory = &struct {
+			Limit int64 `json:"limit"`
+		}{hostMemoryLimit(s.MemoryMB)}
+	}
+	if s.CPUCount > 0 {
+		r.CPU = &struct {
+			Quota  int64  `json:"quota"`
+			Period uint64 `json:"period"`
+		}{int64(s.CPUCount) * 100000, 100000}
+	}
+	return r
 }
 
 // PID 1 (cube-envd) runs as root inside the sandbox and drops to the
@@ -111,11 +173,20 @@ func ociSpec(s runtime.Spec) ociSpecT {
 	spec.Process.Env = s.Env
 	spec.Process.Cwd = cwd
 	spec.Process.Capabilities = &ociCaps{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps}
-	spec.Process.Rlimits = []ociRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}}
+	spec.Process.Rlimits = []ociRlimit{
+		{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20},
+		{Type: "RLIMIT_NPROC", Hard: NprocLimit, Soft: NprocLimit},
+	}
+	if s.MemoryMB > 0 {
+		as := addressSpaceLimit(s.MemoryMB)
+		spec.Process.Rlimits = append(spec.Process.Rlimits, ociRlimit{Type: "RLIMIT_AS", Hard: as, Soft: as})
+	}
 	netns := ociNamespace{Type: "network"}
 	if s.NetNS != "" {
 		netns.Path = s.NetNS
 	}
 	spec.Linux.Namespaces = []ociNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, netns}
+	spec.Linux.CgroupsPath = "/cube/" + s.ID
+	spec.Linux.Resources = resources(s)
 	return spec
 }

@@ -49,6 +49,18 @@ func main() {
 			}
 		}
 	}
+	if len(os.Args) > 1 && os.Args[1] == "alloc" {
+		// Allocate N MiB in one piece, as a program asking for a huge
+		// buffer does, touch it, then report.
+		var mb int
+		fmt.Sscan(os.Args[2], &mb)
+		buf := make([]byte, mb<<20)
+		for j := 0; j < len(buf); j += 4096 {
+			buf[j] = 1
+		}
+		fmt.Println("allocated", len(buf)>>20)
+		return
+	}
 	b := make([]byte, 16)
 	rand.Read(b)
 	token := hex.EncodeToString(b)
