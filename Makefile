@@ -42,7 +42,7 @@ deps:
 
 ## run: install, build, start cube-server on its embedded defaults.
 run: deps build
-	./bin/cube-server --data-dir $(DATA_DIR)
+	DATA_DIR=$(DATA_DIR) ./scripts/run.sh
 
 ## template: build the default image offline from Debian packages and
 ## register it on the running server (CUBE_API_URL, default

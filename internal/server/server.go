@@ -20,6 +20,7 @@ import (
 	"cube/internal/node"
 	"cube/internal/runtime/gvisor"
 	"cube/internal/store"
+	"cube/internal/template"
 )
 
 // Options are cube-server's settings.
@@ -149,16 +150,26 @@ func Run(ctx context.Context, o Options) error {
 	if err := nd.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := builder.Recover(ctx); err != nil {
+		return fmt.Errorf("recover template builds: %w", err)
+	}
+
 	h, err := api.NewServer(api.Config{
 		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: o.Domain,
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit,
-	}, backend{nd})
+	}, backend{Node: nd, Builder: builder})
 	if err != nil {
 		return err
 	}
 	forget = h.Proxy().Forget
 	nd.Start()
 	defer nd.Close()
+	// Builds stop before the node they boot sandboxes on.
+	defer builder.Close()
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
@@ -184,5 +195,9 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// backend is the node as the control plane sees it.
-type backend struct{ *node.Node }
+// backend is the node and the template builder as the control plane
+// sees them.
+type backend struct {
+	*node.Node
+	*template.Builder
+}

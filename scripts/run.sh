@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs cube-server on its embedded defaults in the foreground and, once it
+# answers, makes sure the default template (aliases base and
+# code-interpreter-v1) is ready. Ctrl-C stops the server cleanly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA_DIR=${DATA_DIR:-/var/lib/cube}
+LISTEN=${CUBE_LISTEN:-127.0.0.1:3000}
+export CUBE_API_URL=${CUBE_API_URL:-http://$LISTEN}
+
+./bin/cube-server --data-dir "$DATA_DIR" --listen "$LISTEN" "$@" &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null || true; wait $pid' INT TERM
+
+for _ in $(seq 1 300); do
+	if curl -fsS "$CUBE_API_URL/health" >/dev/null 2>&1; then break; fi
+	if ! kill -0 $pid 2>/dev/null; then wait $pid; exit $?; fi
+	sleep 0.2
+done
+
+if ! make --no-print-directory template DATA_DIR="$DATA_DIR"; then
+	echo "run: the default template is not ready; the server keeps running (retry with: make template)" >&2
+fi
+echo "run: cube-server is serving at $CUBE_API_URL (API key in $DATA_DIR/api-key); Ctrl-C stops it"
+wait $pid
