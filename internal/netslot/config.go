@@ -21,6 +21,16 @@
 // are DNATed to Config.DNS, or rejected at once when there is no resolver,
 // so lookups never hang.
 //
+// Isolation is part of every slot, before any policy: the gateway forwards
+// nothing from the sandbox to BlockedRanges (private, loopback, link-local,
+// metadata, multicast) or to HostCIDR, except the DNS it forwards itself
+// and ranges the operator lists in Config.AllowPrivate; it forwards
+// nothing from the host to the sandbox but connections to HostAddr and
+// replies. On the host, the pool's table refuses every connection a slot
+// opens to the host itself and forwards nothing between slots. The slot
+// network is IPv4 only: IPv6 is disabled in the gateway, so no IPv6 packet
+// of a sandbox goes anywhere.
+//
 // The gateway netns is also where per-sandbox policy belongs: re-arming a
 // slot deletes every nftables table of the gateway netns but this
 // package's own ("slot"), so rules another package adds there
@@ -47,6 +57,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 )
 
@@ -72,10 +83,30 @@ var (
 // Interface names inside the namespaces. Those live in their own netns, so
 // they are short and fixed; only the host side carries the prefix and index.
 const (
-	SandboxIf   = "eth0" // in the slot netns
-	gwSandboxIf = "sb"   // in the gateway netns, peer of eth0
-	gwUplinkIf  = "up"   // in the gateway netns, peer of the host side
+	SandboxIf = "eth0" // in the slot netns
+	// GatewaySandboxIf is the gateway's end of the sandbox link: traffic a
+	// sandbox sends enters the gateway netns here, which is what policy
+	// rules match on (a source address could be forged, the interface not).
+	GatewaySandboxIf = "sb"
+	gwSandboxIf      = GatewaySandboxIf
+	gwUplinkIf       = "up" // in the gateway netns, peer of the host side
 )
+
+// BlockedRanges are the destinations no sandbox reaches unless the
+// operator allows a range (Config.AllowPrivate): private networks,
+// carrier-grade NAT, loopback, link-local (and with it cloud metadata at
+// 169.254.169.254), "this network", multicast and reserved space. The IPv6
+// equivalents (fc00::/7, fe80::/10, ::1) need no rule: slots carry no IPv6.
+var BlockedRanges = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/3"),
+}
 
 // Defaults for a zero Config.
 const (
@@ -117,6 +148,10 @@ type Config struct {
 	DNS netip.AddrPort
 	// NoDNS rejects every DNS query even when a resolver is known.
 	NoDNS bool
+	// AllowPrivate lists IPv4 ranges inside BlockedRanges that sandboxes
+	// may reach all the same (an internal package mirror, say). HostCIDR
+	// and the host's own addresses stay unreachable whatever it says.
+	AllowPrivate []netip.Prefix
 	// Logger gets one line per decision that changes the host; default
 	// slog.Default().
 	Logger *slog.Logger
@@ -165,6 +200,13 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.HostCIDR.Overlaps(SandboxPrefix) {
 		return c, fmt.Errorf("netslot: host CIDR %s overlaps the sandbox network %s", c.HostCIDR, SandboxPrefix.Masked())
+	}
+	c.AllowPrivate = slices.Clone(c.AllowPrivate)
+	for i, p := range c.AllowPrivate {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return c, fmt.Errorf("netslot: allowed private range %s is not IPv4", p)
+		}
+		c.AllowPrivate[i] = p.Masked()
 	}
 	if c.DNS.IsValid() && (!c.DNS.Addr().Is4() || c.DNS.Port() == 0) {
 		return c, fmt.Errorf("netslot: DNS %s: want an IPv4 address and a port", c.DNS)

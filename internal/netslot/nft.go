@@ -3,6 +3,7 @@ package netslot
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 
 	"github.com/google/nftables"
@@ -15,8 +16,10 @@ const gwTable = "slot"
 
 // gwRules describes one slot's gateway ruleset.
 type gwRules struct {
-	hostAddr netip.Addr     // inbound traffic to this address goes to the sandbox
-	dns      netip.AddrPort // where Gateway:53 goes; invalid = reject
+	hostAddr     netip.Addr     // inbound traffic to this address goes to the sandbox
+	dns          netip.AddrPort // where Gateway:53 goes; invalid = reject
+	hostCIDR     netip.Prefix   // every slot's link: never reachable from a sandbox
+	allowPrivate []netip.Prefix // parts of BlockedRanges sandboxes may reach
 }
 
 // gwChain is one base chain of the gateway table with its rules.
@@ -80,13 +83,54 @@ func gatewayChains(t *nftables.Table, r gwRules) []gwChain {
 			[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}},
 		),
 	)
-	return []gwChain{pre, post, in}
+
+	return []gwChain{pre, post, in, isolationChain(t, r)}
+}
+
+// isolationChain is the gateway's forward filter: what may pass between
+// the sandbox and the host at all, before any per-sandbox policy (which
+// lives in tables of its own and can only narrow this down further: a
+// packet leaves only if every forward chain lets it).
+func isolationChain(t *nftables.Table, r gwRules) gwChain {
+	fwd := gwChain{chain: &nftables.Chain{
+		Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
+	}}
+	add := func(rules ...[]expr.Any) { fwd.rules = append(fwd.rules, rules...) }
+	// From the host side only replies to the sandbox's own connections and
+	// connections the host opened to HostAddr (the proxy) reach the sandbox.
+	add(
+		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), matchCtReply(), verdict(expr.VerdictAccept)),
+		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), matchCtOrigDst(r.hostAddr), verdict(expr.VerdictAccept)),
+		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), verdict(expr.VerdictDrop)),
+	)
+	// From the sandbox: replies to connections the host opened pass, so do
+	// the DNS queries the gateway itself forwards (the resolver may well be
+	// in 10/8); a forged source address does not.
+	notSandbox := cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchAddrOp(12, SandboxAddr, expr.CmpOpNeq))
+	add(
+		cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchCtReply(), verdict(expr.VerdictAccept)),
+		cat(notSandbox, verdict(expr.VerdictDrop)),
+		cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchCtOrigDst(Gateway), verdict(expr.VerdictAccept)),
+	)
+	// Other slots and the host's slot links, whatever the operator allows.
+	add(rejectRules(cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, r.hostCIDR, expr.CmpOpEq)))...)
+	for _, p := range r.allowPrivate {
+		add(cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, p, expr.CmpOpEq), verdict(expr.VerdictAccept)))
+	}
+	for _, p := range BlockedRanges {
+		add(rejectRules(cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, p, expr.CmpOpEq)))...)
+	}
+	return fwd
 }
 
 // ruleTag marks each rule this package writes with what it was made from,
-// so an intact table can be recognised without decoding expressions.
+// so an intact table can be recognised without decoding expressions. The
+// inputs are hashed: nftables keeps at most 256 bytes of user data.
 func ruleTag(r gwRules, chain string, i int) []byte {
-	return fmt.Appendf(nil, "netslot/1 %s %s %s %d", r.hostAddr, r.dns, chain, i)
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s %s %s %v", r.hostAddr, r.dns, r.hostCIDR, r.allowPrivate)
+	return fmt.Appendf(nil, "netslot/2 %s %d %016x", chain, i, h.Sum64())
 }
 
 // installGateway makes the gateway netns' table hold exactly the slot's
@@ -169,9 +213,13 @@ func gatewayIntact(c *nftables.Conn, t *nftables.Table, r gwRules, want []gwChai
 }
 
 // installHost adds (or replaces) the pool's table on the host: masquerade
-// of slot traffic that leaves HostCIDR. The add-delete-add sequence in one
-// transaction replaces an existing table without failing when none exists.
-func installHost(table string, cidr netip.Prefix) error {
+// of slot traffic that leaves HostCIDR, no connection from a slot to the
+// host itself (but dnsPort, when the host answers the slots' DNS), nothing
+// forwarded from one slot to another. Slots are recognised by their host
+// interface (<prefix>-h*), which a sandbox cannot forge. The
+// add-delete-add sequence in one transaction replaces an existing table
+// without failing when none exists.
+func installHost(table string, cidr netip.Prefix, dnsPort uint16) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("netslot: nftables: %w", err)
@@ -188,6 +236,29 @@ func installHost(table string, cidr netip.Prefix) error {
 		matchPrefix(12, cidr, expr.CmpOpEq),
 		matchPrefix(16, cidr, expr.CmpOpNeq),
 		[]expr.Any{&expr.Masq{}},
+	)})
+	fromSlot := matchIfnamePrefix(expr.MetaKeyIIFNAME, table+"-h")
+	in := c.AddChain(&nftables.Chain{
+		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
+	})
+	var inRules [][]expr.Any
+	inRules = append(inRules, cat(fromSlot, matchCtEstablished(), verdict(expr.VerdictAccept)))
+	if dnsPort != 0 {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			inRules = append(inRules, cat(fromSlot, matchL4Proto(proto), matchDport(dnsPort), verdict(expr.VerdictAccept)))
+		}
+	}
+	inRules = append(inRules, rejectRules(fromSlot)...)
+	for _, exprs := range inRules {
+		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: exprs})
+	}
+	fwd := c.AddChain(&nftables.Chain{
+		Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
+	})
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(
+		fromSlot, matchIfnamePrefix(expr.MetaKeyOIFNAME, table+"-h"), verdict(expr.VerdictDrop),
 	)})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netslot: install host table %s: %w", table, err)
@@ -245,13 +316,67 @@ func matchIfname(key expr.MetaKey, name string) []expr.Any {
 	}
 }
 
+// matchIfnamePrefix matches interface names starting with prefix, as
+// nft's "name*" does: the comparison covers only the prefix's bytes.
+func matchIfnamePrefix(key expr.MetaKey, prefix string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(prefix)},
+	}
+}
+
 // matchAddr compares the IPv4 header field at offset (12 source, 16
 // destination) with a.
 func matchAddr(offset uint32, a netip.Addr) []expr.Any {
+	return matchAddrOp(offset, a, expr.CmpOpEq)
+}
+
+func matchAddrOp(offset uint32, a netip.Addr, op expr.CmpOp) []expr.Any {
 	b := a.As4()
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Cmp{Op: op, Register: 1, Data: b[:]},
+	}
+}
+
+// matchCtReply matches packets going in the reply direction of their
+// connection: answers to whoever opened it.
+func matchCtReply() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1 /* IP_CT_DIR_REPLY */}},
+	}
+}
+
+// matchCtOrigDst matches connections first addressed to a, before any NAT.
+func matchCtOrigDst(a netip.Addr) []expr.Any {
+	b := a.As4()
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeyDST, Direction: 0 /* original */, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
+	}
+}
+
+// matchCtEstablished matches packets of connections already let through
+// (and the ICMP errors about them).
+func matchCtEstablished() []expr.Any {
+	mask := binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED)
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+// rejectRules refuse what match matches at once rather than dropping it, so
+// a program in the sandbox fails fast instead of waiting for a timeout:
+// TCP with a reset, the rest with ICMP "administratively prohibited".
+func rejectRules(match []expr.Any) [][]expr.Any {
+	return [][]expr.Any{
+		cat(match, matchL4Proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
+		cat(match, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 13}}),
 	}
 }
 

@@ -99,7 +99,11 @@ func NewPool(cfg Config) (*Pool, error) {
 		host.Close()
 		return nil, err
 	}
-	if err := installHost(cfg.Prefix, cfg.HostCIDR); err != nil {
+	var hostDNSPort uint16
+	if p.dns.IsValid() && p.dns.Addr().IsUnspecified() {
+		hostDNSPort = p.dns.Port()
+	}
+	if err := installHost(cfg.Prefix, cfg.HostCIDR, hostDNSPort); err != nil {
 		host.Close()
 		return nil, err
 	}

@@ -264,7 +264,7 @@ func (p *Pool) armGateway(s *Slot, h *nsHandles, fresh bool) error {
 			}
 		}
 	}
-	rules := gwRules{hostAddr: s.HostAddr, dns: p.dns}
+	rules := gwRules{hostAddr: s.HostAddr, dns: p.dns, hostCIDR: p.cfg.HostCIDR, allowPrivate: p.cfg.AllowPrivate}
 	if p.dns.IsValid() && p.dns.Addr().IsUnspecified() {
 		rules.dns = netip.AddrPortFrom(s.HostPeer, p.dns.Port())
 	}
