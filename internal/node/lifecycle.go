@@ -16,8 +16,13 @@ import (
 )
 
 // Start begins background work: the reaper that ends sandboxes at their
-// end time.
+// end time, and the warm pool's refiller.
 func (n *Node) Start() {
+	if n.cfg.PoolSize > 0 {
+		n.wg.Add(1)
+		go n.refiller()
+		n.wakeRefill()
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

@@ -59,6 +59,9 @@ type Config struct {
 	EnvdVersion string
 	// Domain is reported to SDKs for host-based routing.
 	Domain string
+	// PoolSize is how many warm sandboxes to keep ready per template built
+	// from an image; 0 disables the warm pool.
+	PoolSize int
 	// OnRelease is called after a sandbox's network slot was released, so
 	// whoever keeps connections to sandbox addresses can drop them (the
 	// address goes to the next sandbox).
@@ -81,6 +84,11 @@ type Node struct {
 	// busy marks sandboxes with an operation in flight, so kill, pause and
 	// snapshot of one sandbox are serialised.
 	locks map[string]*sync.Mutex
+
+	// warm holds restored, not yet handed out sandboxes per template.
+	warm    map[string][]*live
+	refill  chan struct{}
+	closing bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -120,6 +128,7 @@ func New(cfg Config) (*Node, error) {
 		cfg: cfg, log: cfg.Logger, store: cfg.Store, rt: cfg.Runtime, slots: cfg.Slots,
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}},
 		live:   map[string]*live{}, locks: map[string]*sync.Mutex{},
+		warm: map[string][]*live{}, refill: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 	}
 	dir, err := installEnvd(cfg.DataDir, cfg.Envd)
@@ -187,15 +196,19 @@ func (n *Node) release(s *netslot.Slot) error {
 	return err
 }
 
-// Close stops background work. Running sandboxes keep running and are
-// re-adopted by the next start.
+// Close stops background work and the warm pool. Running sandboxes keep
+// running and are re-adopted by the next start.
 func (n *Node) Close() {
+	n.mu.Lock()
+	n.closing = true
+	n.mu.Unlock()
 	select {
 	case <-n.stop:
 	default:
 		close(n.stop)
 	}
 	n.wg.Wait()
+	n.drainWarm("")
 }
 
 // event appends a lifecycle line to a sandbox's log.

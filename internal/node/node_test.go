@@ -337,3 +337,42 @@ func TestDamagedSnapshotIsDetected(t *testing.T) {
 	// The source is untouched.
 	f.holderToken(t, a)
 }
+
+func TestWarmPoolHandsOutAndRefills(t *testing.T) {
+	n := nodetest.New(t, nodetest.Options{PoolSize: 2})
+	n.TinyTemplate(t, "tiny")
+	f := &fixture{n}
+	waitWarm := func(want int) {
+		t.Helper()
+		for i := 0; i < 600 && n.Warm("tiny") < want; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if got := n.Warm("tiny"); got < want {
+			t.Fatalf("warm pool holds %d, want %d", got, want)
+		}
+	}
+	waitWarm(2)
+	a := f.create(t, "tiny", time.Minute)
+	b := f.create(t, "tiny", time.Minute)
+	// Warm sandboxes are whole sandboxes: own token, env, files.
+	f.write(t, a, "/tmp/x", "a")
+	if code, _ := f.envd(t, b, "GET", "/files?path=/tmp/x", nil, b.EnvdAccessToken); code != 404 {
+		t.Fatalf("b sees a's file: %d", code)
+	}
+	if code, body := f.envd(t, a, "GET", "/envs", nil, a.EnvdAccessToken); code != 200 || !strings.Contains(body, "GREETING") {
+		t.Fatalf("envs of a warm sandbox: %d %s", code, body)
+	}
+	f.holderToken(t, a)
+	waitWarm(2)
+	// Deleting the template drains its pool.
+	if err := n.DeleteTemplate(ctx(t), "tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Warm("tiny"); got != 0 {
+		t.Fatalf("pool of a deleted template holds %d", got)
+	}
+	ids, _ := n.Runtime.List(ctx(t))
+	if len(ids) != 2 {
+		t.Fatalf("containers after drain: %v (want the two sandboxes)", ids)
+	}
+}

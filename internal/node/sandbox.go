@@ -136,19 +136,36 @@ func (n *Node) attach(ctx context.Context, rec *store.Sandbox, l *live) error {
 	return nil
 }
 
-// launch restores image into a new container in a fresh network slot and
-// initialises its envd for rec (token, environment). oldToken is the envd
-// token inside the image (empty for templates built from images). It does
-// not touch the store; on failure it leaves nothing behind. A crash
-// mid-way leaves a container and slot no record names, which the
-// reconciler removes.
-func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (l *live, err error) {
-	var c cleanup
-	defer func() {
-		if err != nil {
-			c.Clean()
+// launch starts rec's container from image, with an envd initialised for
+// rec (token, environment): from the template's warm pool when it has one
+// ready, else by restoring image now. oldToken is the envd token inside
+// the image (empty for templates built from images). It does not touch the
+// store; on failure it leaves nothing behind. A crash mid-way leaves a
+// container and slot no record names, which the reconciler removes.
+func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*live, error) {
+	if image == tpl.Checkpoint {
+		if l := n.takeWarm(tpl.ID); l != nil {
+			if err := n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken); err == nil {
+				return l, nil
+			} else {
+				n.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "err", err)
+				n.discard(l)
+			}
 		}
-	}()
+	}
+	l, err := n.restore(ctx, tpl, image, containerID(rec.ID))
+	if err != nil {
+		return nil, err
+	}
+	if err := n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken); err != nil {
+		n.discard(l)
+		return nil, err
+	}
+	return l, nil
+}
+
+// restore starts image as container cid in a fresh network slot.
+func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid string) (l *live, err error) {
 	if err := n.verifyImage(tpl, image); err != nil {
 		return nil, err
 	}
@@ -159,16 +176,18 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	if err != nil {
 		return nil, fmt.Errorf("network slot: %w", err)
 	}
-	c.Add(func() { n.release(slot) })
-	sb, err := n.rt.Restore(ctx, image, Spec(tpl, containerID(rec.ID), slot.NetNS))
+	sb, err := n.rt.Restore(ctx, image, Spec(tpl, cid, slot.NetNS))
 	if err != nil {
+		n.release(slot)
 		return nil, fmt.Errorf("restore sandbox from %s: %w", tpl.ID, err)
 	}
-	c.Add(func() { sb.Kill(context.Background()) })
-	if err := n.initEnvd(ctx, slot.HostAddr, rec, oldToken); err != nil {
-		return nil, err
-	}
 	return &live{sb: sb, slot: slot}, nil
+}
+
+// discard kills a container that never became a sandbox and frees its slot.
+func (n *Node) discard(l *live) {
+	l.sb.Kill(context.Background())
+	n.release(l.slot)
 }
 
 // containerID names the runsc container of a sandbox. A sandbox that is

@@ -62,6 +62,7 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 	if err := n.store.Templates().Put(ctx, t); err != nil {
 		return err
 	}
+	n.drainWarm(t.ID)
 	if t.Checkpoint != "" {
 		os.RemoveAll(t.Checkpoint)
 	}

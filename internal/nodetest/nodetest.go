@@ -41,6 +41,7 @@ type Node struct {
 type Options struct {
 	DataDir      string // default: a temp dir
 	MaxSandboxes int
+	PoolSize     int
 }
 
 // New starts a node on real gVisor; it is torn down when the test ends.
@@ -66,7 +67,7 @@ func New(t testing.TB, o Options) *Node {
 		t.Fatal(err)
 	}
 	n, err := node.New(node.Config{DataDir: dir, Envd: envdBin, Runtime: rt, Slots: slots, Store: st,
-		Logger: Logger(), EnvdVersion: "0.6.4", MaxSandboxes: o.MaxSandboxes})
+		Logger: Logger(), EnvdVersion: "0.6.4", MaxSandboxes: o.MaxSandboxes, PoolSize: o.PoolSize})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ type Options struct {
 	Runsc        string // path of runsc; default: beside the executable
 	Envd         string // path of cube-envd; default: beside the executable
 	MaxSandboxes int
+	PoolSize     int
 	MaxTimeout   time.Duration
 	Slots        int
 	SlotPrefix   string
@@ -137,7 +138,7 @@ func Run(ctx context.Context, o Options) error {
 	var forget func()
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
-		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain,
+		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain, PoolSize: o.PoolSize,
 		OnRelease: func() {
 			if forget != nil {
 				forget()
