@@ -1,0 +1,99 @@
+// Shared plumbing for the end-to-end tests. The SDKs read E2B_API_URL,
+// E2B_SANDBOX_URL and E2B_API_KEY themselves; the tests only read them to
+// make the few plain HTTP calls an SDK has no method for.
+import assert from 'node:assert/strict'
+import http from 'node:http'
+import { randomBytes } from 'node:crypto'
+
+for (const name of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
+  assert.ok(process.env[name], `${name} must be set (run the suite with scripts/e2e.sh)`)
+}
+
+export const apiUrl = process.env.E2B_API_URL.replace(/\/$/, '')
+export const apiKey = process.env.E2B_API_KEY
+
+// A short random tag that keeps one run's metadata and names apart from
+// any other run against the same server.
+export const runTag = randomBytes(4).toString('hex')
+
+/**
+ * Sandboxes a test file created; killAll() (in an after hook) removes
+ * whatever a failing test left behind.
+ */
+export class Tracker {
+  constructor() { this.ids = new Set() }
+  add(sbx) { this.ids.add(sbx.sandboxId); return sbx }
+  async killAll(SandboxClass) {
+    await Promise.all([...this.ids].map((id) => SandboxClass.kill(id).catch(() => {})))
+    this.ids.clear()
+  }
+}
+
+/** One control-plane call with the run's key; returns status, headers and the parsed body. */
+export async function api(method, path, body, { key = apiKey } = {}) {
+  const res = await fetch(apiUrl + path, {
+    method,
+    headers: { 'X-API-Key': key, ...(body !== undefined && { 'Content-Type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  const text = await res.text()
+  let json
+  try { json = text ? JSON.parse(text) : undefined } catch { json = undefined }
+  return { status: res.status, headers: res.headers, text, json }
+}
+
+/**
+ * A plain HTTP request through the cube-server listener with any headers,
+ * Host included (fetch will not let a caller set Host).
+ */
+export function rawRequest(path, { method = 'GET', headers = {}, body } = {}) {
+  const url = new URL(apiUrl)
+  return new Promise((resolve, reject) => {
+    const req = http.request({
+      host: url.hostname, port: url.port, path, method, headers,
+    }, (res) => {
+      const chunks = []
+      res.on('data', (c) => chunks.push(c))
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }))
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+/**
+ * Polls fn until it returns a truthy value. The deadline only stops a test
+ * that would otherwise hang; it is generous so a slow machine still passes.
+ */
+export async function eventually(fn, { what = 'condition', timeoutMs = 120_000, intervalMs = 250 } = {}) {
+  const deadline = Date.now() + timeoutMs
+  let last
+  for (;;) {
+    try {
+      const v = await fn()
+      if (v) return v
+    } catch (err) {
+      last = err
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`gave up waiting for ${what}${last ? `: last error: ${last.message}` : ''}`)
+    }
+    await new Promise((r) => setTimeout(r, intervalMs))
+  }
+}
+
+/** Asserts that promise rejects and returns the error for further checks. */
+export async function rejection(promise) {
+  try {
+    await promise
+  } catch (err) {
+    return err
+  }
+  assert.fail('expected the call to fail, it succeeded')
+}
+
+/** A key of the right shape that the server never issued. */
+export const wrongKey = 'e2b_' + '0'.repeat(40)
+
+export const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])

@@ -1,0 +1,95 @@
+// Reaching a server started inside a sandbox through the cube-server
+// listener: by E2b-Sandbox-Id/-Port headers and by Host
+// <port>-<sandboxID>.<domain>, as sandbox.getHost(port) names it.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox } from 'e2b'
+import { Tracker, eventually, rawRequest, runTag } from './helpers.mjs'
+
+const tracker = new Tracker()
+let sbx
+let server
+
+const PORT = 8000
+const body = `served from the sandbox ${runTag}\n`
+
+before(async () => {
+  sbx = tracker.add(await Sandbox.create())
+  await sbx.files.write('/home/user/site/hello.txt', body)
+  server = await sbx.commands.run(`python3 -m http.server ${PORT} --bind 0.0.0.0`, { background: true, cwd: '/home/user/site' })
+  await eventually(async () => {
+    const r = await rawRequest('/hello.txt', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT) } })
+    return r.status === 200
+  }, { what: 'the web server in the sandbox to answer' })
+})
+after(() => tracker.killAll(Sandbox))
+
+test('headers route to the port of the sandbox', async () => {
+  const r = await rawRequest('/hello.txt', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT) } })
+  assert.equal(r.status, 200)
+  assert.equal(r.body.toString(), body)
+  const listing = await rawRequest('/', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT) } })
+  assert.equal(listing.status, 200)
+  assert.match(listing.body.toString(), /hello\.txt/)
+})
+
+test('plain fetch with the headers works too', async () => {
+  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/hello.txt`, {
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT) },
+  })
+  assert.equal(res.status, 200)
+  assert.equal(await res.text(), body)
+})
+
+test('the Host that getHost(port) names routes to the same server', async () => {
+  const host = sbx.getHost(PORT)
+  assert.match(host, new RegExp(`^${PORT}-${sbx.sandboxId}\\.`))
+  const r = await rawRequest('/hello.txt', { headers: { Host: host } })
+  assert.equal(r.status, 200, r.body.toString())
+  assert.equal(r.body.toString(), body)
+})
+
+test('a POST body reaches the sandbox and the answer comes back', async () => {
+  // http.server answers 501 to POST: proof the request reached it and not the API.
+  const r = await rawRequest('/hello.txt', {
+    method: 'POST', body: 'x=1',
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT), 'Content-Type': 'text/plain' },
+  })
+  assert.equal(r.status, 501)
+  assert.match(r.body.toString(), /Unsupported method/)
+})
+
+test('a port nothing listens on is a 502', async () => {
+  const r = await rawRequest('/', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8999' } })
+  assert.equal(r.status, 502)
+})
+
+test('an unknown sandbox is a 502 naming it', async () => {
+  const id = `nosuch${runTag}`
+  for (const headers of [
+    { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': String(PORT) },
+    { Host: `${PORT}-${id}.${sbx.getHost(PORT).split('.').slice(1).join('.')}` },
+  ]) {
+    const r = await rawRequest('/', { headers })
+    assert.equal(r.status, 502, JSON.stringify(headers))
+    const json = JSON.parse(r.body.toString())
+    assert.equal(json.code, 502)
+    assert.equal(json.sandboxId, id)
+    assert.ok(json.message, 'the answer says why')
+  }
+})
+
+test('a killed sandbox is no longer reachable', async () => {
+  const other = tracker.add(await Sandbox.create())
+  await other.commands.run(`python3 -m http.server ${PORT}`, { background: true })
+  const headers = { 'E2b-Sandbox-Id': other.sandboxId, 'E2b-Sandbox-Port': String(PORT) }
+  await eventually(async () => (await rawRequest('/', { headers })).status === 200, { what: 'the second server' })
+  await other.kill()
+  const r = await rawRequest('/', { headers })
+  assert.equal(r.status, 502)
+  assert.equal(JSON.parse(r.body.toString()).sandboxId, other.sandboxId)
+  // The first sandbox's server is unaffected.
+  const r2 = await rawRequest('/hello.txt', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT) } })
+  assert.equal(r2.body.toString(), body)
+  assert.ok(server.pid > 0)
+})
