@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
-# The whole Cube test suite, in the order that fails fastest: unit tests,
-# then tests that drive real gVisor sandboxes (root), then the end-to-end
-# suite through the official SDKs.
+# The whole Cube test suite, in the order that fails fastest: vet, unit and
+# gVisor integration tests (root), a short run of every fuzz target, then
+# the end-to-end suite through the official E2B JS SDKs against a real
+# cube-server. Run through `make test`, which installs and builds first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS=-mod=mod
 export CUBE_BIN_DIR="$PWD/bin"
+FUZZTIME=${FUZZTIME:-8s}
 
-echo "== go vet"
+step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
+
+step "go vet"
 go vet ./...
 
-echo "== unit and integration tests"
+step "unit and integration tests"
 go test -count=1 -timeout 30m ./...
+
+step "fuzz targets, $FUZZTIME each"
+grep -rl --include='*_test.go' '^func Fuzz' internal cmd | while read -r file; do
+	pkg="./$(dirname "$file")"
+	for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | cut -d' ' -f2); do
+		echo "-- $pkg $target"
+		go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg"
+	done
+done
+
+step "end-to-end suite (official SDKs against cube-server)"
+./scripts/e2e.sh
