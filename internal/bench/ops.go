@@ -1,0 +1,258 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"cube/internal/api/wire"
+)
+
+// OpConfig configures the snapshot-family benchmarks. Each one runs
+// Warmup discarded rounds and then Rounds measured ones; a round is a
+// batch of operations started together, and its wall time is from the
+// first request sent to the last answer received.
+type OpConfig struct {
+	APIURL   string `json:"api_url"`
+	Template string `json:"template"`
+	// Concurrency is the number of operations in flight in one round (the
+	// report's -c); for clone it is the server-side clone concurrency.
+	Concurrency int `json:"concurrency"`
+	// Rounds is the report's -n (clone: --rounds).
+	Rounds int `json:"rounds"`
+	// Count is the number of clones per round (clone's -n).
+	Count int `json:"count,omitempty"`
+	// DirtyMB is the memory written in the sandbox before a snapshot.
+	DirtyMB int `json:"dirty_mb"`
+	Warmup  int `json:"warmup"`
+	// Timeout is the lifetime of the sandboxes the benchmark creates.
+	Timeout int `json:"timeout_s"`
+}
+
+func (c OpConfig) validate(needCount bool) error {
+	switch {
+	case c.Template == "":
+		return fmt.Errorf("no template: pass -t TEMPLATE or set CUBE_TEMPLATE_ID")
+	case c.Concurrency < 1:
+		return fmt.Errorf("concurrency (-c) must be at least 1, got %d", c.Concurrency)
+	case c.Rounds < 1:
+		return fmt.Errorf("rounds must be at least 1, got %d", c.Rounds)
+	case needCount && c.Count < 1:
+		return fmt.Errorf("clone count (-n) must be at least 1, got %d", c.Count)
+	case c.DirtyMB < 0:
+		return fmt.Errorf("dirty memory (-d) cannot be negative, got %d", c.DirtyMB)
+	case c.Warmup < 0:
+		return fmt.Errorf("warm-up rounds cannot be negative, got %d", c.Warmup)
+	}
+	return nil
+}
+
+// OpRow is one line of a snapshot-family table.
+type OpRow struct {
+	Op string `json:"op"`
+	// Concurrency and Count: operations in flight and operations per round.
+	Concurrency int `json:"concurrency"`
+	Count       int `json:"count"`
+	Rounds      int `json:"rounds"`
+	DirtyMB     int `json:"dirty_mb,omitempty"`
+	// Wall summarises the per-round wall times; PerAvg is Wall.Avg / Count,
+	// the report's amortised cost of one operation.
+	Wall   Stats     `json:"wall"`
+	PerAvg float64   `json:"per_avg"`
+	Walls  []float64 `json:"walls"`
+	// Each summarises the individual request latencies across rounds.
+	Each Stats `json:"each"`
+	// ImageMB is the average snapshot size the server reported, if any.
+	ImageMB float64 `json:"image_mb,omitempty"`
+}
+
+// OpReport is the JSON document of a snapshot-family run.
+type OpReport struct {
+	Command string   `json:"command"`
+	Config  OpConfig `json:"config"`
+	Rows    []OpRow  `json:"rows"`
+}
+
+// WriteOpTable prints rows under the report's columns. Successive runs
+// with --no-header append to one table.
+func WriteOpTable(w io.Writer, rows []OpRow, header bool) {
+	if header {
+		fmt.Fprintf(w, "%-22s %5s %5s %8s %10s %10s %10s %10s %10s\n", "op", "c", "n", "dirty_mb", "wall_avg", "wall_min", "wall_p95", "wall_max", "per_avg")
+	}
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-22s %5d %5d %8d %10.1f %10.1f %10.1f %10.1f %10.1f\n", r.Op, r.Concurrency, r.Count, r.DirtyMB,
+			r.Wall.Avg, r.Wall.Min, r.Wall.P95, r.Wall.Max, r.PerAvg)
+	}
+}
+
+// rowBuilder accumulates measured rounds of one operation.
+type rowBuilder struct {
+	row   OpRow
+	each  []float64
+	image []float64
+}
+
+func (b *rowBuilder) add(wall float64, each []float64) {
+	b.row.Walls = append(b.row.Walls, wall)
+	b.each = append(b.each, each...)
+}
+
+func (b *rowBuilder) done() OpRow {
+	r := b.row
+	r.Rounds = len(r.Walls)
+	r.Wall = Summarize(r.Walls)
+	if r.Count > 0 {
+		r.PerAvg = r.Wall.Avg / float64(r.Count)
+	}
+	r.Each = Summarize(b.each)
+	if len(b.image) > 0 {
+		var s float64
+		for _, x := range b.image {
+			s += x
+		}
+		r.ImageMB = s / float64(len(b.image))
+	}
+	return r
+}
+
+// batch runs f(0..n-1), at most conc at a time, and returns the wall time
+// of the whole batch, each call's latency and the first error.
+func batch(ctx context.Context, n, conc int, f func(ctx context.Context, i int) error) (float64, []float64, error) {
+	if conc < 1 {
+		conc = 1
+	}
+	each := make([]float64, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			t := time.Now()
+			errs[i] = f(ctx, i)
+			each[i] = ms(time.Since(t))
+		}(i)
+	}
+	wg.Wait()
+	return ms(time.Since(start)), each, errors.Join(errs...)
+}
+
+// fleet is the set of sandboxes and snapshots a benchmark made; Close
+// deletes whatever is still there, even after an interrupt.
+type fleet struct {
+	c         *Client
+	mu        sync.Mutex
+	sandboxes map[string]bool
+	snapshots map[string]bool
+	log       *slog.Logger
+}
+
+func newFleet(c *Client) *fleet {
+	return &fleet{c: c, sandboxes: map[string]bool{}, snapshots: map[string]bool{}, log: slog.Default()}
+}
+
+func (f *fleet) create(ctx context.Context, template string, timeout int) (*sandboxRef, error) {
+	sb, err := f.c.CreateSandbox(ctx, template, timeout)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.sandboxes[sb.SandboxID] = true
+	f.mu.Unlock()
+	return &sandboxRef{sb: sb}, nil
+}
+
+func (f *fleet) adopt(ids ...string) {
+	f.mu.Lock()
+	for _, id := range ids {
+		f.sandboxes[id] = true
+	}
+	f.mu.Unlock()
+}
+
+func (f *fleet) snapshot(ctx context.Context, id string) (string, float64, error) {
+	s, err := f.c.Snapshot(ctx, id)
+	if err != nil {
+		return "", 0, err
+	}
+	f.mu.Lock()
+	f.snapshots[s.SnapshotID] = true
+	f.mu.Unlock()
+	return s.SnapshotID, float64(s.SizeBytes) / (1 << 20), nil
+}
+
+func (f *fleet) kill(id string) {
+	if err := f.c.DeleteSandbox(context.Background(), id); err != nil && !isNotFound(err) {
+		f.log.Warn("delete sandbox", "sandbox", id, "err", err)
+	}
+	f.mu.Lock()
+	delete(f.sandboxes, id)
+	f.mu.Unlock()
+}
+
+func (f *fleet) dropSnapshot(id string) {
+	if err := f.c.DeleteTemplate(context.Background(), id); err != nil && !isNotFound(err) {
+		f.log.Warn("delete snapshot", "snapshot", id, "err", err)
+	}
+	f.mu.Lock()
+	delete(f.snapshots, id)
+	f.mu.Unlock()
+}
+
+// killAll deletes ids concurrently (cleanup is not measured).
+func (f *fleet) killAll(ids []string) {
+	batch(context.Background(), len(ids), 8, func(_ context.Context, i int) error { f.kill(ids[i]); return nil })
+}
+
+func (f *fleet) dropSnapshots(ids []string) {
+	batch(context.Background(), len(ids), 8, func(_ context.Context, i int) error { f.dropSnapshot(ids[i]); return nil })
+}
+
+func (f *fleet) Close() {
+	f.mu.Lock()
+	var sbs, snaps []string
+	for id := range f.sandboxes {
+		sbs = append(sbs, id)
+	}
+	for id := range f.snapshots {
+		snaps = append(snaps, id)
+	}
+	f.mu.Unlock()
+	f.killAll(sbs)
+	f.dropSnapshots(snaps)
+}
+
+func isNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == 404 && !ae.RouteMissing
+}
+
+// createN starts n sandboxes of the template, conc at a time (not measured).
+func (f *fleet) createN(ctx context.Context, template string, n, conc, timeout int) ([]*sandboxRef, error) {
+	out := make([]*sandboxRef, n)
+	_, _, err := batch(ctx, n, conc, func(ctx context.Context, i int) error {
+		r, err := f.create(ctx, template, timeout)
+		out[i] = r
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the benchmark's sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// sandboxRef is a sandbox the benchmark holds, with the token its code
+// interpreter wants.
+type sandboxRef struct {
+	sb *wire.Sandbox
+}
+
+func (r *sandboxRef) id() string { return r.sb.SandboxID }

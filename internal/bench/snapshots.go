@@ -1,0 +1,369 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+)
+
+// RoundProgress is told after each round, warm-up included.
+type RoundProgress func(done, total int)
+
+func (p RoundProgress) tell(done, total int) {
+	if p != nil {
+		p(done, total)
+	}
+}
+
+// rounds runs warm-up rounds (discarded) then measured ones; round(r)
+// gets a negative r for warm-ups.
+func rounds(ctx context.Context, cfg OpConfig, p RoundProgress, round func(ctx context.Context, r int) error) error {
+	total := cfg.Warmup + cfg.Rounds
+	for i := 0; i < total; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r := i - cfg.Warmup
+		if err := round(ctx, r); err != nil {
+			if r < 0 {
+				return fmt.Errorf("warm-up round %d: %w", i+1, err)
+			}
+			return fmt.Errorf("round %d of %d: %w", r+1, cfg.Rounds, err)
+		}
+		p.tell(i+1, total)
+	}
+	return nil
+}
+
+// RunSnapshot measures POST /sandboxes/{id}/snapshots: each round
+// snapshots Concurrency running sandboxes at once, one request each
+// (the server serialises snapshots of one sandbox, so that is the only
+// way to make them concurrent).
+func RunSnapshot(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
+	if err := cfg.validate(false); err != nil {
+		return nil, err
+	}
+	f := newFleet(c)
+	defer f.Close()
+	sbs, err := f.createN(ctx, cfg.Template, cfg.Concurrency, cfg.Concurrency, cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	row := &rowBuilder{row: OpRow{Op: "snapshot", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+		snaps := make([]string, len(sbs))
+		sizes := make([]float64, len(sbs))
+		wall, each, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+			var err error
+			snaps[i], sizes[i], err = f.snapshot(ctx, sbs[i].id())
+			return err
+		})
+		f.dropSnapshots(nonEmpty(snaps))
+		if err != nil {
+			return err
+		}
+		if r >= 0 {
+			row.add(wall, each)
+			row.image = append(row.image, sizes...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &OpReport{Command: "snapshot", Config: cfg, Rows: []OpRow{row.done()}}, nil
+}
+
+// RunCreateFromSnapshot measures POST /sandboxes with templateID set to a
+// snapshot: one snapshot of a running sandbox, then rounds of Concurrency
+// creates from it at once, deleted after each round (not measured).
+func RunCreateFromSnapshot(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
+	if err := cfg.validate(false); err != nil {
+		return nil, err
+	}
+	f := newFleet(c)
+	defer f.Close()
+	src, err := f.create(ctx, cfg.Template, cfg.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("creating the source sandbox: %w", err)
+	}
+	snap, _, err := f.snapshot(ctx, src.id())
+	if err != nil {
+		return nil, fmt.Errorf("snapshotting the source sandbox: %w", err)
+	}
+	row := &rowBuilder{row: OpRow{Op: "create-from-snapshot", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+		ids := make([]string, cfg.Concurrency)
+		wall, each, err := batch(ctx, cfg.Concurrency, cfg.Concurrency, func(ctx context.Context, i int) error {
+			ref, err := f.create(ctx, snap, cfg.Timeout)
+			if err == nil {
+				ids[i] = ref.id()
+			}
+			return err
+		})
+		f.killAll(nonEmpty(ids))
+		if err != nil {
+			return err
+		}
+		if r >= 0 {
+			row.add(wall, each)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &OpReport{Command: "create-from-snapshot", Config: cfg, Rows: []OpRow{row.done()}}, nil
+}
+
+// RunRollback measures POST /sandboxes/{id}/rollback. A sandbox may only
+// roll back to a snapshot it took itself, so each round first snapshots
+// every sandbox (phase one), then rolls every one back (phase two). Two
+// rows come out: the rollback alone, and snapshot plus rollback, which is
+// the flow the CubeSandbox report times.
+func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
+	if err := cfg.validate(false); err != nil {
+		return nil, err
+	}
+	f := newFleet(c)
+	defer f.Close()
+	sbs, err := f.createN(ctx, cfg.Template, cfg.Concurrency, cfg.Concurrency, cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	rb := &rowBuilder{row: OpRow{Op: "rollback", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	flow := &rowBuilder{row: OpRow{Op: "snapshot+rollback", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+		snaps := make([]string, len(sbs))
+		defer func() { f.dropSnapshots(nonEmpty(snaps)) }()
+		swall, seach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+			var err error
+			snaps[i], _, err = f.snapshot(ctx, sbs[i].id())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		rwall, reach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+			return c.Rollback(ctx, sbs[i].id(), snaps[i])
+		})
+		if err != nil {
+			return err
+		}
+		if r >= 0 {
+			rb.add(rwall, reach)
+			sum := make([]float64, len(sbs))
+			for i := range sum {
+				sum[i] = seach[i] + reach[i]
+			}
+			flow.add(swall+rwall, sum)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &OpReport{Command: "rollback", Config: cfg, Rows: []OpRow{rb.done(), flow.done()}}, nil
+}
+
+// RunClone measures POST /sandboxes/{id}/clone {count, concurrency} (or
+// fork {count} on servers without clone) from one running sandbox; the
+// wall time of a round is that one request. Children are deleted after
+// each round (not measured).
+func RunClone(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
+	if err := cfg.validate(true); err != nil {
+		return nil, err
+	}
+	f := newFleet(c)
+	defer f.Close()
+	src, err := f.create(ctx, cfg.Template, cfg.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("creating the source sandbox: %w", err)
+	}
+	if cfg.DirtyMB > 0 {
+		if err := dirty(ctx, c, src, cfg.DirtyMB); err != nil {
+			return nil, err
+		}
+	}
+	row := &rowBuilder{row: OpRow{Op: "clone", Concurrency: cfg.Concurrency, Count: cfg.Count, DirtyMB: cfg.DirtyMB}}
+	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+		var ids []string
+		wall, _, err := batch(ctx, 1, 1, func(ctx context.Context, _ int) error {
+			var err error
+			ids, err = c.Clone(ctx, src.id(), cfg.Count, cfg.Concurrency)
+			return err
+		})
+		f.adopt(ids...)
+		f.killAll(ids)
+		if err != nil {
+			return err
+		}
+		if r >= 0 {
+			row.add(wall, []float64{wall})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &OpReport{Command: "clone", Config: cfg, Rows: []OpRow{row.done()}}, nil
+}
+
+// RunPauseResume pauses Concurrency sandboxes at once (POST .../pause),
+// then resumes them at once (POST .../connect), each round; one row per
+// half.
+func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
+	if err := cfg.validate(false); err != nil {
+		return nil, err
+	}
+	f := newFleet(c)
+	defer f.Close()
+	sbs, err := f.createN(ctx, cfg.Template, cfg.Concurrency, cfg.Concurrency, cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = 300
+	}
+	pause := &rowBuilder{row: OpRow{Op: "pause", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	resume := &rowBuilder{row: OpRow{Op: "resume", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+		pwall, peach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+			return c.Pause(ctx, sbs[i].id())
+		})
+		// Resume whatever paused, even when some pauses failed, so the
+		// next round and the cleanup find running sandboxes.
+		rwall, reach, rerr := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+			return c.Connect(ctx, sbs[i].id(), timeout)
+		})
+		if err != nil {
+			return fmt.Errorf("pause: %w", err)
+		}
+		if rerr != nil {
+			return fmt.Errorf("resume: %w", rerr)
+		}
+		if r >= 0 {
+			pause.add(pwall, peach)
+			resume.add(rwall, reach)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &OpReport{Command: "pause-resume", Config: cfg, Rows: []OpRow{pause.done(), resume.done()}}, nil
+}
+
+// RunDirty measures snapshot time and create-from-snapshot time against
+// DirtyMB of memory written in the sandbox. The buffer is allocated once
+// through the code interpreter and every page of it is written again
+// before each snapshot, so a snapshot that only saves pages changed since
+// the last one still has DirtyMB to save.
+func RunDirty(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
+	cfg.Concurrency = 1
+	if err := cfg.validate(false); err != nil {
+		return nil, err
+	}
+	f := newFleet(c)
+	defer f.Close()
+	src, err := f.create(ctx, cfg.Template, cfg.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("creating the source sandbox: %w", err)
+	}
+	if err := dirty(ctx, c, src, cfg.DirtyMB); err != nil {
+		return nil, err
+	}
+	snap := &rowBuilder{row: OpRow{Op: "snapshot", Concurrency: 1, Count: 1, DirtyMB: cfg.DirtyMB}}
+	create := &rowBuilder{row: OpRow{Op: "create-from-snapshot", Concurrency: 1, Count: 1, DirtyMB: cfg.DirtyMB}}
+	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+		// The first round finds the buffer freshly written.
+		if r > -cfg.Warmup {
+			if err := touch(ctx, c, src); err != nil {
+				return err
+			}
+		}
+		var id string
+		var size float64
+		swall, _, err := batch(ctx, 1, 1, func(ctx context.Context, _ int) error {
+			var err error
+			id, size, err = f.snapshot(ctx, src.id())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		defer f.dropSnapshot(id)
+		var child string
+		cwall, _, err := batch(ctx, 1, 1, func(ctx context.Context, _ int) error {
+			ref, err := f.create(ctx, id, cfg.Timeout)
+			if err == nil {
+				child = ref.id()
+			}
+			return err
+		})
+		if child != "" {
+			f.kill(child)
+		}
+		if err != nil {
+			return err
+		}
+		if r >= 0 {
+			snap.add(swall, []float64{swall})
+			if size > 0 {
+				snap.image = append(snap.image, size)
+			}
+			create.add(cwall, []float64{cwall})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &OpReport{Command: "dirty", Config: cfg, Rows: []OpRow{snap.done(), create.done()}}, nil
+}
+
+// dirtyVar is the kernel variable holding the benchmark's buffer.
+const dirtyVar = "_cube_bench_dirty"
+
+// dirty allocates mb MiB in the sandbox's Python kernel, every page
+// written with a non-zero byte (zero pages could be skipped by a
+// snapshot, which would flatter it).
+func dirty(ctx context.Context, c *Client, ref *sandboxRef, mb int) error {
+	code := fmt.Sprintf("%s = bytearray(b'\\x01') * (%d << 20)\nprint(len(%s))", dirtyVar, mb, dirtyVar)
+	out, err := c.Execute(ctx, ref.sb, code)
+	if err != nil {
+		return fmt.Errorf("writing %d MB of dirty memory through the code interpreter: %w", mb, err)
+	}
+	if want := fmt.Sprint(mb << 20); !containsLine(out, want) {
+		return fmt.Errorf("writing %d MB of dirty memory: the kernel printed %q, want %s", mb, out, want)
+	}
+	return nil
+}
+
+// touch writes one byte in every page of the buffer again.
+func touch(ctx context.Context, c *Client, ref *sandboxRef) error {
+	code := fmt.Sprintf("_b = globals().get(%q)\nif _b:\n    for _i in range(0, len(_b), 4096): _b[_i] = (_b[_i] %% 255) + 1\nprint('ok')", dirtyVar)
+	if _, err := c.Execute(ctx, ref.sb, code); err != nil {
+		return fmt.Errorf("rewriting dirty memory: %w", err)
+	}
+	return nil
+}
+
+func containsLine(out, want string) bool {
+	for _, l := range splitLines(out) {
+		if l == want {
+			return true
+		}
+	}
+	return false
+}
+
+func nonEmpty(ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
