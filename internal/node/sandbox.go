@@ -442,22 +442,6 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.T
 	}, nil
 }
 
-// SandboxLogs returns a sandbox's lifecycle log.
-func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]api.LogEntry, error) {
-	if _, err := n.record(ctx, sandboxID); err != nil {
-		return nil, err
-	}
-	ev, err := n.store.Events(ctx, sandboxID, 0, 10000)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.LogEntry, 0, len(ev))
-	for _, e := range ev {
-		out = append(out, api.LogEntry{Time: e.Time, Level: api.LogLevel(e.Level), Message: e.Message})
-	}
-	return out, nil
-}
-
 // SandboxMetrics returns a current resource sample of a running sandbox.
 func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end time.Time) ([]api.Metric, error) {
 	rec, err := n.record(ctx, sandboxID)

@@ -74,6 +74,9 @@ type Sandbox interface {
 	// it. Killing a sandbox that is already gone is not an error.
 	Kill(ctx context.Context) error
 	Stats(ctx context.Context) (Stats, error)
+	// Console returns what the sandbox's PID 1 wrote to its stdout and
+	// stderr since this container started.
+	Console() ([]byte, error)
 	// Exec runs a command inside the sandbox and returns its combined
 	// output: for diagnostics and tests, not the user path (that is envd).
 	Exec(ctx context.Context, args ...string) ([]byte, error)

@@ -207,7 +207,8 @@ func (s *Service) start(u *users.User, req *pb.StartRequest) (*proc, *subscriber
 	s.mu.Lock()
 	s.procs[p.pid] = p
 	s.mu.Unlock()
-	s.log.Debug("process started", "pid", p.pid, "cmd", cfg.GetCmd(), "user", u.Name, "pty", p.isPTY)
+	// The control plane reads these two records into the sandbox's logs.
+	s.log.Info("process started", "pid", p.pid, "cmd", cfg.GetCmd(), "user", u.Name, "pty", p.isPTY)
 
 	for _, o := range outputs {
 		go p.read(o)
@@ -219,6 +220,8 @@ func (s *Service) start(u *users.User, req *pb.StartRequest) (*proc, *subscriber
 			delete(s.procs, p.pid)
 		}
 		s.mu.Unlock()
+		end := p.end.GetEnd()
+		s.log.Info("process exited", "pid", p.pid, "cmd", cfg.GetCmd(), "exit_code", end.GetExitCode(), "status", end.GetStatus())
 	})
 	return p, sub, nil
 }

@@ -265,6 +265,10 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	return nil
 }
 
+func (s *sandbox) Console() ([]byte, error) {
+	return os.ReadFile(filepath.Join(s.r.cfg.Bundles, s.id, "console.log"))
+}
+
 func (s *sandbox) Pause(ctx context.Context) error {
 	_, err := s.r.runsc(ctx, s.id, nil, "pause", s.id)
 	return err
