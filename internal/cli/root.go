@@ -26,5 +26,6 @@ func Root() *cobra.Command {
 		},
 	})
 	root.AddCommand(newListCmd(), newInfoCmd(), newRmCmd(), newTplCmd())
+	root.AddCommand(newSnapshotCmd(), newRollbackCmd(), newPauseCmd(), newResumeCmd(), newCloneCmd())
 	return root
 }
