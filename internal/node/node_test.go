@@ -96,7 +96,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Fatalf("list = %v, %v", list, err)
 	}
 	m, err := f.SandboxMetrics(ctx(t), a.ID, time.Time{}, time.Time{})
-	if err != nil || len(m) != 1 || m[0].MemUsed == 0 || m[0].MemTotal != 512<<20 {
+	if err != nil || len(m) != 1 || m[0].MemUsed == 0 || m[0].MemTotal != 512<<20 || m[0].DiskTotal == 0 {
 		t.Fatalf("metrics = %+v, %v", m, err)
 	}
 

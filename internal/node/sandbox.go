@@ -476,8 +476,37 @@ func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end 
 		MemUsed: int64(st.MemoryBytes), MemTotal: int64(rec.MemoryMB) << 20,
 		DiskTotal: int64(rec.DiskSizeMB) << 20,
 	}
+	// The writable layer lives in the sandbox's memory; envd sees its use.
+	if d, err := n.envdMetrics(ctx, l.slot.HostAddr, rec.EnvdToken); err == nil {
+		m.DiskUsed, m.DiskTotal, m.MemCache = int64(d.DiskUsed), int64(d.DiskTotal), int64(d.MemCache)
+	}
 	if (!start.IsZero() && now.Before(start)) || (!end.IsZero() && now.After(end.Add(time.Second))) {
 		return []api.Metric{}, nil
 	}
 	return []api.Metric{m}, nil
+}
+
+// envdSample is the part of envd's /metrics the node reports.
+type envdSample struct {
+	MemCache  uint64 `json:"mem_cache"`
+	DiskUsed  uint64 `json:"disk_used"`
+	DiskTotal uint64 `json:"disk_total"`
+}
+
+func (n *Node) envdMetrics(ctx context.Context, host netip.Addr, token string) (*envdSample, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(host.String(), strconv.Itoa(EnvdPort)) + "/metrics"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("X-Access-Token", token)
+	resp, err := n.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("envd /metrics: %s", resp.Status)
+	}
+	var s envdSample
+	return &s, json.NewDecoder(resp.Body).Decode(&s)
 }
