@@ -214,11 +214,11 @@ func gatewayIntact(c *nftables.Conn, t *nftables.Table, r gwRules, want []gwChai
 
 // installHost adds (or replaces) the pool's table on the host: masquerade
 // of slot traffic that leaves HostCIDR, no connection from a slot to the
-// host itself (but dnsPort, when the host answers the slots' DNS), nothing
-// forwarded from one slot to another. Slots are recognised by their host
-// interface (<prefix>-h*), which a sandbox cannot forge. The
-// add-delete-add sequence in one transaction replaces an existing table
-// without failing when none exists.
+// host itself (but dnsPort, when the host answers the slots' DNS), none
+// forwarded into a slot from elsewhere, nothing from one slot to another.
+// Slots are recognised by their host interface (<prefix>-h*), which a
+// sandbox cannot forge. The add-delete-add sequence in one transaction
+// replaces an existing table without failing when none exists.
 func installHost(table string, cidr netip.Prefix, dnsPort uint16) error {
 	c, err := nftables.New()
 	if err != nil {
@@ -257,9 +257,12 @@ func installHost(table string, cidr netip.Prefix, dnsPort uint16) error {
 		Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
 	})
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(
-		fromSlot, matchIfnamePrefix(expr.MetaKeyOIFNAME, table+"-h"), verdict(expr.VerdictDrop),
-	)})
+	toSlot := matchIfnamePrefix(expr.MetaKeyOIFNAME, table+"-h")
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(fromSlot, toSlot, verdict(expr.VerdictDrop))})
+	// Connections into a slot come from the host itself (the proxy), never
+	// through it: with forwarding on, a neighbour routing HostCIDR via this
+	// host would otherwise reach sandboxes past the proxy.
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(toSlot, matchCtNotEstablished(), verdict(expr.VerdictDrop))})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netslot: install host table %s: %w", table, err)
 	}
@@ -366,6 +369,13 @@ func matchCtEstablished() []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 	}
+}
+
+// matchCtNotEstablished matches what matchCtEstablished does not.
+func matchCtNotEstablished() []expr.Any {
+	m := matchCtEstablished()
+	m[len(m)-1].(*expr.Cmp).Op = expr.CmpOpEq
+	return m
 }
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }

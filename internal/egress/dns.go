@@ -1,0 +1,250 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// maxDNSMessage is the largest DNS message handled (TCP's limit).
+const maxDNSMessage = 65535
+
+func (s *slotFilter) serveDNSUDP() {
+	defer s.wg.Done()
+	buf := make([]byte, maxDNSMessage)
+	for {
+		n, from, err := s.dnsUDP.ReadFrom(buf)
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("egress dns read", "err", err)
+			}
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			continue // too many at once; the client retries
+		}
+		q := bytes.Clone(buf[:n])
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.sem }()
+			if resp := s.answer(q, "udp"); resp != nil {
+				s.dnsUDP.WriteTo(resp, from)
+			}
+		}()
+	}
+}
+
+func (s *slotFilter) serveDNSTCP() {
+	defer s.wg.Done()
+	for {
+		c, err := s.dnsTCP.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("egress dns accept", "err", err)
+			}
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			c.Close()
+			continue
+		}
+		p := &proxied{client: c}
+		if !s.track(p) {
+			c.Close()
+			<-s.sem
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.sem }()
+			defer s.untrack(p)
+			defer p.close()
+			br := bufio.NewReader(c)
+			for {
+				c.SetDeadline(time.Now().Add(peekTimeout))
+				q, err := readTCPMessage(br)
+				if err != nil {
+					return
+				}
+				resp := s.answer(q, "tcp")
+				if resp == nil {
+					return
+				}
+				if _, err := c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(resp)))); err != nil {
+					return
+				}
+				if _, err := c.Write(resp); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func readTCPMessage(r io.Reader) ([]byte, error) {
+	var l [2]byte
+	if _, err := io.ReadFull(r, l[:]); err != nil {
+		return nil, err
+	}
+	msg := make([]byte, binary.BigEndian.Uint16(l[:]))
+	if _, err := io.ReadFull(r, msg); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+// answer judges one query by its name: a denied name does not exist; an
+// allowed one is resolved upstream; one the policy does not name resolves
+// unless the policy denies everything not allowed, in which case only
+// addresses an allowed CIDR covers are given out. nil means no answer.
+func (s *slotFilter) answer(q []byte, network string) []byte {
+	var p dnsmessage.Parser
+	h, err := p.Start(q)
+	if err != nil || h.Response {
+		return nil
+	}
+	question, err := p.Question()
+	if err != nil {
+		return reply(h, nil, dnsmessage.RCodeFormatError)
+	}
+	r := s.rules.Load()
+	name := strings.TrimSuffix(strings.ToLower(question.Name.String()), ".")
+	if !r.permitsAny() {
+		return reply(h, &question, dnsmessage.RCodeRefused)
+	}
+	v := r.nameVerdict(name)
+	if v == denied {
+		s.log.Info("egress dns denied", "name", name)
+		return reply(h, &question, dnsmessage.RCodeNameError)
+	}
+	resp, err := s.f.forward(q, network)
+	if err != nil {
+		s.log.Debug("egress dns upstream", "name", name, "err", err)
+		return reply(h, &question, dnsmessage.RCodeServerFailure)
+	}
+	if v == undecided && r.denyAll() && !answersAllowed(resp, r) {
+		return reply(h, &question, dnsmessage.RCodeNameError)
+	}
+	return resp
+}
+
+// answersAllowed reports whether resp has an A record that the policy's
+// address entries allow.
+func answersAllowed(resp []byte, r *rules) bool {
+	var p dnsmessage.Parser
+	if _, err := p.Start(resp); err != nil {
+		return false
+	}
+	if err := p.SkipAllQuestions(); err != nil {
+		return false
+	}
+	for {
+		h, err := p.AnswerHeader()
+		if err != nil {
+			return false
+		}
+		if h.Type != dnsmessage.TypeA {
+			if err := p.SkipAnswer(); err != nil {
+				return false
+			}
+			continue
+		}
+		a, err := p.AResource()
+		if err != nil {
+			return false
+		}
+		if r.addrAllowed(netip.AddrFrom4(a.A)) {
+			return true
+		}
+	}
+}
+
+// reply builds an answer without records.
+func reply(q dnsmessage.Header, question *dnsmessage.Question, rcode dnsmessage.RCode) []byte {
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{
+		ID: q.ID, Response: true, OpCode: q.OpCode,
+		RecursionDesired: q.RecursionDesired, RecursionAvailable: true, RCode: rcode,
+	})
+	if question != nil {
+		b.StartQuestions()
+		b.Question(*question)
+	}
+	msg, err := b.Finish()
+	if err != nil {
+		return nil
+	}
+	return msg
+}
+
+// forward asks Config.Resolver, over the transport the sandbox used.
+func (f *Filter) forward(q []byte, network string) ([]byte, error) {
+	if !f.cfg.Resolver.IsValid() {
+		return nil, errors.New("no resolver configured")
+	}
+	c, err := net.DialTimeout(network, f.cfg.Resolver.String(), resolveTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(resolveTimeout))
+	if network == "tcp" {
+		if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)); err != nil {
+			return nil, err
+		}
+		return readTCPMessage(c)
+	}
+	if _, err := c.Write(q); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, maxDNSMessage)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			return nil, err
+		}
+		// Skip stray datagrams: the answer carries the query's ID.
+		if n >= 2 && bytes.Equal(buf[:2], q[:2]) {
+			return buf[:n], nil
+		}
+	}
+}
+
+// resolvConfs are read in order to find the host's resolver; a loopback
+// one (systemd-resolved's stub) is skipped for resolved's upstream list,
+// as netslot does for the slots' own DNS.
+var resolvConfs = []string{"/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"}
+
+func hostResolver() netip.AddrPort {
+	for _, f := range resolvConfs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			fields := strings.Fields(line)
+			if len(fields) < 2 || fields[0] != "nameserver" {
+				continue
+			}
+			a, err := netip.ParseAddr(fields[1])
+			if err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() {
+				return netip.AddrPortFrom(a, 53)
+			}
+		}
+	}
+	return netip.AddrPort{}
+}

@@ -1,0 +1,47 @@
+// Package egress enforces each sandbox's outbound network policy (E2B's
+// allow_internet_access and network.allowOut / network.denyOut).
+//
+// Isolation from the host, other sandboxes and private ranges is not
+// here: every netslot slot has it before any policy is applied. A policy
+// can only narrow down what a slot may reach, never widen it.
+//
+// Address entries are kernel rules: Apply writes a table "policy" into the
+// slot's gateway netns with github.com/google/nftables, replacing the
+// previous one in a single transaction. netslot deletes that table when it
+// re-arms the slot, so a policy never outlives its sandbox.
+//
+// Domain entries need names, which the kernel does not see. For a slot
+// whose policy has any, the policy table also redirects the sandbox's DNS
+// (to the gateway) and its TCP connections to ports 80 and 443 to the
+// Filter, which listens inside that slot's gateway netns: the listener a
+// connection comes in on says which slot it is from, SO_ORIGINAL_DST where
+// it was going. DNS for a denied name answers NXDOMAIN. A web connection
+// is judged by its TLS SNI or HTTP Host; an allowed name is connected to
+// the name's own addresses (resolved by the Filter), so neither an IP
+// literal nor a forged name reaches an address the policy denies.
+//
+// Wiring, in cube-server and the node:
+//
+//	// once, at start, with the pool's settings:
+//	slots, _ := netslot.NewPool(netslot.Config{..., AllowPrivate: allow})
+//	filter, err := egress.NewFilter(egress.Config{AllowPrivate: allow, HostCIDR: hostCIDR})
+//	defer filter.Close()
+//
+//	// validate a create request or PUT /sandboxes/{id}/network (400 on error):
+//	p := egress.Policy{AllowInternet: req.AllowInternetAccess /* default true */,
+//		AllowOut: req.Network.AllowOut, DenyOut: req.Network.DenyOut}
+//	if err := egress.Validate(p); err != nil { ... }
+//
+//	slot, _ := slots.Acquire(ctx)          // or slots.Adopt(i) after a restart
+//	err = egress.Apply(slot, p)            // before the sandbox runs; fail the create on error
+//	...
+//	err = egress.Apply(slot, newPolicy)    // PUT /sandboxes/{id}/network: live
+//	...
+//	slots.Release(slot)                    // drops the policy table
+//	filter.Forget(slot)                    // drops the Filter's listeners of that slot
+//
+// Store the policy with the sandbox: after a restart, Adopt keeps the
+// policy table in the gateway, but the new Filter has no listeners there
+// until Apply is called again, so call Apply for every adopted slot.
+// Apply is cheap when the policy is unchanged (one nftables transaction).
+package egress

@@ -1,0 +1,332 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cube/internal/netslot"
+)
+
+// Config sets up a Filter.
+type Config struct {
+	// Resolver answers the DNS queries the Filter lets through and resolves
+	// the names it connects to. Zero: the first IPv4 nameserver of
+	// /etc/resolv.conf that is not loopback (as netslot picks it).
+	Resolver netip.AddrPort
+	// AllowPrivate and HostCIDR must be the netslot pool's: the Filter
+	// connects on the sandbox's behalf from the host, and keeps to the same
+	// isolation. Zero HostCIDR: netslot.DefaultHostCIDR.
+	AllowPrivate []netip.Prefix
+	HostCIDR     netip.Prefix
+	// MaxConns caps the connections one slot has open through the Filter at
+	// once; default 256.
+	MaxConns int
+	Logger   *slog.Logger
+}
+
+// Filter judges the names in sandboxes' DNS queries and web connections
+// for every slot whose policy has domain entries. It listens inside each
+// such slot's gateway netns (where the policy table redirects DNS and TCP
+// 80/443), so the listener a connection arrives on tells which slot it is
+// from, and SO_ORIGINAL_DST tells where it was going. It connects and
+// resolves from the host's own network namespace.
+type Filter struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	slots  map[string]*slotFilter // by gateway netns path
+	closed bool
+}
+
+// current is the Filter that the package-level Apply uses.
+var current atomic.Pointer[Filter]
+
+// NewFilter starts the Filter; Apply uses it from then on. One Filter runs
+// per process.
+func NewFilter(cfg Config) (*Filter, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if !cfg.HostCIDR.IsValid() {
+		cfg.HostCIDR = netslot.DefaultHostCIDR
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 256
+	}
+	for _, p := range cfg.AllowPrivate {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return nil, fmt.Errorf("egress: allowed private range %s is not IPv4", p)
+		}
+	}
+	if !cfg.Resolver.IsValid() {
+		cfg.Resolver = hostResolver()
+	}
+	f := &Filter{cfg: cfg, log: cfg.Logger.With("component", "egress"), slots: map[string]*slotFilter{}}
+	if !current.CompareAndSwap(nil, f) {
+		return nil, errors.New("egress: a Filter is already running in this process")
+	}
+	if cfg.Resolver.IsValid() {
+		f.log.Info("egress filter started", "resolver", cfg.Resolver.String())
+	} else {
+		f.log.Warn("egress filter started without a resolver: names in domain rules will not resolve")
+	}
+	return f, nil
+}
+
+// Close stops every listener and cuts every connection through the
+// Filter. Policy tables stay in the gateways; names in them stop resolving
+// until a new Filter is started and Apply is called again.
+func (f *Filter) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	slots := f.slots
+	f.slots = map[string]*slotFilter{}
+	f.mu.Unlock()
+	for _, s := range slots {
+		s.close()
+	}
+	current.CompareAndSwap(f, nil)
+	return nil
+}
+
+// Apply sets the policy of slot (see the package-level Apply) with this
+// Filter judging its names.
+func (f *Filter) Apply(slot *netslot.Slot, p Policy) error { return apply(f, slot, p) }
+
+// Forget stops judging a slot's names; call it after the slot is released.
+// Not calling it only keeps the slot's idle listeners until the next Apply
+// for that slot or Close.
+func (f *Filter) Forget(slot *netslot.Slot) {
+	f.mu.Lock()
+	s := f.slots[slot.GatewayNetNS]
+	delete(f.slots, slot.GatewayNetNS)
+	f.mu.Unlock()
+	if s != nil {
+		s.close()
+	}
+}
+
+// Apply gives slot policy p: the kernel rules in the slot's gateway and,
+// when p has domain entries, the Filter started by NewFilter (without one,
+// such a policy is refused). It replaces the slot's previous policy at
+// once, and is idempotent. Call it after netslot's Acquire (or Adopt)
+// and before the sandbox runs, and again for each change of policy.
+//
+// Connections the new policy denies stop working: their next packets are
+// rejected. Connections through the Filter (names on ports 80 and 443)
+// are judged again and closed if now denied.
+func Apply(slot *netslot.Slot, p Policy) error { return apply(current.Load(), slot, p) }
+
+func apply(f *Filter, slot *netslot.Slot, p Policy) error {
+	if slot == nil {
+		return errors.New("egress: apply to a nil slot")
+	}
+	r, err := compile(p)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Open(slot.GatewayNetNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("egress: slot %d: open gateway netns: %w", slot.Index, err)
+	}
+	defer unix.Close(fd)
+	if r.hasNames() {
+		if f == nil {
+			return errors.New("egress: domain rules need a running Filter (egress.NewFilter)")
+		}
+		// The listeners must be up before the rules point at them.
+		if err := f.register(slot, fd, r); err != nil {
+			return err
+		}
+	}
+	if err := installPolicy(fd, r); err != nil {
+		return fmt.Errorf("egress: slot %d: %w", slot.Index, err)
+	}
+	if !r.hasNames() && f != nil {
+		f.Forget(slot)
+	}
+	return nil
+}
+
+// register makes sure the slot's gateway has the Filter's listeners and
+// hands them the new rules. A gateway netns that was torn down and built
+// again under the same name gets new listeners.
+func (f *Filter) register(slot *netslot.Slot, fd int, r *rules) error {
+	id, err := nsID(fd)
+	if err != nil {
+		return fmt.Errorf("egress: slot %d: %w", slot.Index, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("egress: filter closed")
+	}
+	s := f.slots[slot.GatewayNetNS]
+	if s != nil && s.ns != id {
+		s.close()
+		s = nil
+	}
+	if s == nil {
+		if s, err = f.newSlotFilter(slot, fd, id); err != nil {
+			return err
+		}
+		f.slots[slot.GatewayNetNS] = s
+	}
+	s.setRules(r)
+	return nil
+}
+
+// netnsID identifies a network namespace across names.
+type netnsID struct{ dev, ino uint64 }
+
+func nsID(fd int) (netnsID, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return netnsID{}, fmt.Errorf("stat gateway netns: %w", err)
+	}
+	return netnsID{uint64(st.Dev), st.Ino}, nil
+}
+
+// listenIn opens the Filter's listeners inside the netns open at fd. The
+// sockets stay in that netns; the thread that made them is thrown away.
+func listenIn(fd int) (proxy, dnsTCP net.Listener, dnsUDP net.PacketConn, err error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Never unlocked: the thread exits with the goroutine.
+		runtime.LockOSThread()
+		if err = unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			err = fmt.Errorf("setns: %w", err)
+			return
+		}
+		gw := netslot.Gateway.String()
+		var lc net.ListenConfig
+		ctx := context.Background()
+		if proxy, err = lc.Listen(ctx, "tcp4", net.JoinHostPort(gw, fmt.Sprint(proxyPort))); err != nil {
+			return
+		}
+		if dnsTCP, err = lc.Listen(ctx, "tcp4", net.JoinHostPort(gw, fmt.Sprint(dnsPort))); err != nil {
+			proxy.Close()
+			return
+		}
+		if dnsUDP, err = lc.ListenPacket(ctx, "udp4", net.JoinHostPort(gw, fmt.Sprint(dnsPort))); err != nil {
+			proxy.Close()
+			dnsTCP.Close()
+		}
+	}()
+	<-done
+	return proxy, dnsTCP, dnsUDP, err
+}
+
+// slotFilter serves one slot's gateway.
+type slotFilter struct {
+	f     *Filter
+	index int
+	ns    netnsID
+	log   *slog.Logger
+	rules atomic.Pointer[rules]
+
+	proxy, dnsTCP net.Listener
+	dnsUDP        net.PacketConn
+	sem           chan struct{}
+
+	mu     sync.Mutex
+	conns  map[*proxied]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (f *Filter) newSlotFilter(slot *netslot.Slot, fd int, id netnsID) (*slotFilter, error) {
+	proxy, dnsTCP, dnsUDP, err := listenIn(fd)
+	if err != nil {
+		return nil, fmt.Errorf("egress: slot %d: listen in gateway: %w", slot.Index, err)
+	}
+	s := &slotFilter{
+		f: f, index: slot.Index, ns: id, log: f.log.With("slot", slot.Index),
+		proxy: proxy, dnsTCP: dnsTCP, dnsUDP: dnsUDP,
+		sem:   make(chan struct{}, f.cfg.MaxConns),
+		conns: map[*proxied]struct{}{},
+	}
+	s.wg.Add(3)
+	go s.serveProxy()
+	go s.serveDNSTCP()
+	go s.serveDNSUDP()
+	return s, nil
+}
+
+// setRules switches the slot to r and closes connections through the
+// Filter that r no longer allows.
+func (s *slotFilter) setRules(r *rules) {
+	s.rules.Store(r)
+	s.mu.Lock()
+	var cut []*proxied
+	for p := range s.conns {
+		if !s.stillAllowed(r, p) {
+			cut = append(cut, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range cut {
+		s.log.Info("connection closed by a new policy", "name", p.name, "to", p.target.String())
+		p.close()
+	}
+}
+
+func (s *slotFilter) close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	conns := s.conns
+	s.conns = map[*proxied]struct{}{}
+	s.mu.Unlock()
+	s.proxy.Close()
+	s.dnsTCP.Close()
+	s.dnsUDP.Close()
+	for p := range conns {
+		p.close()
+	}
+	s.wg.Wait()
+}
+
+// track remembers an open connection so a policy change or close can cut
+// it; it fails once the slot filter is closed.
+func (s *slotFilter) track(p *proxied) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[p] = struct{}{}
+	return true
+}
+
+func (s *slotFilter) untrack(p *proxied) {
+	s.mu.Lock()
+	delete(s.conns, p)
+	s.mu.Unlock()
+}
+
+// Timeouts of the Filter's own waits.
+const (
+	peekTimeout    = 10 * time.Second // for a client's first bytes
+	dialTimeout    = 10 * time.Second
+	resolveTimeout = 5 * time.Second
+)

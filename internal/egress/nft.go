@@ -1,0 +1,195 @@
+package egress
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"cube/internal/netslot"
+)
+
+// Table is the nftables table (family ip) that holds a slot's policy in
+// its gateway netns. netslot deletes it when the slot is re-armed, so a
+// policy lasts exactly one tenant.
+const Table = "policy"
+
+// Ports of the Filter's listeners inside every gateway netns, on
+// netslot.Gateway. Redirected traffic arrives there; the sandbox could
+// also dial them directly, which gets it nothing it could not get anyway.
+const (
+	proxyPort = 15001
+	dnsPort   = 15053
+)
+
+// installPolicy replaces the policy table of the gateway netns open at fd
+// in one transaction, so the sandbox never runs under half a policy or
+// none between two. An open policy removes the table.
+func installPolicy(fd int, r *rules) error {
+	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		return fmt.Errorf("egress: nftables: %w", err)
+	}
+	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
+	// Add first so the delete cannot fail on a missing table.
+	c.AddTable(t)
+	c.DelTable(t)
+	if !r.open() {
+		c.AddTable(t)
+		for _, ch := range policyChains(t, r) {
+			chain := c.AddChain(ch.chain)
+			for _, exprs := range ch.rules {
+				c.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: exprs})
+			}
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress: install policy: %w", err)
+	}
+	return nil
+}
+
+type chainRules struct {
+	chain *nftables.Chain
+	rules [][]expr.Any
+}
+
+// policyChains is the policy table's content. The forward chain judges
+// every connection the sandbox opens by address; with domain entries, a
+// prerouting chain (ahead of netslot's DNS forwarding) first hands DNS and
+// web traffic to the Filter's listeners in the gateway, which judge it by
+// name.
+func policyChains(t *nftables.Table, r *rules) []chainRules {
+	fromSandbox := matchIfname(netslot.GatewaySandboxIf)
+	fwd := chainRules{chain: &nftables.Chain{
+		Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
+	}}
+	add := func(rs ...[]expr.Any) { fwd.rules = append(fwd.rules, rs...) }
+	// Traffic from the host side and replies are netslot's business.
+	add(
+		cat(matchIfnameOp(netslot.GatewaySandboxIf, expr.CmpOpNeq), accept()),
+		cat(matchCtReply(), accept()),
+	)
+	// The gateway's own DNS forwarding: answered while anything is
+	// reachable, refused at once otherwise (a resolver that never answers
+	// stalls programs for seconds).
+	if r.permitsAny() {
+		add(cat(matchCtOrigDst(netslot.Gateway), accept()))
+	} else {
+		add(rejectRules(matchCtOrigDst(netslot.Gateway))...)
+	}
+	for _, p := range r.allowNets {
+		add(cat(fromSandbox, matchDst(p), accept()))
+	}
+	for _, p := range r.denyNets {
+		add(rejectRules(cat(fromSandbox, matchDst(p)))...)
+	}
+	chains := []chainRules{fwd}
+	if !r.hasNames() {
+		return chains
+	}
+
+	pre := chainRules{chain: &nftables.Chain{
+		Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 1),
+	}}
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		pre.rules = append(pre.rules, cat(fromSandbox, matchDstAddr(netslot.Gateway), matchL4Proto(proto), matchDport(53), redirect(dnsPort)))
+	}
+	// Addresses the policy allows outright need no name check.
+	for _, p := range r.allowNets {
+		pre.rules = append(pre.rules, cat(fromSandbox, matchL4Proto(unix.IPPROTO_TCP), matchDst(p), accept()))
+	}
+	for _, port := range []uint16{80, 443} {
+		pre.rules = append(pre.rules, cat(fromSandbox, matchL4Proto(unix.IPPROTO_TCP), matchDport(port), redirect(proxyPort)))
+	}
+	return append(chains, pre)
+}
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func accept() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}} }
+
+func matchIfname(name string) []expr.Any { return matchIfnameOp(name, expr.CmpOpEq) }
+
+func matchIfnameOp(name string, op expr.CmpOp) []expr.Any {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: b},
+	}
+}
+
+func matchDstAddr(a netip.Addr) []expr.Any { return matchDst(netip.PrefixFrom(a, 32)) }
+
+// matchDst matches IPv4 destinations inside p.
+func matchDst(p netip.Prefix) []expr.Any {
+	netw := p.Masked().Addr().As4()
+	out := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}}
+	if p.Bits() < 32 {
+		out = append(out, &expr.Bitwise{
+			SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.BigEndian.AppendUint32(nil, ^uint32(0)<<(32-p.Bits())), Xor: make([]byte, 4),
+		})
+	}
+	return append(out, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: netw[:]})
+}
+
+func matchL4Proto(proto byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+	}
+}
+
+func matchDport(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+	}
+}
+
+func matchCtReply() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1 /* IP_CT_DIR_REPLY */}},
+	}
+}
+
+// matchCtOrigDst matches connections first addressed to a, before NAT.
+func matchCtOrigDst(a netip.Addr) []expr.Any {
+	b := a.As4()
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
+	}
+}
+
+// redirect sends the packet to port on the address of the interface it
+// came in on (netslot.Gateway).
+func redirect(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+		&expr.Redir{RegisterProtoMin: 1},
+	}
+}
+
+// rejectRules refuse at once (TCP reset, else ICMP administratively
+// prohibited), so a denied connection fails fast instead of timing out.
+func rejectRules(match []expr.Any) [][]expr.Any {
+	return [][]expr.Any{
+		cat(match, matchL4Proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
+		cat(match, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 13}}),
+	}
+}

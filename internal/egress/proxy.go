@@ -1,0 +1,337 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"cube/internal/netslot"
+)
+
+// proxied is one sandbox connection the Filter let through.
+type proxied struct {
+	client, upstream net.Conn
+	name             string // the SNI or Host it was let through for; "" if none
+	orig, target     netip.AddrPort
+	once             sync.Once
+}
+
+func (p *proxied) close() {
+	p.once.Do(func() {
+		p.client.Close()
+		if p.upstream != nil {
+			p.upstream.Close()
+		}
+	})
+}
+
+func (s *slotFilter) serveProxy() {
+	defer s.wg.Done()
+	for {
+		c, err := s.proxy.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("egress proxy accept", "err", err)
+			}
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			// Too many at once from this sandbox: refuse rather than queue.
+			c.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.sem }()
+			s.handle(c.(*net.TCPConn))
+		}()
+	}
+}
+
+// maxPeek bounds what is read from a client before its name is known.
+const maxPeek = 64 << 10
+
+// handle judges one redirected connection by its name (TLS SNI or HTTP
+// Host) or, without one, by the address it was going to, and then
+// connects it.
+func (s *slotFilter) handle(c *net.TCPConn) {
+	p := &proxied{client: c}
+	if !s.track(p) {
+		c.Close()
+		return
+	}
+	defer s.untrack(p)
+	defer p.close()
+
+	orig, err := originalDst(c)
+	if err != nil || orig.Addr() == netslot.Gateway {
+		// Dialled the listener itself: there is no destination to judge.
+		return
+	}
+	p.orig = orig
+	c.SetReadDeadline(time.Now().Add(peekTimeout))
+	rec := &recorder{r: c}
+	name := peekName(rec)
+	c.SetReadDeadline(time.Time{})
+	p.name = name
+
+	r := s.rules.Load()
+	target, err := s.f.choose(r, name, orig)
+	if err != nil {
+		s.log.Info("egress connection denied", "name", name, "to", orig.String(), "reason", err.Error())
+		return
+	}
+	p.target = target
+	up, err := net.DialTimeout("tcp4", target.String(), dialTimeout)
+	if err != nil {
+		s.log.Info("egress connection failed", "name", name, "to", target.String(), "err", err)
+		return
+	}
+	s.mu.Lock()
+	p.upstream = up
+	closed := s.closed
+	s.mu.Unlock()
+	// The rules may have changed while dialling.
+	if closed || !s.stillAllowed(s.rules.Load(), p) {
+		return
+	}
+	if _, err := up.Write(rec.buf); err != nil {
+		return
+	}
+	splice(c, up.(*net.TCPConn))
+}
+
+// stillAllowed judges an open connection by rules r again.
+func (s *slotFilter) stillAllowed(r *rules, p *proxied) bool {
+	if !p.target.IsValid() {
+		return true // not decided yet; handle checks after dialling
+	}
+	switch r.nameVerdict(p.name) {
+	case allowed:
+		return true
+	case denied:
+		return false
+	}
+	return r.addrAllowed(p.target.Addr())
+}
+
+// choose decides where a connection with this name (maybe "") that was
+// going to orig may go, or why it may not go anywhere. A name the policy
+// allows goes to the name's own addresses (orig if it is one of them), so
+// a forged SNI or Host cannot carry a connection to an address the policy
+// denies.
+func (f *Filter) choose(r *rules, name string, orig netip.AddrPort) (netip.AddrPort, error) {
+	switch r.nameVerdict(name) {
+	case denied:
+		return netip.AddrPort{}, fmt.Errorf("name %q is denied", name)
+	case allowed:
+		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+		defer cancel()
+		addrs, err := f.resolver().LookupNetIP(ctx, "ip4", name)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("resolve %q: %w", name, err)
+		}
+		var first netip.Addr
+		for _, a := range addrs {
+			a = a.Unmap()
+			if f.reachable(a) != nil {
+				continue
+			}
+			if a == orig.Addr() {
+				return orig, nil
+			}
+			if !first.IsValid() {
+				first = a
+			}
+		}
+		if !first.IsValid() {
+			return netip.AddrPort{}, fmt.Errorf("name %q has no address a sandbox may reach", name)
+		}
+		return netip.AddrPortFrom(first, orig.Port()), nil
+	}
+	if !r.addrAllowed(orig.Addr()) {
+		if name == "" {
+			return netip.AddrPort{}, fmt.Errorf("address %s is denied and no allowed name was given", orig.Addr())
+		}
+		return netip.AddrPort{}, fmt.Errorf("address %s is denied and name %q is not allowed", orig.Addr(), name)
+	}
+	if err := f.reachable(orig.Addr()); err != nil {
+		return netip.AddrPort{}, err
+	}
+	return orig, nil
+}
+
+// reachable applies the isolation every slot has (netslot) to an address
+// the Filter would connect to from the host: no slot link, no private
+// range the operator did not allow, no address of the host itself.
+func (f *Filter) reachable(a netip.Addr) error {
+	if !a.Is4() {
+		return fmt.Errorf("address %s is not IPv4", a)
+	}
+	if f.cfg.HostCIDR.Contains(a) {
+		return fmt.Errorf("address %s is a slot link", a)
+	}
+	blocked := false
+	for _, p := range netslot.BlockedRanges {
+		if p.Contains(a) {
+			blocked = true
+			break
+		}
+	}
+	for _, p := range f.cfg.AllowPrivate {
+		if p.Contains(a) {
+			blocked = false
+		}
+	}
+	if blocked {
+		return fmt.Errorf("address %s is in a private or reserved range", a)
+	}
+	routes, err := netlink.RouteGet(net.IP(a.AsSlice()))
+	if err != nil {
+		return fmt.Errorf("address %s: route lookup: %w", a, err)
+	}
+	for _, rt := range routes {
+		if rt.Type == unix.RTN_LOCAL || rt.Type == unix.RTN_BROADCAST || rt.Type == unix.RTN_MULTICAST {
+			return fmt.Errorf("address %s belongs to the host", a)
+		}
+	}
+	return nil
+}
+
+// resolver resolves names from the host through Config.Resolver only.
+func (f *Filter) resolver() *net.Resolver {
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			if !f.cfg.Resolver.IsValid() {
+				return nil, errors.New("no resolver configured")
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, f.cfg.Resolver.String())
+		},
+	}
+}
+
+// originalDst is where a redirected connection was addressed before the
+// gateway's nat rule sent it to the listener.
+func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var sa unix.RawSockaddrInet4
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		size := uint32(unsafe.Sizeof(sa))
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_IP, unix.SO_ORIGINAL_DST,
+			uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&size)), 0)
+		if e != 0 {
+			serr = e
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("original destination: %w", err)
+	}
+	port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+	return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), port), nil
+}
+
+// recorder keeps every byte read through it, to be replayed upstream.
+type recorder struct {
+	r   io.Reader
+	buf []byte
+}
+
+var errPeekTooLong = errors.New("no name in the first 64 KiB")
+
+func (r *recorder) Read(p []byte) (int, error) {
+	if len(r.buf) >= maxPeek {
+		return 0, errPeekTooLong
+	}
+	if room := maxPeek - len(r.buf); len(p) > room {
+		p = p[:room]
+	}
+	n, err := r.r.Read(p)
+	r.buf = append(r.buf, p[:n]...)
+	return n, err
+}
+
+// peekName reads the start of a connection and returns the name it is
+// for: the SNI of a TLS ClientHello or the Host of an HTTP request,
+// normalised; "" when there is none.
+func peekName(rec *recorder) string {
+	var first [1]byte
+	if _, err := io.ReadFull(rec, first[:]); err != nil {
+		return ""
+	}
+	rd := io.MultiReader(bytes.NewReader(first[:]), rec)
+	if first[0] == 0x16 { // TLS handshake record
+		return normalizeHost(sniOf(rd))
+	}
+	req, err := http.ReadRequest(bufio.NewReader(rd))
+	if err != nil {
+		return ""
+	}
+	return normalizeHost(req.Host)
+}
+
+var errHelloRead = errors.New("client hello read")
+
+// sniOf runs the server side of a TLS handshake just far enough to parse
+// the ClientHello, and returns its server name.
+func sniOf(r io.Reader) string {
+	var name string
+	cfg := &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		name = h.ServerName
+		return nil, errHelloRead
+	}}
+	tls.Server(readOnlyConn{r: r}, cfg).Handshake()
+	return name
+}
+
+// readOnlyConn feeds a TLS server the client's bytes and swallows what it
+// would answer (an alert at most, since the handshake is cut short).
+type readOnlyConn struct{ r io.Reader }
+
+func (c readOnlyConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c readOnlyConn) Write(p []byte) (int, error)      { return 0, errors.New("read only") }
+func (c readOnlyConn) Close() error                     { return nil }
+func (c readOnlyConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c readOnlyConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c readOnlyConn) SetDeadline(time.Time) error      { return nil }
+func (c readOnlyConn) SetReadDeadline(time.Time) error  { return nil }
+func (c readOnlyConn) SetWriteDeadline(time.Time) error { return nil }
+
+// splice copies both ways until both are done, passing half-closes on.
+func splice(a, b *net.TCPConn) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	pipe := func(dst, src *net.TCPConn) {
+		defer wg.Done()
+		io.Copy(dst, src)
+		dst.CloseWrite()
+	}
+	go pipe(a, b)
+	go pipe(b, a)
+	wg.Wait()
+}
