@@ -82,7 +82,7 @@ type CreateReport struct {
 	Kept []string `json:"kept,omitempty"`
 }
 
-// Progress is told after each measured iteration.
+// Progress is told after each measured iteration, one call at a time.
 type Progress func(done, failed int)
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -126,11 +126,11 @@ func RunCreate(ctx context.Context, c *Client, cfg CreateConfig, progress Progre
 				if s.Error != "" {
 					failed++
 				}
-				d, f := done, failed
-				mu.Unlock()
+				// Told under the lock so the callback needs no locking.
 				if progress != nil {
-					progress(d, f)
+					progress(done, failed)
 				}
+				mu.Unlock()
 			}
 		}()
 	}
