@@ -185,7 +185,7 @@ dispatch:
 // density starts n idle containers (as fast as runsc allows, a few at a
 // time), then reads host memory and deletes them.
 func (r *runscDriver) density(ctx context.Context, n int) (*DensityPoint, error) {
-	base, err := measurePoint(0)
+	base, err := measurePoint(0, r.root)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (r *runscDriver) density(ctx context.Context, n int) (*DensityPoint, error)
 		return nil, err
 	}
 	time.Sleep(3 * time.Second)
-	pt, err := measurePoint(n)
+	pt, err := measurePoint(n, r.root)
 	if err != nil {
 		return nil, err
 	}

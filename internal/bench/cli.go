@@ -286,7 +286,8 @@ func densityCommand(o *common) *cobra.Command {
 		Long: `density records host memory (/proc/meminfo) with no benchmark sandboxes, starts
 the batches of idle sandboxes (create-only), records memory after each, and
 reports (used now - used before) / sandboxes, where used = MemTotal -
-MemAvailable as free(1) shows it. It also sums the PSS of runsc processes.
+MemAvailable as free(1) shows it. It also sums the PSS of the server's runsc
+processes (those whose --root is under --data-dir).
 Every sandbox it started is deleted at the end. Run it on the server's host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -296,6 +297,9 @@ Every sandbox it started is deleted at the end. Run it on the server's host.`,
 			}
 			cfg.Template = o.templateID()
 			cfg.Timeout = o.timeout
+			if o.dataDir != "" {
+				cfg.RunscMatch = filepath.Join(o.dataDir, "runsc")
+			}
 			most := 1
 			for _, b := range cfg.Batches {
 				most = max(most, b)

@@ -75,10 +75,11 @@ func ReadMemInfo() (MemInfo, error) {
 }
 
 // RunscPSS sums the proportional set size (KiB) of every runsc process
-// (sandbox, gofer and their systrap stubs all carry runsc's argv[0]), and
-// counts them. PSS shares each page among the processes mapping it, so
-// the sum does not count the shared binary once per sandbox.
-func RunscPSS(procRoot string) (kib int64, procs int, err error) {
+// (sandbox, gofer and their systrap stubs all carry runsc's argv[0]) whose
+// command line contains match (say, the server's --root), and counts them.
+// PSS shares each page among the processes mapping it, so the sum does not
+// count the shared binary once per sandbox.
+func RunscPSS(procRoot, match string) (kib int64, procs int, err error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return 0, 0, err
@@ -92,7 +93,7 @@ func RunscPSS(procRoot string) (kib int64, procs int, err error) {
 			continue
 		}
 		argv0, _, _ := bytes.Cut(cmd, []byte{0})
-		if !strings.Contains(filepath.Base(string(argv0)), "runsc") {
+		if !strings.Contains(filepath.Base(string(argv0)), "runsc") || !bytes.Contains(cmd, []byte(match)) {
 			continue
 		}
 		pss, err := readPSS(filepath.Join(procRoot, e.Name(), "smaps_rollup"))
@@ -132,6 +133,9 @@ type DensityConfig struct {
 	// lazily started work inside the sandboxes is counted.
 	Settle  time.Duration `json:"settle_ns"`
 	Timeout int           `json:"timeout_s"`
+	// RunscMatch picks the server's runsc processes out of the host's
+	// (the server's runsc --root); empty counts every runsc process.
+	RunscMatch string `json:"runsc_match"`
 }
 
 // DensityPoint is the host's memory after a number of idle sandboxes.
@@ -158,12 +162,12 @@ type DensityReport struct {
 	Failed int `json:"failed"`
 }
 
-func measurePoint(n int) (DensityPoint, error) {
+func measurePoint(n int, match string) (DensityPoint, error) {
 	m, err := ReadMemInfo()
 	if err != nil {
 		return DensityPoint{}, err
 	}
-	pss, procs, err := RunscPSS("/proc")
+	pss, procs, err := RunscPSS("/proc", match)
 	if err != nil {
 		return DensityPoint{}, err
 	}
@@ -192,7 +196,7 @@ func RunDensity(ctx context.Context, c *Client, cfg DensityConfig, p RoundProgre
 	}
 	f := newFleet(c)
 	defer f.Close()
-	base, err := measurePoint(0)
+	base, err := measurePoint(0, cfg.RunscMatch)
 	if err != nil {
 		return nil, fmt.Errorf("reading host memory: %w", err)
 	}
@@ -220,7 +224,7 @@ func RunDensity(ctx context.Context, c *Client, cfg DensityConfig, p RoundProgre
 			return nil, ctx.Err()
 		case <-time.After(cfg.Settle):
 		}
-		pt, err := measurePoint(total)
+		pt, err := measurePoint(total, cfg.RunscMatch)
 		if err != nil {
 			return nil, err
 		}
