@@ -10,6 +10,7 @@
 #   DATA_DIR          the server's data directory (default /var/lib/cube);
 #                     the baseline finds the template's rootfs there
 #   RUNSC             runsc binary for the baseline (default bin/runsc)
+#   BENCH             cube-bench binary (default bin/cube-bench)
 #   OUT_DIR           results directory (default docs/bench)
 #   QUICK=1           much smaller counts, for trying the script out
 #   SETTLE            seconds to let the server settle between tables (default 3)
@@ -32,7 +33,7 @@ export CUBE_TEMPLATE_ID=${CUBE_TEMPLATE_ID:-code-interpreter-v1}
 RUNSC=${RUNSC:-bin/runsc}
 OUT_DIR=${OUT_DIR:-docs/bench}
 SETTLE=${SETTLE:-3}
-BENCH=bin/cube-bench
+BENCH=${BENCH:-bin/cube-bench}
 QUICK=${QUICK:-0}
 
 die() { echo "bench: $*" >&2; exit 1; }

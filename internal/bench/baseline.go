@@ -199,7 +199,7 @@ func (r *runscDriver) density(ctx context.Context, n int) (*DensityPoint, error)
 		}
 	}()
 	_, _, err = batch(ctx, n, 4, func(ctx context.Context, i int) error {
-		id := fmt.Sprintf("cb-idle%d-%s", i, strconv.FormatInt(time.Now().UnixNano()%1e9, 36))
+		id := fmt.Sprintf("cb-idle-%s-%d", strconv.FormatInt(time.Now().UnixNano()%1e9, 36), i)
 		ids[i] = id
 		_, err := r.run(ctx, id)
 		return err
@@ -303,8 +303,10 @@ func (r *runscDriver) remember(id string) {
 // operation's time in ms and the checkpoint image size in MB.
 func (r *runscDriver) iteration(ctx context.Context, tag string) (map[string]float64, float64, error) {
 	t := map[string]float64{}
-	id := "cb-" + tag + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	id2 := id + "-r"
+	// runsc resolves container IDs by prefix, so neither ID may be a
+	// prefix of the other.
+	base := "cb-" + tag + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	id, id2 := base+"-a", base+"-b"
 	defer func() {
 		for _, c := range []string{id, id2} {
 			r.runsc(context.Background(), "delete", "--force", c)

@@ -291,7 +291,7 @@ func TestSnapshotFamilyRowsAgainstFakeAPI(t *testing.T) {
 }
 
 func TestOpTableFormat(t *testing.T) {
-	rows := []OpRow{{Op: "snapshot", Concurrency: 5, Count: 5, Wall: Stats{Avg: 58, Min: 50, P95: 70, Max: 71}, PerAvg: 11.6}}
+	rows := []OpRow{{Op: "snapshot", Concurrency: 5, Count: 5, Rounds: 3, Wall: Stats{Avg: 58, Min: 50, P95: 70, Max: 71}, PerAvg: 11.6}}
 	var b bytes.Buffer
 	WriteOpTable(&b, rows, true)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
@@ -301,7 +301,7 @@ func TestOpTableFormat(t *testing.T) {
 	if got := strings.Fields(lines[0]); strings.Join(got[len(got)-5:], " ") != "wall_avg wall_min wall_p95 wall_max per_avg" {
 		t.Errorf("header %q", lines[0])
 	}
-	if got := strings.Fields(lines[1]); strings.Join(got, " ") != "snapshot 5 5 0 58.0 50.0 70.0 71.0 11.6" {
+	if got := strings.Fields(lines[1]); strings.Join(got, " ") != "snapshot 5 5 3 0 58.0 50.0 70.0 71.0 11.6" {
 		t.Errorf("row %q", lines[1])
 	}
 	b.Reset()

@@ -72,8 +72,6 @@ func (e *APIError) Error() string {
 		hint = "the server does not implement this operation yet"
 	case e.RouteMissing:
 		hint = "the server has no such route; it does not implement this operation"
-	case e.Status == http.StatusNotFound:
-		hint = "not found"
 	}
 	msg := e.Message
 	switch {

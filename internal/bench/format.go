@@ -9,7 +9,7 @@ import (
 
 // statsHeader and statsRow lay out the latency table of the create
 // benchmark; the column order is the original tool's.
-const statsHeader = "%-8s %6s %9s %9s %9s %9s %9s %9s %9s %9s\n"
+const statsHeader = "%-10s %6s %9s %9s %9s %9s %9s %9s %9s %9s\n"
 
 func writeStatsTable(w io.Writer, rows ...struct {
 	name string
@@ -18,10 +18,10 @@ func writeStatsTable(w io.Writer, rows ...struct {
 	fmt.Fprintf(w, statsHeader, "ms", "count", "min", "avg", "std", "P50", "P90", "P95", "P99", "max")
 	for _, r := range rows {
 		if r.s.Count == 0 {
-			fmt.Fprintf(w, "%-8s %6d %9s %9s %9s %9s %9s %9s %9s %9s\n", r.name, 0, "-", "-", "-", "-", "-", "-", "-", "-")
+			fmt.Fprintf(w, "%-10s %6d %9s %9s %9s %9s %9s %9s %9s %9s\n", r.name, 0, "-", "-", "-", "-", "-", "-", "-", "-")
 			continue
 		}
-		fmt.Fprintf(w, "%-8s %6d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", r.name, r.s.Count,
+		fmt.Fprintf(w, "%-10s %6d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", r.name, r.s.Count,
 			r.s.Min, r.s.Avg, r.s.Std, r.s.P50, r.s.P90, r.s.P95, r.s.P99, r.s.Max)
 	}
 }

@@ -77,14 +77,16 @@ type OpReport struct {
 	Rows    []OpRow  `json:"rows"`
 }
 
-// WriteOpTable prints rows under the report's columns. Successive runs
-// with --no-header append to one table.
+// WriteOpTable prints rows under the report's columns (wall_avg wall_min
+// wall_p95 wall_max per_avg), after what identifies the row: c operations
+// in flight, batch operations per round (per_avg = wall_avg / batch),
+// rounds measured. Successive runs with --no-header append to one table.
 func WriteOpTable(w io.Writer, rows []OpRow, header bool) {
 	if header {
-		fmt.Fprintf(w, "%-22s %5s %5s %8s %10s %10s %10s %10s %10s\n", "op", "c", "n", "dirty_mb", "wall_avg", "wall_min", "wall_p95", "wall_max", "per_avg")
+		fmt.Fprintf(w, "%-20s %4s %5s %6s %8s %9s %9s %9s %9s %9s\n", "op", "c", "batch", "rounds", "dirty_mb", "wall_avg", "wall_min", "wall_p95", "wall_max", "per_avg")
 	}
 	for _, r := range rows {
-		fmt.Fprintf(w, "%-22s %5d %5d %8d %10.1f %10.1f %10.1f %10.1f %10.1f\n", r.Op, r.Concurrency, r.Count, r.DirtyMB,
+		fmt.Fprintf(w, "%-20s %4d %5d %6d %8d %9.1f %9.1f %9.1f %9.1f %9.1f\n", r.Op, r.Concurrency, r.Count, r.Rounds, r.DirtyMB,
 			r.Wall.Avg, r.Wall.Min, r.Wall.P95, r.Wall.Max, r.PerAvg)
 	}
 }
