@@ -282,7 +282,8 @@ func (s *slotFilter) setRules(r *rules) {
 	}
 	s.mu.Unlock()
 	for _, p := range cut {
-		s.log.Info("connection closed by a new policy", "name", p.name, "to", p.target.String())
+		name, target := p.decision()
+		s.log.Info("connection closed by a new policy", "name", name, "to", target.String())
 		p.close()
 	}
 }

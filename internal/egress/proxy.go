@@ -22,21 +22,46 @@ import (
 	"cube/internal/netslot"
 )
 
-// proxied is one sandbox connection the Filter let through.
+// proxied is one sandbox connection through the Filter. A policy change
+// may judge and close it from another goroutine at any time.
 type proxied struct {
+	mu               sync.Mutex
 	client, upstream net.Conn
-	name             string // the SNI or Host it was let through for; "" if none
-	orig, target     netip.AddrPort
-	once             sync.Once
+	name             string         // the SNI or Host it was let through for; "" if none
+	target           netip.AddrPort // where it was let through to; invalid until decided
+	closed           bool
 }
 
 func (p *proxied) close() {
-	p.once.Do(func() {
-		p.client.Close()
-		if p.upstream != nil {
-			p.upstream.Close()
-		}
-	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	p.client.Close()
+	if p.upstream != nil {
+		p.upstream.Close()
+	}
+}
+
+// connect records the decision and the upstream connection; false if the
+// connection was closed meanwhile (up is closed then too).
+func (p *proxied) connect(name string, target netip.AddrPort, up net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		up.Close()
+		return false
+	}
+	p.name, p.target, p.upstream = name, target, up
+	return true
+}
+
+func (p *proxied) decision() (string, netip.AddrPort) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.name, p.target
 }
 
 func (s *slotFilter) serveProxy() {
@@ -85,31 +110,26 @@ func (s *slotFilter) handle(c *net.TCPConn) {
 		// Dialled the listener itself: there is no destination to judge.
 		return
 	}
-	p.orig = orig
 	c.SetReadDeadline(time.Now().Add(peekTimeout))
 	rec := &recorder{r: c}
 	name := peekName(rec)
 	c.SetReadDeadline(time.Time{})
-	p.name = name
 
-	r := s.rules.Load()
-	target, err := s.f.choose(r, name, orig)
+	target, err := s.f.choose(s.rules.Load(), name, orig)
 	if err != nil {
 		s.log.Info("egress connection denied", "name", name, "to", orig.String(), "reason", err.Error())
 		return
 	}
-	p.target = target
 	up, err := net.DialTimeout("tcp4", target.String(), dialTimeout)
 	if err != nil {
 		s.log.Info("egress connection failed", "name", name, "to", target.String(), "err", err)
 		return
 	}
-	s.mu.Lock()
-	p.upstream = up
-	closed := s.closed
-	s.mu.Unlock()
+	if !p.connect(name, target, up) {
+		return
+	}
 	// The rules may have changed while dialling.
-	if closed || !s.stillAllowed(s.rules.Load(), p) {
+	if !s.stillAllowed(s.rules.Load(), p) {
 		return
 	}
 	if _, err := up.Write(rec.buf); err != nil {
@@ -120,16 +140,17 @@ func (s *slotFilter) handle(c *net.TCPConn) {
 
 // stillAllowed judges an open connection by rules r again.
 func (s *slotFilter) stillAllowed(r *rules, p *proxied) bool {
-	if !p.target.IsValid() {
+	name, target := p.decision()
+	if !target.IsValid() {
 		return true // not decided yet; handle checks after dialling
 	}
-	switch r.nameVerdict(p.name) {
+	switch r.nameVerdict(name) {
 	case allowed:
 		return true
 	case denied:
 		return false
 	}
-	return r.addrAllowed(p.target.Addr())
+	return r.addrAllowed(target.Addr())
 }
 
 // choose decides where a connection with this name (maybe "") that was
