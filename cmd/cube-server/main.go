@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,6 +30,14 @@ func main() {
 	flag.IntVar(&o.Slots, "slots", 0, "network slots (default: the netslot default)")
 	flag.StringVar(&o.SlotPrefix, "slot-prefix", "cube", "name prefix of network namespaces and links")
 	flag.StringVar(&o.HostCIDR, "host-cidr", "", "host-side address range of network slots")
+	flag.Func("allow-private", "a private range sandboxes may reach, e.g. 10.1.0.0/16 (repeatable)", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return err
+		}
+		o.AllowPrivate = append(o.AllowPrivate, p)
+		return nil
+	})
 	flag.Float64Var(&o.RateLimit, "rate-limit", 0, "API requests per second per key (0 = unlimited)")
 	flag.BoolVar(&o.Debug, "debug", false, "debug logs, including runsc's")
 	showVersion := flag.Bool("version", false, "print the version and exit")

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"cube/internal/egress"
 	"cube/internal/netslot"
 	"cube/internal/runtime"
 	"cube/internal/store"
@@ -59,6 +60,9 @@ type Config struct {
 	EnvdVersion string
 	// Domain is reported to SDKs for host-based routing.
 	Domain string
+	// Egress enforces per-sandbox egress policies; nil leaves every
+	// sandbox with the slots' base isolation only.
+	Egress *egress.Filter
 	// PoolSize is how many warm sandboxes to keep ready per template built
 	// from an image; 0 disables the warm pool.
 	PoolSize int
@@ -190,6 +194,9 @@ func (n *Node) lock(id string) func() {
 // release returns a network slot to the pool and tells OnRelease.
 func (n *Node) release(s *netslot.Slot) error {
 	err := n.slots.Release(s)
+	if n.cfg.Egress != nil {
+		n.cfg.Egress.Forget(s)
+	}
 	if n.cfg.OnRelease != nil {
 		n.cfg.OnRelease()
 	}

@@ -144,6 +144,10 @@ func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool) bool {
 		n.log.Warn("reconcile: adopt slot", "sandbox", rec.ID, "slot", rec.Slot, "err", err)
 		return false
 	}
+	if err := n.applyPolicy(slot, rec); err != nil {
+		n.log.Warn("reconcile: re-apply egress policy", "sandbox", rec.ID, "err", err)
+		return false
+	}
 	n.mu.Lock()
 	n.live[rec.ID] = &live{sb: sb, slot: slot}
 	n.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"cube/internal/api"
+	"cube/internal/egress"
 	"cube/internal/id"
 	"cube/internal/netslot"
 	"cube/internal/proxy"
@@ -70,6 +71,9 @@ func (n *Node) CreateSandbox(ctx context.Context, req api.CreateRequest) (*api.S
 	}
 	if tpl.Status != store.TemplateReady {
 		return nil, api.Errorf(http.StatusConflict, "template %q is %s, not ready", req.Template, tpl.Status)
+	}
+	if err := egress.Validate(policyOf(req.Network)); err != nil {
+		return nil, api.Errorf(http.StatusBadRequest, "network: %v", err)
 	}
 	if err := n.checkCapacity(ctx); err != nil {
 		return nil, err
@@ -145,7 +149,11 @@ func (n *Node) attach(ctx context.Context, rec *store.Sandbox, l *live) error {
 func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*live, error) {
 	if image == tpl.Checkpoint {
 		if l := n.takeWarm(tpl.ID); l != nil {
-			if err := n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken); err == nil {
+			err := n.applyPolicy(l.slot, rec)
+			if err == nil {
+				err = n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken)
+			}
+			if err == nil {
 				return l, nil
 			} else {
 				n.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "err", err)
@@ -155,6 +163,10 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	}
 	l, err := n.restore(ctx, tpl, image, containerID(rec.ID))
 	if err != nil {
+		return nil, err
+	}
+	if err := n.applyPolicy(l.slot, rec); err != nil {
+		n.discard(l)
 		return nil, err
 	}
 	if err := n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken); err != nil {
@@ -275,8 +287,7 @@ func (n *Node) view(rec *store.Sandbox) *api.Sandbox {
 	if rec.State == store.Paused || rec.State == store.Pausing {
 		state = api.StatePaused
 	}
-	var netw api.Network
-	json.Unmarshal(rec.Network, &netw)
+	netw := network(rec)
 	return &api.Sandbox{
 		ID: rec.ID, TemplateID: rec.TemplateID, Alias: rec.Alias, EnvdVersion: n.cfg.EnvdVersion,
 		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
@@ -433,8 +444,7 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.T
 	if rec.State != store.Running {
 		return proxy.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
 	}
-	var netw api.Network
-	json.Unmarshal(rec.Network, &netw)
+	netw := network(rec)
 	return proxy.Target{
 		Addr:               net.JoinHostPort(rec.HostAddr, strconv.Itoa(port)),
 		TrafficAccessToken: rec.TrafficToken,
@@ -509,4 +519,65 @@ func (n *Node) envdMetrics(ctx context.Context, host netip.Addr, token string) (
 	}
 	var s envdSample
 	return &s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// policyOf is the egress policy a sandbox's network settings ask for.
+func policyOf(nw api.Network) egress.Policy {
+	return egress.Policy{
+		AllowInternet: nw.AllowInternetAccess == nil || *nw.AllowInternetAccess,
+		AllowOut:      nw.AllowOut,
+		DenyOut:       nw.DenyOut,
+	}
+}
+
+// network is the network settings recorded with a sandbox.
+func network(rec *store.Sandbox) api.Network {
+	var nw api.Network
+	json.Unmarshal(rec.Network, &nw)
+	return nw
+}
+
+// applyPolicy puts rec's egress policy on its slot: before the user's
+// code can run, and again after an adoption.
+func (n *Node) applyPolicy(slot *netslot.Slot, rec *store.Sandbox) error {
+	if n.cfg.Egress == nil {
+		return nil
+	}
+	if err := n.cfg.Egress.Apply(slot, policyOf(network(rec))); err != nil {
+		return fmt.Errorf("egress policy: %w", err)
+	}
+	return nil
+}
+
+// UpdateNetwork replaces a running sandbox's egress policy, live.
+func (n *Node) UpdateNetwork(ctx context.Context, sandboxID string, nw api.Network) error {
+	if err := egress.Validate(policyOf(nw)); err != nil {
+		return api.Errorf(http.StatusBadRequest, "network: %v", err)
+	}
+	unlock := n.lock(sandboxID)
+	defer unlock()
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	old := network(rec)
+	// Only the egress part is replaced; inbound settings stay.
+	old.AllowInternetAccess, old.AllowOut, old.DenyOut = nw.AllowInternetAccess, nw.AllowOut, nw.DenyOut
+	if rec.Network, err = json.Marshal(old); err != nil {
+		return err
+	}
+	rec.AllowInternet = old.AllowInternetAccess == nil || *old.AllowInternetAccess
+	n.mu.Lock()
+	l := n.live[sandboxID]
+	n.mu.Unlock()
+	if l != nil {
+		if err := n.applyPolicy(l.slot, rec); err != nil {
+			return err
+		}
+	}
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+	n.event(sandboxID, "info", "network policy replaced")
+	return nil
 }

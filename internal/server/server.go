@@ -10,11 +10,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
 	"cube/internal/api"
+	"cube/internal/egress"
 	"cube/internal/envd"
 	"cube/internal/netslot"
 	"cube/internal/node"
@@ -36,6 +38,7 @@ type Options struct {
 	Slots        int
 	SlotPrefix   string
 	HostCIDR     string
+	AllowPrivate []netip.Prefix
 	RateLimit    float64
 	Debug        bool
 	Logger       *slog.Logger
@@ -110,7 +113,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer rt.Close()
 
-	slotCfg := netslot.Config{Prefix: o.SlotPrefix, Size: o.Slots}
+	slotCfg := netslot.Config{Prefix: o.SlotPrefix, Size: o.Slots, AllowPrivate: o.AllowPrivate, Logger: log}
 	if o.HostCIDR != "" {
 		p, err := parsePrefix(o.HostCIDR)
 		if err != nil {
@@ -122,6 +125,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("network slots: %w", err)
 	}
+	filter, err := egress.NewFilter(egress.Config{AllowPrivate: o.AllowPrivate, HostCIDR: slotCfg.HostCIDR, Logger: log})
+	if err != nil {
+		slots.Close()
+		return fmt.Errorf("egress filter: %w", err)
+	}
+	defer filter.Close()
 	var nd *node.Node
 	// Running sandboxes keep their slots across a restart and the next
 	// start re-adopts them; with none left, every slot is torn down.
@@ -138,7 +147,7 @@ func Run(ctx context.Context, o Options) error {
 	var forget func()
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
-		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain, PoolSize: o.PoolSize,
+		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain, PoolSize: o.PoolSize, Egress: filter,
 		OnRelease: func() {
 			if forget != nil {
 				forget()

@@ -104,7 +104,7 @@ func addressSpaceLimit(memoryMB int) uint64 {
 
 // NprocLimit bounds the tasks inside a sandbox so a fork bomb fails with
 // EAGAIN instead of exhausting the sandbox's memory.
-const NprocLimit = 2048
+const NprocLimit = 1024
 
 // PidsLimit bounds the host threads of one sandbox (gVisor's sentry and
 // gofer), so a fork bomb inside cannot exhaust the host's.

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"time"
 )
 
@@ -48,6 +49,55 @@ func main() {
 				os.Exit(3)
 			}
 		}
+	}
+	if len(os.Args) > 2 && os.Args[1] == "dial" {
+		c, err := net.DialTimeout("tcp", os.Args[2], 2*time.Second)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		c.Close()
+		fmt.Println("connected")
+		return
+	}
+	if len(os.Args) > 2 && os.Args[1] == "cat" {
+		b, err := os.ReadFile(os.Args[2])
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(b)
+		return
+	}
+	if len(os.Args) > 2 && os.Args[1] == "ls" {
+		entries, err := os.ReadDir(os.Args[2])
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		for _, e := range entries {
+			fmt.Println(e.Name())
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "sleep" {
+		time.Sleep(time.Hour)
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "forkbomb" {
+		// Start sleeping copies of itself until the sandbox refuses, and
+		// report how far it got.
+		n := 0
+		var last error
+		for i := 0; i < 100000; i++ {
+			cmd := exec.Command(os.Args[0], "sleep")
+			if last = cmd.Start(); last != nil {
+				break
+			}
+			n++
+		}
+		fmt.Println("started", n, "stopped by", last)
+		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "alloc" {
 		// Allocate N MiB in one piece, as a program asking for a huge
