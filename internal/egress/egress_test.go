@@ -2,10 +2,14 @@ package egress
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -404,4 +408,67 @@ func gatewayTables(t *testing.T, s *netslot.Slot) string {
 		t.Fatal(err)
 	}
 	return strings.Join(names, " ")
+}
+
+// BenchmarkApply measures replacing a slot's policy: the cost a create or
+// a PUT /sandboxes/{id}/network adds.
+func BenchmarkApply(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	var cidr netip.Prefix
+	var pool *netslot.Pool
+	for range 20 {
+		cidr = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(200 + mrand.IntN(50)), byte(mrand.IntN(256)), 0}), 24)
+		p, err := netslot.NewPool(netslot.Config{Prefix: randomName("eb"), Size: 2, HostCIDR: cidr, Warm: -1, NoDNS: true,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err == nil {
+			pool = p
+			break
+		}
+	}
+	if pool == nil {
+		b.Fatal("no free host CIDR")
+	}
+	defer pool.Close()
+	f, err := NewFilter(Config{HostCIDR: cidr, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	s, err := pool.Acquire(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cidrs := Policy{AllowInternet: true, AllowOut: []string{"1.1.1.1"}, DenyOut: []string{"0.0.0.0/0"}}
+	names := Policy{AllowOut: []string{"example.com", "*.example.org", "8.8.8.0/24"}}
+	for _, bc := range []struct {
+		name string
+		p    func(i int) Policy
+		// fresh: the slot has no policy yet, as after Acquire.
+		fresh bool
+	}{
+		{"first-cidr", func(int) Policy { return cidrs }, true},
+		{"first-domains", func(int) Policy { return names }, true},
+		{"same-cidr", func(int) Policy { return cidrs }, false},
+		{"same-domains", func(int) Policy { return names }, false},
+		{"replace", func(i int) Policy { return []Policy{cidrs, names}[i%2] }, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				if bc.fresh {
+					b.StopTimer()
+					if err := Apply(s, Open); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				if err := Apply(s, bc.p(i)); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }

@@ -28,21 +28,34 @@ const (
 // installPolicy replaces the policy table of the gateway netns open at fd
 // in one transaction, so the sandbox never runs under half a policy or
 // none between two. An open policy removes the table.
+//
+// Deleting anything from nftables waits for an RCU grace period (10-20 ms
+// here) while adding a table takes about 1 ms, so the first policy of a
+// fresh slot is only added, and a policy identical to the one in place
+// (Apply again after Adopt) changes nothing.
 func installPolicy(fd int, r *rules) error {
 	c, err := nftables.New(nftables.WithNetNSFd(fd))
 	if err != nil {
 		return fmt.Errorf("egress: nftables: %w", err)
 	}
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table}
-	// Add first so the delete cannot fail on a missing table.
-	c.AddTable(t)
-	c.DelTable(t)
+	tag := r.tag()
+	present, same, err := currentPolicy(c, t, tag)
+	if err != nil {
+		return err
+	}
+	switch {
+	case r.open() && !present, !r.open() && same:
+		return nil
+	case present:
+		c.DelTable(t)
+	}
 	if !r.open() {
 		c.AddTable(t)
 		for _, ch := range policyChains(t, r) {
 			chain := c.AddChain(ch.chain)
 			for _, exprs := range ch.rules {
-				c.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: exprs})
+				c.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: exprs, UserData: tag})
 			}
 		}
 	}
@@ -50,6 +63,43 @@ func installPolicy(fd int, r *rules) error {
 		return fmt.Errorf("egress: install policy: %w", err)
 	}
 	return nil
+}
+
+// currentPolicy reports whether the gateway has a policy table and whether
+// it is the one tagged tag: every chain of policyChains there, each rule
+// carrying the tag.
+func currentPolicy(c *nftables.Conn, t *nftables.Table, tag []byte) (present, same bool, err error) {
+	tables, err := c.ListTablesOfFamily(t.Family)
+	if err != nil {
+		return false, false, fmt.Errorf("egress: list gateway tables: %w", err)
+	}
+	for _, tb := range tables {
+		present = present || tb.Name == t.Name
+	}
+	if !present {
+		return false, false, nil
+	}
+	chains, err := c.ListChainsOfTableFamily(t.Family)
+	if err != nil {
+		return true, false, nil
+	}
+	n := 0
+	for _, ch := range chains {
+		if ch.Table.Name != t.Name {
+			continue
+		}
+		n++
+		rules, err := c.GetRules(t, ch)
+		if err != nil || len(rules) == 0 {
+			return true, false, nil
+		}
+		for _, rule := range rules {
+			if string(rule.UserData) != string(tag) {
+				return true, false, nil
+			}
+		}
+	}
+	return true, n > 0, nil
 }
 
 type chainRules struct {
@@ -77,10 +127,11 @@ func policyChains(t *nftables.Table, r *rules) []chainRules {
 	// The gateway's own DNS forwarding: answered while anything is
 	// reachable, refused at once otherwise (a resolver that never answers
 	// stalls programs for seconds).
+	// netslot's DNS DNAT is the only nat rule for forwarded sandbox traffic.
 	if r.permitsAny() {
-		add(cat(matchCtOrigDst(netslot.Gateway), accept()))
+		add(cat(fromSandbox, matchCtDNAT(), accept()))
 	} else {
-		add(rejectRules(matchCtOrigDst(netslot.Gateway))...)
+		add(rejectRules(cat(fromSandbox, matchCtDNAT()))...)
 	}
 	for _, p := range r.allowNets {
 		add(cat(fromSandbox, matchDst(p), accept()))
@@ -167,12 +218,16 @@ func matchCtReply() []expr.Any {
 	}
 }
 
-// matchCtOrigDst matches connections first addressed to a, before NAT.
-func matchCtOrigDst(a netip.Addr) []expr.Any {
-	b := a.As4()
+// matchCtDNAT matches connections whose destination a nat rule changed.
+// (Matching the original destination itself would need conntrack's
+// direction attribute, which github.com/google/nftables cannot read back,
+// and then no rule of the chain can be listed.)
+func matchCtDNAT() []expr.Any {
+	mask := binary.NativeEndian.AppendUint32(nil, 1<<5 /* IPS_DST_NAT */)
 	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeyDST, Direction: 0, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
+		&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 	}
 }
 

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -213,6 +214,15 @@ const (
 	allowed
 	denied
 )
+
+// tag identifies the kernel rules made from r, so an unchanged policy can
+// be recognised in the gateway (nftables keeps at most 256 bytes of user
+// data per rule, hence the hash). The rule layout's version is part of it.
+func (r *rules) tag() []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "egress/1 %v %v %v %v", r.allowNets, r.denyNets, r.allowNames, r.denyNames)
+	return fmt.Appendf(nil, "egress/1 %x", h.Sum(nil)[:16])
+}
 
 // hasNames reports whether any domain entry exists, which is when the
 // sandbox's DNS and web traffic must go through the Filter.

@@ -101,7 +101,8 @@ func isolationChain(t *nftables.Table, r gwRules) gwChain {
 	// connections the host opened to HostAddr (the proxy) reach the sandbox.
 	add(
 		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), matchCtReply(), verdict(expr.VerdictAccept)),
-		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), matchCtOrigDst(r.hostAddr), verdict(expr.VerdictAccept)),
+		// The only nat rule for traffic from the host is HostAddr's DNAT.
+		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), matchCtDNAT(), verdict(expr.VerdictAccept)),
 		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), verdict(expr.VerdictDrop)),
 	)
 	// From the sandbox: replies to connections the host opened pass, so do
@@ -111,7 +112,10 @@ func isolationChain(t *nftables.Table, r gwRules) gwChain {
 	add(
 		cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchCtReply(), verdict(expr.VerdictAccept)),
 		cat(notSandbox, verdict(expr.VerdictDrop)),
-		cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchCtOrigDst(Gateway), verdict(expr.VerdictAccept)),
+		// The only nat rule for forwarded sandbox traffic is the DNS one
+		// (policy tables may redirect to the gateway itself, which is
+		// input, not forward).
+		cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchCtDNAT(), verdict(expr.VerdictAccept)),
 	)
 	// Other slots and the host's slot links, whatever the operator allows.
 	add(rejectRules(cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, r.hostCIDR, expr.CmpOpEq)))...)
@@ -351,12 +355,16 @@ func matchCtReply() []expr.Any {
 	}
 }
 
-// matchCtOrigDst matches connections first addressed to a, before any NAT.
-func matchCtOrigDst(a netip.Addr) []expr.Any {
-	b := a.As4()
+// matchCtDNAT matches connections whose destination a nat rule changed.
+// (Matching the original destination itself would need conntrack's
+// direction attribute, which github.com/google/nftables cannot read back,
+// and then no rule of the chain can be listed.)
+func matchCtDNAT() []expr.Any {
+	mask := binary.NativeEndian.AppendUint32(nil, 1<<5 /* IPS_DST_NAT */)
 	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeyDST, Direction: 0 /* original */, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
+		&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 	}
 }
 
