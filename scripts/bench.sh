@@ -84,7 +84,7 @@ step create-c10 -c 10 -n "$(q 200 30)" -w 3 -q
 step create-c20 -c 20 -n "$(q 300 40)" -w 3 -q
 
 note "3.3 density: batches 1+4+5+10 = 20 idle sandboxes, as the report"
-step density density -b "$(q 1,4,5,10 1,4)" -q
+step density density --data-dir "$DATA_DIR" -b "$(q 1,4,5,10 1,4)" -q
 
 note "4.1 snapshot at c=1/5/10"
 for c in 1 5 10; do step "snapshot-c$c" snapshot -c "$c" -n "$(q 5 2)" -q; done

@@ -261,6 +261,15 @@ func (c *Client) Template(ctx context.Context, id string) (*wire.TemplateDetail,
 	return &t, nil
 }
 
+// KernelError is an exception raised by code run in the sandbox's kernel.
+type KernelError struct {
+	SandboxID, Name, Value string
+}
+
+func (e *KernelError) Error() string {
+	return fmt.Sprintf("execute in %s: %s: %s", e.SandboxID, e.Name, e.Value)
+}
+
 // Execute runs Python code in the sandbox's code interpreter (port 49999)
 // through the server's proxy and returns its stdout. An error line of the
 // kernel is returned as an error.
@@ -311,7 +320,7 @@ func (c *Client) Execute(ctx context.Context, sb *wire.Sandbox, code string) (st
 		case "stdout":
 			out.WriteString(ev.Text)
 		case "error":
-			return out.String(), fmt.Errorf("execute in %s: %s: %s", sb.SandboxID, ev.Name, ev.Value)
+			return out.String(), &KernelError{SandboxID: sb.SandboxID, Name: ev.Name, Value: ev.Value}
 		}
 	}
 	return out.String(), nil

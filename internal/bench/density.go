@@ -253,4 +253,7 @@ func WriteDensityText(w io.Writer, rep *DensityReport) {
 	if rep.Failed > 0 {
 		fmt.Fprintf(w, "%d creates failed\n", rep.Failed)
 	}
+	if n := len(rep.Points); n > 0 && rep.Points[n-1].RunscProcs == 0 {
+		fmt.Fprintf(w, "no runsc process matched %q: PSS is not measured (pass the server's --data-dir)\n", rep.Config.RunscMatch)
+	}
 }

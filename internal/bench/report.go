@@ -207,10 +207,14 @@ func verdict(v, limit float64, unit string) string {
 	if math.IsNaN(v) {
 		return "not measured"
 	}
-	if v <= limit {
-		return fmt.Sprintf("✅ %s %s ≤ %s", f1(v), unit, f1(limit))
+	f := f1
+	if limit < 1 {
+		f = func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 	}
-	return fmt.Sprintf("❌ %s %s > %s (over by %s, %.1f×)", f1(v), unit, f1(limit), f1(v-limit), v/limit)
+	if v <= limit {
+		return fmt.Sprintf("✅ %s %s ≤ %s", f(v), unit, f(limit))
+	}
+	return fmt.Sprintf("❌ %s %s > %s (over by %s, %.1f×)", f(v), unit, f(limit), f(v-limit), v/limit)
 }
 
 // Machine describes the host the benchmarks ran on.
@@ -368,7 +372,8 @@ func (p *page) header() {
 	}
 	p.f("\nCubeSandbox's published numbers (the *published* columns) come from a Tencent Cloud\n")
 	p.f("SA9.4XLARGE32: 16-core AMD EPYC 9K65, 32 GiB, a KVM guest with a PVM kernel, 2 vCPU / 2 GiB\n")
-	p.f("sandboxes. This machine has %d cores and no KVM, so the comparison is deliberately unfavourable.\n\n", m.Cores)
+	p.f("sandboxes. This machine has %d cores and Cube does not use KVM here (gVisor systrap), so the\n", m.Cores)
+	p.f("comparison is deliberately unfavourable.\n\n")
 }
 
 func orDash(s string) string {
@@ -597,18 +602,35 @@ func (p *page) densitySection() {
 	p.f("\n")
 }
 
-func (p *page) opTable(title string, reports map[int]*OpReport, op string, baseCol string, base func(c int) float64, pubWall, pubPer map[int]float64) {
-	p.f("| c | rounds | wall avg | wall min | wall P95 | wall max | per avg | each avg | %s | published wall | published per |\n", baseCol)
-	p.f("|---|---|---|---|---|---|---|---|---|---|---|\n")
+// baseCol is a raw-runsc column of an operation table: its heading and
+// its value at a concurrency.
+type baseCol struct {
+	name string
+	at   func(c int) float64
+}
+
+func (p *page) opTable(reports map[int]*OpReport, op string, bases []baseCol, pubWall, pubPer map[int]float64) {
+	p.f("| c | rounds | wall avg | wall min | wall P95 | wall max | per avg | each avg |")
+	for _, b := range bases {
+		p.f(" %s |", b.name)
+	}
+	p.f(" published wall | published per |\n|---|---|---|---|---|---|---|---|%s---|---|\n", strings.Repeat("---|", len(bases)))
 	for _, c := range sortedKeys(reports) {
 		r := row(reports[c], op)
 		if r == nil {
 			continue
 		}
-		p.f("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
-			f1(r.PerAvg), f1(r.Each.Avg), f1(base(c)), pub(pubWall, c), pub(pubPer, c))
+		p.f("| %d | %d | %s | %s | %s | %s | %s | %s |", c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
+			f1(r.PerAvg), f1(r.Each.Avg))
+		for _, b := range bases {
+			p.f(" %s |", f1(b.at(c)))
+		}
+		p.f(" %s | %s |\n", pub(pubWall, c), pub(pubPer, c))
 	}
-	_ = title
+}
+
+func (p *page) raw(name string, ops ...string) []baseCol {
+	return []baseCol{{name, func(c int) float64 { return p.baseAt(c, ops...) }}}
 }
 
 func (p *page) baseAt(c int, ops ...string) float64 {
@@ -627,7 +649,7 @@ func (p *page) snapshotSection() {
 	p.f("## 3. Snapshot vs concurrency (report §4.1)\n\n")
 	p.f("`POST /sandboxes/{id}/snapshots` on c running sandboxes at once, one request each.\n")
 	p.f("Raw runsc: `runsc checkpoint --leave-running --compression=none`, each one's time at the same concurrency.\n\n")
-	p.opTable("snapshot", p.rs.snapshot, "snapshot", "raw runsc checkpoint", func(c int) float64 { return p.baseAt(c, "checkpoint") }, Published.SnapshotWall, Published.SnapshotPer)
+	p.opTable(p.rs.snapshot, "snapshot", p.raw("raw runsc checkpoint", "checkpoint"), Published.SnapshotWall, Published.SnapshotPer)
 	p.failure("snapshot-")
 	p.perChart("snapshot-concurrency.png", "Snapshot: per-operation cost vs concurrency", p.rs.snapshot, "snapshot", Published.SnapshotPer)
 	p.f("\n")
@@ -712,7 +734,7 @@ func (p *page) cfsSection() {
 	p.f("## 5. Create from a snapshot (report §4.3)\n\n")
 	p.f("One snapshot of a running sandbox, then c `POST /sandboxes {templateID: snapshotID}` at once.\n")
 	p.f("Raw runsc: `runsc restore` into a new container, each one's time at the same concurrency.\n\n")
-	p.opTable("cfs", p.rs.cfs, "create-from-snapshot", "raw runsc restore", func(c int) float64 { return p.baseAt(c, "restore") }, Published.CFSWall, Published.CFSPer)
+	p.opTable(p.rs.cfs, "create-from-snapshot", p.raw("raw runsc restore", "restore"), Published.CFSWall, Published.CFSPer)
 	p.failure("cfs-")
 	p.perChart("cfs-concurrency.png", "Create from snapshot: per-sandbox cost vs concurrency", p.rs.cfs, "create-from-snapshot", Published.CFSPer)
 	p.f("\n")
@@ -724,9 +746,9 @@ func (p *page) rollbackSection() {
 	p.f("*rollback* times the rollback requests alone; *snapshot+rollback* is the report's flow.\n")
 	p.f("Raw runsc: checkpoint + restore, each one's time at the same concurrency.\n\n")
 	p.f("**rollback**\n\n")
-	p.opTable("rollback", p.rs.rollback, "rollback", "raw runsc restore", func(c int) float64 { return p.baseAt(c, "restore") }, nil, nil)
+	p.opTable(p.rs.rollback, "rollback", p.raw("raw runsc restore", "restore"), nil, nil)
 	p.f("\n**snapshot + rollback**\n\n")
-	p.opTable("flow", p.rs.rollback, "snapshot+rollback", "raw runsc checkpoint + restore", func(c int) float64 { return p.baseAt(c, "checkpoint", "restore") }, Published.RollbackWall, Published.RollbackPer)
+	p.opTable(p.rs.rollback, "snapshot+rollback", p.raw("raw runsc checkpoint + restore", "checkpoint", "restore"), Published.RollbackWall, Published.RollbackPer)
 	p.failure("rollback-")
 	p.f("\n")
 }
@@ -773,11 +795,12 @@ func (p *page) pauseSection() {
 	p.f("## 8. Pause / resume (report §4.6)\n\n")
 	p.f("c sandboxes paused at once (`POST /sandboxes/{id}/pause`), then resumed at once\n")
 	p.f("(`POST /sandboxes/{id}/connect`). Raw runsc `pause`/`resume` only freeze the sandbox; the\n")
-	p.f("service's pause also frees its memory, so raw `checkpoint` is shown beside it too.\n\n")
+	p.f("service's pause also writes the sandbox out and frees its memory, so raw `checkpoint` (and\n")
+	p.f("`restore` for resume) are shown beside them too.\n\n")
 	p.f("**pause**\n\n")
-	p.opTable("pause", p.rs.pause, "pause", "raw runsc pause (freeze)", func(c int) float64 { return p.baseAt(c, "pause") }, Published.PauseWall, Published.PausePer)
+	p.opTable(p.rs.pause, "pause", append(p.raw("raw runsc pause (freeze)", "pause"), p.raw("raw runsc checkpoint", "checkpoint")...), Published.PauseWall, Published.PausePer)
 	p.f("\n**resume**\n\n")
-	p.opTable("resume", p.rs.pause, "resume", "raw runsc resume (thaw)", func(c int) float64 { return p.baseAt(c, "resume") }, Published.ResumeWall, Published.ResumePer)
+	p.opTable(p.rs.pause, "resume", append(p.raw("raw runsc resume (thaw)", "resume"), p.raw("raw runsc restore", "restore")...), Published.ResumeWall, Published.ResumePer)
 	p.failure("pause-resume-")
 	p.f("\n")
 }
