@@ -129,7 +129,7 @@ func (s *slotFilter) answer(q []byte, network string) []byte {
 	}
 	v := r.nameVerdict(name)
 	if v == denied {
-		s.log.Info("egress dns denied", "name", name)
+		s.log.Debug("egress dns denied", "name", name)
 		return reply(h, &question, dnsmessage.RCodeNameError)
 	}
 	resp, err := s.f.forward(q, network)

@@ -43,5 +43,22 @@
 // Store the policy with the sandbox: after a restart, Adopt keeps the
 // policy table in the gateway, but the new Filter has no listeners there
 // until Apply is called again, so call Apply for every adopted slot.
-// Apply is cheap when the policy is unchanged (one nftables transaction).
+//
+// Cost (2 cores, nested VM): the first Apply on a fresh slot about 1 ms
+// (2 ms with domain entries, which start the slot's listeners); Apply
+// with an unchanged policy under 1 ms; replacing a policy about 15 ms,
+// because nftables waits for an RCU grace period when it deletes rules.
+//
+// Limits, by design:
+//   - Names are judged on TCP ports 80 and 443 only (and DNS). Other
+//     ports and UDP (QUIC) are judged by address, as E2B does.
+//   - A connection carries on to the host chosen for its first name: later
+//     HTTP requests on a kept-alive connection, or an inner Host behind an
+//     allowed SNI (domain fronting), are not judged again. With Encrypted
+//     Client Hello, the outer (public) SNI is what is judged.
+//   - A denied name only covers connections that name it: a connection
+//     without any name (an IP literal over TLS, say) to that name's
+//     address is judged by its address. To confine a sandbox to some
+//     names, allow them and deny 0.0.0.0/0, which no IP literal dodges.
+//   - IPv6 entries are refused: slots carry IPv4 only.
 package egress

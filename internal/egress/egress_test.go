@@ -250,6 +250,12 @@ func TestDomainAllowList(t *testing.T) {
 	box.mustResolve("a.wild.example", inetA)
 	box.mustNotResolve("evil.example")
 	box.mustNotResolve("other.example")
+	if ips, err := box.lookupVia("good.example", true); err != nil || len(ips) != 1 || ips[0] != inetA {
+		t.Errorf("good.example over TCP: %v, %v", ips, err)
+	}
+	if ips, err := box.lookupVia("evil.example", true); err == nil {
+		t.Errorf("evil.example over TCP resolved to %v", ips)
+	}
 
 	box.mustGet("https://good.example/", inetA)
 	box.mustGet("http://good.example/", inetA)
@@ -370,6 +376,28 @@ func TestReleaseClearsPolicy(t *testing.T) {
 	box.mustResolve("evil.example", inetB)
 	box.mustReach(port(inetB, 8080))
 	box.mustGet("https://evil.example/", inetB)
+}
+
+// After a restart of the server, Adopt keeps the policy table and the node
+// applies the stored policy again: names must be judged by the new Filter.
+func TestApplyAgainAfterFilterRestart(t *testing.T) {
+	w := newWorld(t)
+	pool, cidr := w.pool(t, "f")
+	f := w.filter(t, cidr)
+	s := acquire(t, pool)
+	box := sb(t, s)
+	p := Policy{AllowOut: []string{"good.example"}}
+	setPolicy(t, s, p)
+	box.mustGet("https://good.example/", inetA)
+
+	f.Close()
+	box.mustNotGet("https://good.example/") // nobody judges names now: closed
+	w.filter(t, cidr)
+	setPolicy(t, s, p)
+	box.mustResolve("good.example", inetA)
+	box.mustNotResolve("evil.example")
+	box.mustGet("https://good.example/", inetA)
+	box.mustNotGet("https://evil.example/", inetB)
 }
 
 func TestApplyRefusesWhatItCannotEnforce(t *testing.T) {

@@ -117,12 +117,12 @@ func (s *slotFilter) handle(c *net.TCPConn) {
 
 	target, err := s.f.choose(s.rules.Load(), name, orig)
 	if err != nil {
-		s.log.Info("egress connection denied", "name", name, "to", orig.String(), "reason", err.Error())
+		s.log.Debug("egress connection denied", "name", name, "to", orig.String(), "reason", err.Error())
 		return
 	}
 	up, err := net.DialTimeout("tcp4", target.String(), dialTimeout)
 	if err != nil {
-		s.log.Info("egress connection failed", "name", name, "to", target.String(), "err", err)
+		s.log.Debug("egress connection failed", "name", name, "to", target.String(), "err", err)
 		return
 	}
 	if !p.connect(name, target, up) {

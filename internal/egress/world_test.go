@@ -371,17 +371,24 @@ func (s sandbox) line(addr netip.AddrPort) (string, error) {
 	return strings.TrimSpace(l), err
 }
 
-func (s sandbox) resolver() *net.Resolver {
+// resolver asks the gateway, over TCP if tcp is set (a stream connection
+// makes Go's resolver use TCP framing).
+func (s sandbox) resolver(tcp bool) *net.Resolver {
 	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		if tcp {
+			network = "tcp4"
+		}
 		return s.dial(network, netip.AddrPortFrom(netslot.Nameserver, 53).String())
 	}}
 }
 
 // lookup resolves name with the sandbox's resolver.
-func (s sandbox) lookup(name string) ([]netip.Addr, error) {
+func (s sandbox) lookup(name string) ([]netip.Addr, error) { return s.lookupVia(name, false) }
+
+func (s sandbox) lookupVia(name string, tcp bool) ([]netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return s.resolver().LookupNetIP(ctx, "ip4", name)
+	return s.resolver(tcp).LookupNetIP(ctx, "ip4", name)
 }
 
 // get fetches url and returns the body ("<address reached> <Host>"). With
