@@ -129,8 +129,13 @@ func (f *Filter) Forget(slot *netslot.Slot) {
 //
 // Connections the new policy denies stop working: their next packets are
 // rejected. Connections through the Filter (names on ports 80 and 443)
-// are judged again and closed if now denied.
+// are judged again and closed if now denied. On error the slot keeps the
+// policy it had. Calls for one slot are serialised.
 func Apply(slot *netslot.Slot, p Policy) error { return apply(current.Load(), slot, p) }
+
+// slotLocks serialises Apply per slot: two transactions that both found
+// no table would both add one.
+var slotLocks sync.Map // gateway netns path → *sync.Mutex
 
 func apply(f *Filter, slot *netslot.Slot, p Policy) error {
 	if slot == nil {
@@ -140,21 +145,31 @@ func apply(f *Filter, slot *netslot.Slot, p Policy) error {
 	if err != nil {
 		return err
 	}
+	mu, _ := slotLocks.LoadOrStore(slot.GatewayNetNS, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+
 	fd, err := unix.Open(slot.GatewayNetNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("egress: slot %d: open gateway netns: %w", slot.Index, err)
 	}
 	defer unix.Close(fd)
+	var undo func()
 	if r.hasNames() {
 		if f == nil {
 			return errors.New("egress: domain rules need a running Filter (egress.NewFilter)")
 		}
 		// The listeners must be up before the rules point at them.
-		if err := f.register(slot, fd, r); err != nil {
+		if undo, err = f.register(slot, fd, r); err != nil {
 			return err
 		}
 	}
 	if err := installPolicy(fd, r); err != nil {
+		// The previous policy is still in the kernel; so it stays in the
+		// Filter.
+		if undo != nil {
+			undo()
+		}
 		return fmt.Errorf("egress: slot %d: %w", slot.Index, err)
 	}
 	if !r.hasNames() && f != nil {
@@ -165,16 +180,17 @@ func apply(f *Filter, slot *netslot.Slot, p Policy) error {
 
 // register makes sure the slot's gateway has the Filter's listeners and
 // hands them the new rules. A gateway netns that was torn down and built
-// again under the same name gets new listeners.
-func (f *Filter) register(slot *netslot.Slot, fd int, r *rules) error {
+// again under the same name gets new listeners. undo puts back what was
+// there before.
+func (f *Filter) register(slot *netslot.Slot, fd int, r *rules) (undo func(), err error) {
 	id, err := nsID(fd)
 	if err != nil {
-		return fmt.Errorf("egress: slot %d: %w", slot.Index, err)
+		return nil, fmt.Errorf("egress: slot %d: %w", slot.Index, err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errors.New("egress: filter closed")
+		return nil, errors.New("egress: filter closed")
 	}
 	s := f.slots[slot.GatewayNetNS]
 	if s != nil && s.ns != id {
@@ -183,12 +199,15 @@ func (f *Filter) register(slot *netslot.Slot, fd int, r *rules) error {
 	}
 	if s == nil {
 		if s, err = f.newSlotFilter(slot, fd, id); err != nil {
-			return err
+			return nil, err
 		}
 		f.slots[slot.GatewayNetNS] = s
+		s.setRules(r)
+		return func() { f.Forget(slot) }, nil
 	}
+	prev := s.rules.Load()
 	s.setRules(r)
-	return nil
+	return func() { s.setRules(prev) }, nil
 }
 
 // netnsID identifies a network namespace across names.
