@@ -30,7 +30,7 @@ func (s *slotFilter) serveDNSUDP() {
 			return
 		}
 		select {
-		case s.sem <- struct{}{}:
+		case s.dnsSem <- struct{}{}:
 		default:
 			continue // too many at once; the client retries
 		}
@@ -38,7 +38,7 @@ func (s *slotFilter) serveDNSUDP() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer func() { <-s.sem }()
+			defer func() { <-s.dnsSem }()
 			if resp := s.answer(q, "udp"); resp != nil {
 				s.dnsUDP.WriteTo(resp, from)
 			}
@@ -57,7 +57,7 @@ func (s *slotFilter) serveDNSTCP() {
 			return
 		}
 		select {
-		case s.sem <- struct{}{}:
+		case s.dnsSem <- struct{}{}:
 		default:
 			c.Close()
 			continue
@@ -65,13 +65,13 @@ func (s *slotFilter) serveDNSTCP() {
 		p := &proxied{client: c}
 		if !s.track(p) {
 			c.Close()
-			<-s.sem
+			<-s.dnsSem
 			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer func() { <-s.sem }()
+			defer func() { <-s.dnsSem }()
 			defer s.untrack(p)
 			defer p.close()
 			br := bufio.NewReader(c)

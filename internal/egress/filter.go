@@ -262,7 +262,8 @@ type slotFilter struct {
 
 	proxy, dnsTCP net.Listener
 	dnsUDP        net.PacketConn
-	sem           chan struct{}
+	sem           chan struct{} // web connections at once
+	dnsSem        chan struct{} // DNS queries at once, apart so web cannot starve DNS
 
 	mu     sync.Mutex
 	conns  map[*proxied]struct{}
@@ -278,8 +279,9 @@ func (f *Filter) newSlotFilter(slot *netslot.Slot, fd int, id netnsID) (*slotFil
 	s := &slotFilter{
 		f: f, index: slot.Index, ns: id, log: f.log.With("slot", slot.Index),
 		proxy: proxy, dnsTCP: dnsTCP, dnsUDP: dnsUDP,
-		sem:   make(chan struct{}, f.cfg.MaxConns),
-		conns: map[*proxied]struct{}{},
+		sem:    make(chan struct{}, f.cfg.MaxConns),
+		dnsSem: make(chan struct{}, maxDNSInFlight),
+		conns:  map[*proxied]struct{}{},
 	}
 	s.wg.Add(3)
 	go s.serveProxy()
@@ -350,3 +352,6 @@ const (
 	dialTimeout    = 10 * time.Second
 	resolveTimeout = 5 * time.Second
 )
+
+// maxDNSInFlight caps one slot's DNS queries being answered at once.
+const maxDNSInFlight = 64
