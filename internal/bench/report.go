@@ -577,7 +577,7 @@ func (p *page) densitySection() {
 	p.f("## 2. Density: host memory per idle sandbox (report §3.3)\n\n")
 	p.f("Host memory before and after starting idle sandboxes in batches (create-only), divided by\n")
 	p.f("the number of sandboxes. *used* is MemTotal − MemAvailable (what `free` shows as used);\n")
-	p.f("*PSS* sums the proportional set size of every runsc process.\n\n")
+	p.f("*PSS* sums the proportional set size of the server's runsc processes.\n\n")
 	d := p.rs.density
 	if d != nil {
 		p.f("| sandboxes | used MB | per sandbox MB (used) | per sandbox MB (runsc PSS) | runsc processes |\n|---|---|---|---|---|\n")
@@ -682,10 +682,21 @@ func (p *page) dirtySection() {
 	p.f("workload holding D MB, checkpointed and restored.\n\n")
 	p.f("| dirty MB | rounds | snapshot avg | snapshot min | snapshot P95 | snapshot max | image MB | create-from-snapshot avg | raw runsc checkpoint | raw image MB | raw runsc restore | published snapshot | published create |\n")
 	p.f("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, d := range sortedKeys(rs.dirty) {
+	// Every size either side measured: the raw baseline still has its
+	// numbers where the service failed, and the other way round.
+	sizes := map[int]bool{}
+	for d := range rs.dirty {
+		sizes[d] = true
+	}
+	for d := range rs.baseDirty {
+		sizes[d] = true
+	}
+	for _, d := range sortedKeys(sizes) {
 		s, c := row(rs.dirty[d], "snapshot"), row(rs.dirty[d], "create-from-snapshot")
 		if s == nil || c == nil {
-			continue
+			none := math.NaN()
+			s = &OpRow{Wall: Stats{Avg: none, Min: none, P95: none, Max: none}, ImageMB: none}
+			c = &OpRow{Wall: Stats{Avg: none}}
 		}
 		b := rs.baseDirty[d]
 		img := math.NaN()
