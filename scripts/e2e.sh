@@ -11,7 +11,9 @@
 # The exit code is the tests' result.
 #
 # Arguments are passed to `node --test` (for example a single file:
-# scripts/e2e.sh tests/files.test.mjs).
+# scripts/e2e.sh tests/files.test.mjs). CUBE_E2E_SERVER_ARGS adds flags to
+# cube-server (for example --debug); CUBE_E2E_KEEP=1 keeps the data dir and
+# the server log for a post-mortem (sandboxes are still killed).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -75,8 +77,12 @@ cleanup() {
 	fi
 	# Never follow a mount that outlived the server into another tree.
 	findmnt -rn -o TARGET | grep "^$data/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
-	rm -rf --one-file-system "$data"
-	rm -f "$log"
+	if [ "${CUBE_E2E_KEEP:-}" = 1 ]; then
+		echo "e2e: kept $data and $log" >&2
+	else
+		rm -rf --one-file-system "$data"
+		rm -f "$log" "$data.template.log"
+	fi
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -84,7 +90,7 @@ trap 'status=130; exit' INT TERM
 
 echo "e2e: starting cube-server (data $data, slots $prefix in $cidr)"
 CUBE_API_KEY="$key" bin/cube-server --data-dir "$data" --listen 127.0.0.1:0 \
-	--slot-prefix "$prefix" --host-cidr "$cidr" --slots 64 >"$log" 2>&1 &
+	--slot-prefix "$prefix" --host-cidr "$cidr" --slots 64 ${CUBE_E2E_SERVER_ARGS:-} >"$log" 2>&1 &
 server_pid=$!
 
 # The server logs the address it listens on; port 0 lets it pick a free one.
@@ -104,8 +110,14 @@ curl -fsS --max-time 2 "$url/health" >/dev/null || { echo "e2e: $url/health does
 echo "e2e: cube-server on $url"
 
 echo "e2e: building the default template"
-CUBE_API_URL="$url" CUBE_API_KEY="$key" E2B_API_KEY="$key" make --no-print-directory template DATA_DIR="$data" ||
-	{ echo "e2e: make template failed" >&2; exit 1; }
+# Its progress bars only matter when it fails.
+if ! CUBE_API_URL="$url" CUBE_API_KEY="$key" E2B_API_KEY="$key" \
+	make --no-print-directory template DATA_DIR="$data" >"$data.template.log" 2>&1; then
+	tail -n 50 "$data.template.log" >&2
+	echo "e2e: make template failed" >&2
+	exit 1
+fi
+tail -n 1 "$data.template.log"
 
 cd test/e2e
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
@@ -115,6 +127,6 @@ fi
 
 echo "e2e: running the tests"
 E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY="$key" \
-	node --test --test-concurrency=2 --test-timeout=300000 "${@:-tests/}"
+	node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${@:-tests/}"
 status=$?
 exit "$status"

@@ -70,7 +70,7 @@ describe('commands.run', () => {
   test('cwd', async () => {
     const r = await sbx.commands.run('pwd', { cwd: '/tmp' })
     assert.equal(r.stdout, '/tmp\n')
-    await sbx.files.makeDir('/home/user/work dir')
+    await sbx.commands.run('mkdir -p "/home/user/work dir"')
     const r2 = await sbx.commands.run('pwd', { cwd: '/home/user/work dir' })
     assert.equal(r2.stdout, '/home/user/work dir\n')
   })

@@ -1,6 +1,6 @@
 // Files through the e2b SDK: read and write, directory operations, entry
 // info, watching, and signed upload/download URLs.
-import { describe, test, before, after } from 'node:test'
+import { describe, test, beforeEach, afterEach, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { Sandbox, FileType, FilesystemEventType, NotFoundError } from 'e2b'
@@ -9,7 +9,10 @@ import { Tracker, eventually, rejection } from './helpers.mjs'
 const tracker = new Tracker()
 let sbx
 
-before(async () => { sbx = tracker.add(await Sandbox.create({ secure: true })) })
+// A fresh sandbox per test, so one test's damage never shows up as
+// another test's failure.
+beforeEach(async () => { sbx = tracker.add(await Sandbox.create({ secure: true })) })
+afterEach(() => tracker.killAll(Sandbox))
 after(() => tracker.killAll(Sandbox))
 
 const home = '/home/user'

@@ -8,17 +8,19 @@ import { Tracker, api, rejection, runTag } from './helpers.mjs'
 const tracker = new Tracker()
 after(() => tracker.killAll(Sandbox))
 
-// Python state and a file, written so each copy can be told apart.
+// Python state and a file, written so each copy can be told apart. The
+// file goes through a command rather than the files API, so these tests
+// judge snapshots, not uploads (files.test.mjs covers those).
 async function seed(sbx, value) {
   const ex = await sbx.runCode(`marker = ${JSON.stringify(value)}\nhistory = [marker]`)
   assert.equal(ex.error, undefined)
-  await sbx.files.write('/home/user/state.txt', value)
+  await sbx.commands.run(`printf %s '${value}' > /home/user/state.txt`)
 }
 
 async function state(sbx) {
   const ex = await sbx.runCode('(marker, len(history))')
   assert.equal(ex.error, undefined, ex.error && `${ex.error.name}: ${ex.error.value}`)
-  return { python: ex.text, file: await sbx.files.read('/home/user/state.txt') }
+  return { python: ex.text, file: (await sbx.commands.run('cat /home/user/state.txt')).stdout }
 }
 
 const expect = (value, n = 1) => ({ python: `(${pyRepr(value)}, ${n})`, file: value })
