@@ -65,5 +65,10 @@ template: bin/cubemastercli
 test: deps build
 	./scripts/test.sh
 
+## bench: every table of the CubeSandbox report against a running server,
+## with the raw runsc baseline, into docs/BENCHMARKS.md.
+bench: build
+	./scripts/bench.sh
+
 clean:
 	rm -rf bin
