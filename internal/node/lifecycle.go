@@ -77,8 +77,11 @@ func (n *Node) reap() {
 	}
 }
 
-// PauseSandbox writes a running sandbox's memory and files to disk and
-// frees its memory and network slot.
+// PauseSandbox pauses a running sandbox: at once in memory, and written
+// to disk (memory and files, freeing its memory and network slot) a
+// little later unless it is resumed first. keepMemory false is accepted
+// and treated like true: a sandbox's files live in its memory, so they are
+// saved together.
 func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bool) error {
 	unlock := n.lock(sandboxID)
 	defer unlock()
@@ -96,26 +99,68 @@ func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bo
 	return nil
 }
 
-// pause checkpoints rec and stops it. The caller holds its lock. On
-// failure the sandbox keeps running.
+// pause freezes rec's processes and records it as paused; the write-out
+// to disk follows after PauseWriteDelay. The caller holds its lock.
 func (n *Node) pause(ctx context.Context, rec *store.Sandbox) error {
 	n.mu.Lock()
 	l := n.live[rec.ID]
 	n.mu.Unlock()
-	if l == nil {
-		return fmt.Errorf("sandbox %q has no running container", rec.ID)
+	if l == nil || rec.State != store.Running {
+		return api.Errorf(http.StatusConflict, "sandbox %q is %s, not running", rec.ID, rec.State)
+	}
+	if err := l.sb.Pause(ctx); err != nil {
+		return fmt.Errorf("pause: %w", err)
+	}
+	rec.State, rec.PausedAt = store.Paused, time.Now().UTC()
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		l.sb.Resume(context.Background())
+		rec.State = store.Running
+		return err
+	}
+	n.mu.Lock()
+	l.frozen = true
+	n.mu.Unlock()
+	n.scheduleWriteOut(rec.ID)
+	return nil
+}
+
+// scheduleWriteOut writes a frozen sandbox to disk after PauseWriteDelay.
+func (n *Node) scheduleWriteOut(sandboxID string) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		select {
+		case <-n.stop:
+			return // the next start re-adopts the frozen sandbox
+		case <-time.After(n.cfg.PauseWriteDelay):
+		}
+		if err := n.writeOut(sandboxID); err != nil {
+			n.log.Warn("write paused sandbox to disk; it stays paused in memory", "sandbox", sandboxID, "err", err)
+		}
+	}()
+}
+
+// writeOut checkpoints a frozen sandbox to disk and frees its container
+// and slot. A sandbox resumed or killed meanwhile is left alone.
+func (n *Node) writeOut(sandboxID string) error {
+	unlock := n.lock(sandboxID)
+	defer unlock()
+	ctx := context.Background()
+	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	if err != nil || rec.State != store.Paused {
+		return nil
+	}
+	n.mu.Lock()
+	l := n.live[sandboxID]
+	n.mu.Unlock()
+	if l == nil || !l.frozen {
+		return nil
 	}
 	dir := filepath.Join(n.sandboxDir(rec.ID), "pause")
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
-	rec.State = store.Pausing
-	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
-		return err
-	}
 	if err := l.sb.Checkpoint(ctx, tmp, false); err != nil {
 		os.RemoveAll(tmp)
-		rec.State = store.Running
-		n.store.Sandboxes().Put(context.Background(), rec)
 		return diskError("pause", err)
 	}
 	os.RemoveAll(dir)
@@ -128,11 +173,13 @@ func (n *Node) pause(ctx context.Context, rec *store.Sandbox) error {
 	if err := n.release(l.slot); err != nil {
 		n.log.Warn("release network slot", "sandbox", rec.ID, "err", err)
 	}
-	rec.State = store.Paused
 	rec.PauseImage = dir
-	rec.PausedAt = time.Now().UTC()
 	rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
-	return n.store.Sandboxes().Put(ctx, rec)
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+	n.event(rec.ID, "info", "paused sandbox written to disk")
+	return nil
 }
 
 // diskError turns a full disk into a 507 the user can act on.
@@ -143,31 +190,45 @@ func diskError(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// resume restores a paused sandbox into a fresh slot. The caller holds its
-// lock. Time spent paused does not count against the timeout.
+// resume brings a paused sandbox back: by thawing it when it is still in
+// memory, else by restoring its image into a fresh slot. The caller holds
+// its lock. Time spent paused does not count against the timeout.
 func (n *Node) resume(ctx context.Context, rec *store.Sandbox) error {
-	if rec.Boot == nil {
-		return fmt.Errorf("sandbox %q has no boot record", rec.ID)
-	}
 	paused := time.Since(rec.PausedAt)
-	image := rec.PauseImage
-	rec.State = store.Resuming
-	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
-		return err
-	}
-	l, err := n.launch(ctx, rec, rec.Boot, image, rec.EnvdToken)
-	if err != nil {
-		// The sandbox stays paused with its image intact.
-		rec.State = store.Paused
-		n.store.Sandboxes().Put(context.Background(), rec)
-		return fmt.Errorf("resume: %w", err)
-	}
-	if err := n.attach(ctx, rec, l); err != nil {
-		return err
+	n.mu.Lock()
+	l := n.live[rec.ID]
+	n.mu.Unlock()
+	if l != nil && l.frozen {
+		if err := l.sb.Resume(ctx); err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+		n.mu.Lock()
+		l.frozen = false
+		n.mu.Unlock()
+		rec.State = store.Running
+	} else {
+		if rec.Boot == nil || rec.PauseImage == "" {
+			return fmt.Errorf("sandbox %q has no pause image", rec.ID)
+		}
+		image := rec.PauseImage
+		rec.State = store.Resuming
+		if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+			return err
+		}
+		l, err := n.launch(ctx, rec, rec.Boot, image, rec.EnvdToken)
+		if err != nil {
+			// The sandbox stays paused with its image intact.
+			rec.State = store.Paused
+			n.store.Sandboxes().Put(context.Background(), rec)
+			return fmt.Errorf("resume: %w", err)
+		}
+		if err := n.attach(ctx, rec, l); err != nil {
+			return err
+		}
+		os.RemoveAll(image)
 	}
 	rec.EndAt = rec.EndAt.Add(paused)
 	rec.PauseImage, rec.PausedAt = "", time.Time{}
-	os.RemoveAll(image)
 	n.event(rec.ID, "info", "resumed after %s paused", paused.Round(time.Millisecond))
 	return n.store.Sandboxes().Put(ctx, rec)
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// Egress enforces per-sandbox egress policies; nil leaves every
 	// sandbox with the slots' base isolation only.
 	Egress *egress.Filter
+	// PauseWriteDelay is how long a paused sandbox stays frozen in memory
+	// (resuming in milliseconds) before it is written to disk and its
+	// memory and slot are freed.
+	PauseWriteDelay time.Duration
 	// PoolSize is how many warm sandboxes to keep ready per template built
 	// from an image; 0 disables the warm pool.
 	PoolSize int
@@ -102,6 +106,8 @@ type Node struct {
 type live struct {
 	sb   runtime.Sandbox
 	slot *netslot.Slot
+	// frozen is set while the sandbox is paused in memory.
+	frozen bool
 	// cpu is the last CPU reading, for utilisation between samples.
 	cpuAt   time.Time
 	cpuTime time.Duration

@@ -137,31 +137,56 @@ func TestTimeoutEndsSandbox(t *testing.T) {
 }
 
 func TestPauseAndResumeKeepFiles(t *testing.T) {
-	f := newFixture(t)
-	sb := f.create(t, "tiny", time.Minute)
-	f.envd(t, sb, "POST", "/files?path=/tmp/kept", []byte("still here"), sb.EnvdAccessToken)
-	if err := f.PauseSandbox(ctx(t), sb.ID, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.PauseSandbox(ctx(t), sb.ID, true); api.StatusOf(err) != 409 {
-		t.Fatalf("second pause: %v", err)
-	}
-	got, _ := f.GetSandbox(ctx(t), sb.ID)
-	if got.State != api.StatePaused {
-		t.Fatalf("state %s", got.State)
-	}
-	if ids, _ := f.Runtime.List(ctx(t)); len(ids) != 0 {
-		t.Fatalf("paused sandbox still holds a container: %v", ids)
-	}
-	again, resumed, err := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute})
-	if err != nil || !resumed || again.State != api.StateRunning {
-		t.Fatalf("connect: %+v %v %v", again, resumed, err)
-	}
-	if code, body := f.envd(t, sb, "GET", "/files?path=/tmp/kept", nil, sb.EnvdAccessToken); code != 200 || body != "still here" {
-		t.Fatalf("after resume: %d %q", code, body)
-	}
-	if _, resumed, _ := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute}); resumed {
-		t.Fatal("connect to a running sandbox reported a resume")
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+	}{{"in memory", time.Hour}, {"from disk", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := nodetest.New(t, nodetest.Options{PauseWriteDelay: tc.delay})
+			n.TinyTemplate(t, "tiny")
+			f := &fixture{n}
+			sb := f.create(t, "tiny", time.Minute)
+			tok := f.holderToken(t, sb)
+			f.write(t, sb, "/tmp/kept", "still here")
+			if err := f.PauseSandbox(ctx(t), sb.ID, true); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.PauseSandbox(ctx(t), sb.ID, true); api.StatusOf(err) != 409 {
+				t.Fatalf("second pause: %v", err)
+			}
+			got, _ := f.GetSandbox(ctx(t), sb.ID)
+			if got.State != api.StatePaused {
+				t.Fatalf("state %s", got.State)
+			}
+			if _, err := f.CreateSnapshot(ctx(t), sb.ID, ""); api.StatusOf(err) != 409 {
+				t.Fatalf("snapshot of a paused sandbox: %v", err)
+			}
+			if tc.delay == 0 {
+				// Written out: no container, no slot.
+				for i := 0; i < 200; i++ {
+					if ids, _ := f.Runtime.List(ctx(t)); len(ids) == 0 {
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				if ids, _ := f.Runtime.List(ctx(t)); len(ids) != 0 {
+					t.Fatalf("written-out sandbox still holds a container: %v", ids)
+				}
+			}
+			again, resumed, err := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute})
+			if err != nil || !resumed || again.State != api.StateRunning {
+				t.Fatalf("connect: %+v %v %v", again, resumed, err)
+			}
+			if got := f.read(t, sb, "/tmp/kept"); got != "still here" {
+				t.Fatalf("after resume: %q", got)
+			}
+			if got := f.holderToken(t, sb); got != tok {
+				t.Fatalf("memory after resume: %s, want %s", got, tok)
+			}
+			if _, resumed, _ := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute}); resumed {
+				t.Fatal("connect to a running sandbox reported a resume")
+			}
+		})
 	}
 }
 

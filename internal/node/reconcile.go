@@ -43,6 +43,18 @@ func (n *Node) Reconcile(ctx context.Context) error {
 			n.log.Warn("reconcile: sandbox lost its container; removing", "sandbox", rec.ID, "container", rec.ContainerID)
 			n.forget(ctx, rec)
 		case store.Paused:
+			if rec.ContainerID != "" && n.adopt(ctx, rec, running[rec.ContainerID]) {
+				// Paused in memory when the server stopped: keep it frozen
+				// and write it out as planned.
+				n.mu.Lock()
+				n.live[rec.ID].frozen = true
+				n.mu.Unlock()
+				n.scheduleWriteOut(rec.ID)
+				keepContainer[rec.ContainerID] = true
+				slotsInUse[rec.Slot] = true
+				keepDir[rec.ID] = true
+				continue
+			}
 			if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err == nil {
 				n.log.Info("reconcile: keeping paused sandbox", "sandbox", rec.ID)
 				keepDir[rec.ID] = true

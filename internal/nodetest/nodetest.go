@@ -42,6 +42,8 @@ type Options struct {
 	DataDir      string // default: a temp dir
 	MaxSandboxes int
 	PoolSize     int
+	// PauseWriteDelay: how long paused sandboxes stay in memory.
+	PauseWriteDelay time.Duration
 }
 
 // New starts a node on real gVisor; it is torn down when the test ends.
@@ -67,7 +69,8 @@ func New(t testing.TB, o Options) *Node {
 		t.Fatal(err)
 	}
 	n, err := node.New(node.Config{DataDir: dir, Envd: envdBin, Runtime: rt, Slots: slots, Store: st,
-		Logger: Logger(), EnvdVersion: "0.6.4", MaxSandboxes: o.MaxSandboxes, PoolSize: o.PoolSize})
+		Logger: Logger(), EnvdVersion: "0.6.4", MaxSandboxes: o.MaxSandboxes, PoolSize: o.PoolSize,
+		PauseWriteDelay: o.PauseWriteDelay})
 	if err != nil {
 		t.Fatal(err)
 	}

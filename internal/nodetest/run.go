@@ -53,4 +53,3 @@ func Run(t testing.TB, addr, token, cmd string, args ...string) Result {
 func (r Result) String() string {
 	return fmt.Sprintf("exit %d, stdout %q, stderr %q", r.ExitCode, r.Stdout, r.Stderr)
 }
-

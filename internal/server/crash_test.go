@@ -42,7 +42,7 @@ func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string) *daemon {
 	t.Helper()
 	var logs bytes.Buffer
 	cmd := exec.Command(testenv.Bin(t, "cube-server"), "--data-dir", dataDir, "--listen", addr,
-		"--slot-prefix", prefix, "--host-cidr", cidr, "--slots", "16")
+		"--slot-prefix", prefix, "--host-cidr", cidr, "--slots", "16", "--pause-write-delay", "2s")
 	cmd.Env = append(os.Environ(), "CUBE_API_KEY="+apiKey)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -180,6 +180,25 @@ func TestCrashRecovery(t *testing.T) {
 		}
 	}
 
+	// One sandbox paused long enough to be written to disk, one paused a
+	// moment before the crash and so still frozen in memory.
+	if code, body := d.do(t, "POST", "/sandboxes/"+sbs[1].ID+"/pause", nil, nil); code != 204 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	image := filepath.Join(dataDir, "sandboxes", sbs[1].ID, "pause", "checkpoint.img")
+	for i := 0; i < 300; i++ {
+		if _, err := os.Stat(image); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := os.Stat(image); err != nil {
+		t.Fatalf("paused sandbox never written to disk: %v", err)
+	}
+	if code, body := d.do(t, "POST", "/sandboxes/"+sbs[2].ID+"/pause", nil, nil); code != 204 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+
 	// Crash.
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	d.cmd.Wait()
@@ -207,9 +226,18 @@ func TestCrashRecovery(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("list: %d %s", code, body)
 	}
-	for _, s := range sbs {
+	for i, s := range sbs {
 		if !bytes.Contains(body, []byte(s.ID)) {
 			t.Errorf("sandbox %s not re-adopted: %s", s.ID, body)
+		}
+		if i > 0 {
+			// Paused across the crash: still paused, then resumed by connect.
+			if code, out := d.do(t, "GET", "/sandboxes/"+s.ID, nil, nil); code != 200 || !bytes.Contains(out, []byte(`"state":"paused"`)) {
+				t.Errorf("sandbox %s after restart: %d %s", s.ID, code, out)
+			}
+			if code, out := d.do(t, "POST", "/sandboxes/"+s.ID+"/connect", map[string]any{"timeout": 600}, nil); code != 201 {
+				t.Errorf("connect %s: %d %s", s.ID, code, out)
+			}
 		}
 		if code, out := d.envd(t, s.ID, s.Token, "GET", "/files?path=/tmp/mark", nil); code != 200 || out != s.ID {
 			t.Errorf("sandbox %s after restart: %d %q", s.ID, code, out)

@@ -34,14 +34,16 @@ type Options struct {
 	Envd         string // path of cube-envd; default: beside the executable
 	MaxSandboxes int
 	PoolSize     int
-	MaxTimeout   time.Duration
-	Slots        int
-	SlotPrefix   string
-	HostCIDR     string
-	AllowPrivate []netip.Prefix
-	RateLimit    float64
-	Debug        bool
-	Logger       *slog.Logger
+	// PauseWriteDelay is how long a paused sandbox stays in memory.
+	PauseWriteDelay time.Duration
+	MaxTimeout      time.Duration
+	Slots           int
+	SlotPrefix      string
+	HostCIDR        string
+	AllowPrivate    []netip.Prefix
+	RateLimit       float64
+	Debug           bool
+	Logger          *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -148,6 +150,7 @@ func Run(ctx context.Context, o Options) error {
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain, PoolSize: o.PoolSize, Egress: filter,
+		PauseWriteDelay: o.PauseWriteDelay,
 		OnRelease: func() {
 			if forget != nil {
 				forget()
