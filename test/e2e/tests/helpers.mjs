@@ -66,7 +66,7 @@ export function rawRequest(path, { method = 'GET', headers = {}, body } = {}) {
  * Polls fn until it returns a truthy value. The deadline only stops a test
  * that would otherwise hang; it is generous so a slow machine still passes.
  */
-export async function eventually(fn, { what = 'condition', timeoutMs = 120_000, intervalMs = 250 } = {}) {
+export async function eventually(fn, { what = 'condition', timeoutMs = 30_000, intervalMs = 250 } = {}) {
   const deadline = Date.now() + timeoutMs
   let last
   for (;;) {

@@ -20,7 +20,7 @@ before(async () => {
   await eventually(async () => {
     const r = await rawRequest('/hello.txt', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT) } })
     return r.status === 200
-  }, { what: 'the web server in the sandbox to answer' })
+  }, { what: 'the web server in the sandbox to answer', timeoutMs: 60_000 })
 })
 after(() => tracker.killAll(Sandbox))
 
@@ -83,7 +83,7 @@ test('a killed sandbox is no longer reachable', async () => {
   const other = tracker.add(await Sandbox.create())
   await other.commands.run(`python3 -m http.server ${PORT}`, { background: true })
   const headers = { 'E2b-Sandbox-Id': other.sandboxId, 'E2b-Sandbox-Port': String(PORT) }
-  await eventually(async () => (await rawRequest('/', { headers })).status === 200, { what: 'the second server' })
+  await eventually(async () => (await rawRequest('/', { headers })).status === 200, { what: 'the second server', timeoutMs: 60_000 })
   await other.kill()
   const r = await rawRequest('/', { headers })
   assert.equal(r.status, 502)

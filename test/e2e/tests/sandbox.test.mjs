@@ -139,7 +139,7 @@ describe('timeouts', () => {
   test('a sandbox is gone once its timeout passes', async () => {
     const sbx = tracker.add(await Sandbox.create({ timeoutMs: 3_000 }))
     const id = sbx.sandboxId
-    await eventually(async () => !(await sbx.isRunning()), { what: `sandbox ${id} to expire` })
+    await eventually(async () => !(await sbx.isRunning()), { what: `sandbox ${id} to expire`, timeoutMs: 120_000 })
     const err = await rejection(Sandbox.getInfo(id))
     assert.ok(err instanceof SandboxNotFoundError, `getInfo after expiry: ${err}`)
     const listed = await Sandbox.list({ query: { state: ['running', 'paused'] } }).nextItems()
