@@ -131,15 +131,17 @@ describe('watchDir', () => {
     const dir = `${home}/watched`
     await sbx.files.makeDir(dir)
     const events = []
-    const handle = await sbx.files.watchDir(dir, (e) => { events.push(e) })
+    let ended = 'still open'
+    const handle = await sbx.files.watchDir(dir, (e) => { events.push(e) }, { onExit: (err) => { ended = `ended: ${err}` } })
+    const seen = () => `events ${JSON.stringify(events)}, watch ${ended}`
     try {
       await sbx.files.write(`${dir}/new.txt`, 'first')
-      await eventually(() => events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.CREATE), { what: 'create event' })
-      await eventually(() => events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.WRITE), { what: 'write event' })
+      await eventually(() => events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.CREATE), { what: () => `create event (${seen()})` })
+      await eventually(() => events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.WRITE), { what: () => `write event (${seen()})` })
       await sbx.files.rename(`${dir}/new.txt`, `${dir}/moved.txt`)
-      await eventually(() => events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.RENAME), { what: 'rename event' })
+      await eventually(() => events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.RENAME), { what: () => `rename event (${seen()})` })
       await sbx.files.remove(`${dir}/moved.txt`)
-      await eventually(() => events.some((e) => e.name === 'moved.txt' && e.type === FilesystemEventType.REMOVE), { what: 'remove event' })
+      await eventually(() => events.some((e) => e.name === 'moved.txt' && e.type === FilesystemEventType.REMOVE), { what: () => `remove event (${seen()})` })
     } finally {
       await handle.stop()
     }

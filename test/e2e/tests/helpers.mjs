@@ -65,6 +65,8 @@ export function rawRequest(path, { method = 'GET', headers = {}, body } = {}) {
 /**
  * Polls fn until it returns a truthy value. The deadline only stops a test
  * that would otherwise hang; it is generous so a slow machine still passes.
+ * what names the awaited thing in the failure (a function is called then,
+ * to describe what had been seen).
  */
 export async function eventually(fn, { what = 'condition', timeoutMs = 30_000, intervalMs = 250 } = {}) {
   const deadline = Date.now() + timeoutMs
@@ -77,7 +79,8 @@ export async function eventually(fn, { what = 'condition', timeoutMs = 30_000, i
       last = err
     }
     if (Date.now() > deadline) {
-      throw new Error(`gave up waiting for ${what}${last ? `: last error: ${last.message}` : ''}`)
+      const name = typeof what === 'function' ? what() : what
+      throw new Error(`gave up waiting for ${name}${last ? `: last error: ${last.message}` : ''}`)
     }
     await new Promise((r) => setTimeout(r, intervalMs))
   }
