@@ -99,13 +99,27 @@ func (r *Runtime) runsc(ctx context.Context, id string, spec *runtime.Spec, args
 	return stdout.Bytes(), nil
 }
 
-// bundle writes the OCI bundle for spec and returns its directory.
-func (r *Runtime) bundle(spec runtime.Spec) (string, error) {
+// bundle writes the OCI bundle for spec and returns its directory. When
+// restoring, base is the spec the image was checkpointed with: gVisor
+// insists that a restore describes the same process, root and mounts, so
+// only what belongs to the new sandbox (network namespace, cgroup,
+// resources, Cube's annotations) is taken from spec. Templates thereby
+// keep restoring after Cube changes how it writes new specs.
+func (r *Runtime) bundle(spec runtime.Spec, base *ociSpecT) (string, error) {
 	dir := filepath.Join(r.cfg.Bundles, spec.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	data, err := json.MarshalIndent(ociSpec(spec), "", "  ")
+	oci := ociSpec(spec)
+	if base != nil {
+		merged := *base
+		merged.Linux.Namespaces = oci.Linux.Namespaces
+		merged.Linux.CgroupsPath = oci.Linux.CgroupsPath
+		merged.Linux.Resources = oci.Linux.Resources
+		merged.Annotations = oci.Annotations
+		oci = merged
+	}
+	data, err := json.MarshalIndent(oci, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -115,13 +129,32 @@ func (r *Runtime) bundle(spec runtime.Spec) (string, error) {
 	return dir, nil
 }
 
+// specFile is where a checkpoint image keeps the spec it was taken with.
+const specFile = "spec.json"
+
+// savedSpec reads the spec a checkpoint image was taken with, if it has one.
+func savedSpec(image string) (*ociSpecT, error) {
+	data, err := os.ReadFile(filepath.Join(image, specFile))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s ociSpecT
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("checkpoint spec %s: %w", image, err)
+	}
+	return &s, nil
+}
+
 // start runs runsc run or restore, detached, with the sandbox's console
 // going to a log file in the bundle. The bundle is removed if it fails.
-func (r *Runtime) start(ctx context.Context, spec runtime.Spec, args ...string) (runtime.Sandbox, error) {
+func (r *Runtime) start(ctx context.Context, spec runtime.Spec, base *ociSpecT, args ...string) (runtime.Sandbox, error) {
 	if spec.ID == "" || spec.Rootfs == "" {
 		return nil, errors.New("sandbox spec needs an ID and a rootfs")
 	}
-	dir, err := r.bundle(spec)
+	dir, err := r.bundle(spec, base)
 	if err != nil {
 		return nil, fmt.Errorf("write bundle: %w", err)
 	}
@@ -168,7 +201,7 @@ func lastLine(s string) string {
 
 // Boot starts a fresh sandbox.
 func (r *Runtime) Boot(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
-	return r.start(ctx, spec, "run", "--detach")
+	return r.start(ctx, spec, nil, "run", "--detach")
 }
 
 // Restore starts a sandbox from a checkpoint image.
@@ -179,7 +212,11 @@ func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) 
 	// --background lets the sandbox run while its memory still streams in
 	// from the uncompressed image; runsc holds the image files open, so
 	// deleting the image meanwhile cannot break it.
-	return r.start(ctx, spec, "restore", "--detach", "--background", "--image-path", image)
+	base, err := savedSpec(image)
+	if err != nil {
+		return nil, err
+	}
+	return r.start(ctx, spec, base, "restore", "--detach", "--background", "--image-path", image)
 }
 
 // Attach returns a handle to a container that runsc already runs.
@@ -261,6 +298,13 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	args = append(args, s.id)
 	if _, err := s.r.runsc(ctx, s.id, &s.spec, args...); err != nil {
 		return err
+	}
+	cfg, err := os.ReadFile(filepath.Join(s.r.cfg.Bundles, s.id, "config.json"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, specFile), cfg, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("save checkpoint spec: %w", err)
 	}
 	if !leaveRunning {
 		// The sandbox has exited; drop runsc's record of it too.

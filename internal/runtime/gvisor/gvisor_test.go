@@ -270,3 +270,29 @@ func TestMemoryLimitContainsAllocation(t *testing.T) {
 		t.Fatalf("small allocation after OOM: %v %s", err, small)
 	}
 }
+
+// A checkpoint restores with the spec it was taken with, even when the
+// spec Cube would write now differs (an upgrade changed a limit).
+func TestRestoreUsesCheckpointedSpec(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	a, err := f.rt.Boot(c, f.spec("ctspec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := token(t, a)
+	img := filepath.Join(t.TempDir(), "img")
+	if err := a.Checkpoint(c, img, true); err != nil {
+		t.Fatal(err)
+	}
+	changed := f.spec("ctspec2")
+	changed.Env = append(changed.Env, "NEW=1")
+	changed.MemoryMB = 256
+	b, err := f.rt.Restore(c, img, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := token(t, b); got != tok {
+		t.Fatalf("token %s, want %s", got, tok)
+	}
+}
