@@ -34,7 +34,20 @@ cidr="10.250.$(( (0x$tag % 64) * 4 )).0/22"
 key="e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
 url=""
 server_pid=""
+child=""
 status=1
+
+# fg runs a command in its own process group and waits for it, so that a
+# signal to this script runs the cleanup at once (instead of after the
+# command) and the cleanup can stop the command with everything it started.
+fg() {
+	setsid "$@" &
+	child=$!
+	wait "$child"
+	local rc=$?
+	child=""
+	return "$rc"
+}
 
 # api METHOD PATH: one control-plane call with this run's key.
 api() { curl -sS --max-time 30 -X "$1" -H "X-API-Key: $key" "$url$2"; }
@@ -56,6 +69,10 @@ sandbox_ids() {
 cleanup() {
 	local rc=$status
 	trap - EXIT INT TERM
+	if [ -n "$child" ]; then
+		kill -TERM -- "-$child" 2>/dev/null
+		wait "$child" 2>/dev/null
+	fi
 	if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
 		if [ -n "$url" ]; then
 			for id in $(sandbox_ids); do
@@ -112,7 +129,7 @@ echo "e2e: cube-server on $url"
 echo "e2e: building the default template"
 # Its progress bars only matter when it fails.
 if ! CUBE_API_URL="$url" CUBE_API_KEY="$key" E2B_API_KEY="$key" \
-	make --no-print-directory template DATA_DIR="$data" >"$data.template.log" 2>&1; then
+	fg make --no-print-directory template DATA_DIR="$data" >"$data.template.log" 2>&1; then
 	tail -n 50 "$data.template.log" >&2
 	echo "e2e: make template failed" >&2
 	exit 1
@@ -122,11 +139,11 @@ tail -n 1 "$data.template.log"
 cd test/e2e
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
 	echo "e2e: npm ci"
-	npm ci --no-audit --no-fund || { echo "e2e: npm ci failed" >&2; exit 1; }
+	fg npm ci --no-audit --no-fund || { echo "e2e: npm ci failed" >&2; exit 1; }
 fi
 
 echo "e2e: running the tests"
 E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY="$key" \
-	node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${@:-tests/}"
+	fg node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${@:-tests/}"
 status=$?
 exit "$status"
