@@ -28,12 +28,15 @@ func (n *Node) Start() {
 		defer n.wg.Done()
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
-		for {
+		for i := 1; ; i++ {
 			select {
 			case <-n.stop:
 				return
 			case <-t.C:
 				n.reap()
+				if i%10 == 0 {
+					n.checkAlive()
+				}
 			}
 		}
 	}()
@@ -74,6 +77,41 @@ func (n *Node) reap() {
 				n.log.Warn("reaper: kill", "sandbox", sandboxID, "err", err)
 			}
 		}(rec.ID)
+	}
+}
+
+// checkAlive removes sandboxes whose container is gone (its PID 1 died,
+// the host killed it for memory): they must not be listed as running.
+func (n *Node) checkAlive() {
+	ctx := context.Background()
+	ids, err := n.rt.List(ctx)
+	if err != nil {
+		return
+	}
+	alive := map[string]bool{}
+	for _, id := range ids {
+		alive[id] = true
+	}
+	n.mu.Lock()
+	var dead []string
+	for sid, l := range n.live {
+		if !alive[l.sb.ID()] {
+			dead = append(dead, sid)
+		}
+	}
+	n.mu.Unlock()
+	for _, sid := range dead {
+		unlock := n.lock(sid)
+		n.mu.Lock()
+		l := n.live[sid]
+		n.mu.Unlock()
+		if rec, err := n.store.Sandboxes().Get(ctx, sid); err == nil && l != nil && !alive[l.sb.ID()] {
+			if still, _ := n.rt.List(ctx); !contains(still, l.sb.ID()) {
+				n.log.Warn("sandbox exited unexpectedly; removing it", "sandbox", sid, "container", l.sb.ID())
+				n.destroy(ctx, rec, "exited unexpectedly")
+			}
+		}
+		unlock()
 	}
 }
 
@@ -170,9 +208,7 @@ func (n *Node) writeOut(sandboxID string) error {
 	n.mu.Lock()
 	delete(n.live, rec.ID)
 	n.mu.Unlock()
-	if err := n.release(l.slot); err != nil {
-		n.log.Warn("release network slot", "sandbox", rec.ID, "err", err)
-	}
+	n.retire(l) // the checkpoint stopped the container; this frees the rest
 	rec.PauseImage = dir
 	rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
 	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {

@@ -70,10 +70,10 @@ type Config struct {
 	// PoolSize is how many warm sandboxes to keep ready per template built
 	// from an image; 0 disables the warm pool.
 	PoolSize int
-	// OnRelease is called after a sandbox's network slot was released, so
-	// whoever keeps connections to sandbox addresses can drop them (the
-	// address goes to the next sandbox).
-	OnRelease func()
+	// OnGone is called with the container ID of a sandbox container that
+	// stopped, so whoever keeps connections to it (the proxy) can drop
+	// them: its slot, and so its address, goes to the next sandbox.
+	OnGone func(containerID string)
 }
 
 // Node owns the sandboxes of this host.
@@ -197,16 +197,27 @@ func (n *Node) lock(id string) func() {
 	return l.Unlock
 }
 
-// release returns a network slot to the pool and tells OnRelease.
+// release returns a network slot to the pool.
 func (n *Node) release(s *netslot.Slot) error {
 	err := n.slots.Release(s)
 	if n.cfg.Egress != nil {
 		n.cfg.Egress.Forget(s)
 	}
-	if n.cfg.OnRelease != nil {
-		n.cfg.OnRelease()
-	}
 	return err
+}
+
+// retire stops a container that is done (if it still runs), frees its
+// slot and tells OnGone.
+func (n *Node) retire(l *live) {
+	if err := l.sb.Kill(context.Background()); err != nil {
+		n.log.Warn("kill sandbox container", "container", l.sb.ID(), "err", err)
+	}
+	if err := n.release(l.slot); err != nil {
+		n.log.Warn("release network slot", "slot", l.slot.Index, "err", err)
+	}
+	if n.cfg.OnGone != nil {
+		n.cfg.OnGone(l.sb.ID())
+	}
 }
 
 // Close stops background work and the warm pool. Running sandboxes keep

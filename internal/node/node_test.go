@@ -401,3 +401,20 @@ func TestWarmPoolHandsOutAndRefills(t *testing.T) {
 		t.Fatalf("containers after drain: %v (want the two sandboxes)", ids)
 	}
 }
+
+func TestDeadSandboxIsRemoved(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, "tiny", time.Minute)
+	rec, _ := f.Store.Sandboxes().Get(ctx(t), sb.ID)
+	// The container dies behind the node's back.
+	if err := f.Runtime.Remove(ctx(t), rec.ContainerID); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		if _, err := f.GetSandbox(ctx(t), sb.ID); api.StatusOf(err) == 404 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("a sandbox whose container died is still listed")
+}

@@ -130,8 +130,7 @@ func (n *Node) attach(ctx context.Context, rec *store.Sandbox, l *live) error {
 	rec.State = store.Running
 	rec.Slot, rec.HostAddr, rec.ContainerID = l.slot.Index, l.slot.HostAddr.String(), l.sb.ID()
 	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
-		l.sb.Kill(context.Background())
-		n.release(l.slot)
+		n.retire(l)
 		return err
 	}
 	n.mu.Lock()
@@ -197,10 +196,7 @@ func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid stri
 }
 
 // discard kills a container that never became a sandbox and frees its slot.
-func (n *Node) discard(l *live) {
-	l.sb.Kill(context.Background())
-	n.release(l.slot)
-}
+func (n *Node) discard(l *live) { n.retire(l) }
 
 // containerID names the runsc container of a sandbox. A sandbox that is
 // rolled back or resumed gets a new container, so the name carries a
@@ -357,12 +353,7 @@ func (n *Node) destroy(ctx context.Context, rec *store.Sandbox, why string) erro
 	delete(n.live, rec.ID)
 	n.mu.Unlock()
 	if l != nil {
-		if err := l.sb.Kill(context.Background()); err != nil {
-			n.log.Warn("kill sandbox", "sandbox", rec.ID, "err", err)
-		}
-		if err := n.release(l.slot); err != nil {
-			n.log.Warn("release network slot", "sandbox", rec.ID, "slot", l.slot.Index, "err", err)
-		}
+		n.retire(l)
 	} else if rec.ContainerID != "" {
 		n.rt.Remove(context.Background(), rec.ContainerID)
 	}
@@ -447,6 +438,7 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.T
 	netw := network(rec)
 	return proxy.Target{
 		Addr:               net.JoinHostPort(rec.HostAddr, strconv.Itoa(port)),
+		Upstream:           rec.ContainerID,
 		TrafficAccessToken: rec.TrafficToken,
 		MaskRequestHost:    netw.MaskRequestHost,
 	}, nil

@@ -257,8 +257,7 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 		return nil, err
 	}
 	if old != nil {
-		old.sb.Kill(context.Background())
-		n.release(old.slot)
+		n.retire(old)
 	}
 	n.event(sandboxID, "info", "rolled back to %s", snap.ID)
 	return &api.Rollback{OperationID: id.New("op-", 12), Status: "completed"}, nil

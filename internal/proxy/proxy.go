@@ -18,6 +18,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"cube/internal/api/wire"
@@ -49,6 +50,11 @@ type Target struct {
 	// MaskRequestHost, when non-empty, replaces the Host header sent to the
 	// sandbox; "${PORT}" in it is replaced by the port.
 	MaskRequestHost string
+	// Upstream names the sandbox instance behind Addr (its container).
+	// Connections are pooled per Upstream and never shared across two, so
+	// a kept-alive connection cannot outlive its sandbox into the next one
+	// at the same address. Empty means Addr.
+	Upstream string
 }
 
 // Route is the sandbox port a request is addressed to.
@@ -134,14 +140,55 @@ type Proxy struct {
 	cfg      Config
 	resolver Resolver
 	rp       *httputil.ReverseProxy
-	tr       *http.Transport
+	dialer   *net.Dialer
 	log      *slog.Logger
+
+	mu         sync.Mutex
+	transports map[string]*http.Transport // by Target.Upstream
 }
 
-// Forget drops idle upstream connections. The node calls it when a
-// sandbox goes away: its network slot, and so its address, is handed to
-// the next sandbox, and a kept-alive connection to the old one would hang.
-func (p *Proxy) Forget() { p.tr.CloseIdleConnections() }
+// Forget drops the connection pool of one upstream. The node calls it when
+// a sandbox container stops: its network slot, and so its address, goes to
+// the next sandbox. Other sandboxes' connections are untouched.
+func (p *Proxy) Forget(upstream string) {
+	p.mu.Lock()
+	tr := p.transports[upstream]
+	delete(p.transports, upstream)
+	p.mu.Unlock()
+	if tr != nil {
+		tr.CloseIdleConnections()
+	}
+}
+
+// transport returns the connection pool of one upstream.
+func (p *Proxy) transport(upstream string) *http.Transport {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tr, ok := p.transports[upstream]
+	if !ok {
+		tr = &http.Transport{
+			// Never the environment's HTTP proxy: the target is a local slot.
+			Proxy:                 nil,
+			DialContext:           p.dialer.DialContext,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			DisableCompression:    true,
+			ExpectContinueTimeout: time.Second,
+		}
+		p.transports[upstream] = tr
+	}
+	return tr
+}
+
+// RoundTrip sends a proxied request through its upstream's pool.
+func (p *Proxy) RoundTrip(r *http.Request) (*http.Response, error) {
+	px := r.Context().Value(ctxKey{}).(*proxied)
+	key := px.target.Upstream
+	if key == "" {
+		key = px.target.Addr
+	}
+	return p.transport(key).RoundTrip(r)
+}
 
 type ctxKey struct{}
 
@@ -160,21 +207,11 @@ func New(cfg Config, r Resolver) *Proxy {
 		cfg.DialTimeout = 10 * time.Second
 	}
 	p := &Proxy{cfg: cfg, resolver: r, log: cfg.Logger}
-	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	transport := &http.Transport{
-		// Never the environment's HTTP proxy: the target is a local slot.
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		DisableCompression:    true,
-		ExpectContinueTimeout: time.Second,
-	}
-	p.tr = transport
+	p.dialer = &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	p.transports = map[string]*http.Transport{}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
-		Transport: transport,
+		Transport: p,
 		// Connect server streams, NDJSON and process output must reach the
 		// client as each piece is written, not when a buffer fills.
 		FlushInterval: -1,

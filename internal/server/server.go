@@ -146,14 +146,14 @@ func Run(ctx context.Context, o Options) error {
 
 	// The proxy is built with the API server, after the node; the node
 	// reaches it through this indirection.
-	var forget func()
+	var forget func(string)
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain, PoolSize: o.PoolSize, Egress: filter,
 		PauseWriteDelay: o.PauseWriteDelay,
-		OnRelease: func() {
+		OnGone: func(containerID string) {
 			if forget != nil {
-				forget()
+				forget(containerID)
 			}
 		},
 	})
