@@ -11,7 +11,7 @@ DEB_PACKAGES := iproute2 nftables iptables debootstrap procps curl ca-certificat
 
 GO_BINS := cube-server cubemastercli cube-bench
 
-.PHONY: all build run test deps template bench unit integration e2e proto clean
+.PHONY: all build run test deps template bench e2e proto clean
 
 all: build
 
@@ -65,10 +65,18 @@ template: bin/cubemastercli
 test: deps build
 	./scripts/test.sh
 
+## e2e: the end-to-end suite alone (official SDKs against a private server).
+e2e: deps build
+	./scripts/e2e.sh
+
 ## bench: every table of the CubeSandbox report against a running server,
 ## with the raw runsc baseline, into docs/BENCHMARKS.md.
 bench: build
 	./scripts/bench.sh
+
+## proto: regenerate internal/envd/gen from proto/.
+proto:
+	./scripts/gen-proto.sh
 
 clean:
 	rm -rf bin
