@@ -253,6 +253,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Full duplex: a sandbox may answer before it has read the whole
+	// request (Connect streams do). Without it, net/http discards and
+	// closes the rest of the request body as soon as the answer's headers
+	// go out, which cuts the upload to the sandbox mid-way and with it
+	// the connection the answer streams on.
+	http.NewResponseController(w).EnableFullDuplex()
 	ctx := context.WithValue(r.Context(), ctxKey{}, &proxied{route: rt, target: target})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }

@@ -321,3 +321,36 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
+
+// A sandbox may answer before it has read the whole request; the rest of
+// the request must still reach it, and the answer must not be cut.
+func TestAnswerBeforeRequestBodyEnds(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).EnableFullDuplex()
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		w.Write(b)
+	}))
+	defer up.Close()
+	px := newProxy(t, resolver{"sb1": {Addr: hostPort(t, up.URL)}}, "")
+
+	pr, pw := io.Pipe()
+	go func() {
+		io.WriteString(pw, "first half, ")
+		time.Sleep(200 * time.Millisecond) // the answer's headers are out by now
+		io.WriteString(pw, "second half")
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", px.URL+"/echo", pr)
+	req.ContentLength = int64(len("first half, second half"))
+	req.Header.Set(HeaderSandboxID, "sb1")
+	req.Header.Set(HeaderSandboxPort, "8000")
+	res, body := send(t, req)
+	if res.StatusCode != 200 || body != "first half, second half" {
+		t.Fatalf("status %d, body %q", res.StatusCode, body)
+	}
+}
