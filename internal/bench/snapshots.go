@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -332,13 +331,6 @@ const dirtyVar = "_cube_bench_dirty"
 func dirty(ctx context.Context, c *Client, ref *sandboxRef, mb int) error {
 	code := fmt.Sprintf("%s = bytearray(b'\\x01') * (%d << 20)\nprint(len(%s))", dirtyVar, mb, dirtyVar)
 	out, err := c.Execute(ctx, ref.sb, code)
-	var ae *APIError
-	var ke *KernelError
-	if err != nil && !errors.As(err, &ae) && !errors.As(err, &ke) && ctx.Err() == nil {
-		// A stream cut in transit (not an answer, not a kernel error) is
-		// retried once: the assignment can safely run again.
-		out, err = c.Execute(ctx, ref.sb, code)
-	}
 	if err != nil {
 		return fmt.Errorf("writing %d MB of dirty memory through the code interpreter: %w", mb, err)
 	}

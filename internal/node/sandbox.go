@@ -146,17 +146,15 @@ func (n *Node) attach(ctx context.Context, rec *store.Sandbox, l *live) error {
 // store; on failure it leaves nothing behind. A crash mid-way leaves a
 // container and slot no record names, which the reconciler removes.
 func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*live, error) {
+	start := time.Now()
 	if image == tpl.Checkpoint {
 		if l := n.takeWarm(tpl.ID); l != nil {
-			err := n.applyPolicy(l.slot, rec)
-			if err == nil {
-				err = n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken)
-			}
-			if err == nil {
-				return l, nil
-			} else {
+			if err := n.ready(ctx, l, rec, oldToken); err != nil {
 				n.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "err", err)
 				n.discard(l)
+			} else {
+				n.log.Debug("sandbox launched", "sandbox", rec.ID, "warm", true, "took", time.Since(start))
+				return l, nil
 			}
 		}
 	}
@@ -164,15 +162,24 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	if err != nil {
 		return nil, err
 	}
-	if err := n.applyPolicy(l.slot, rec); err != nil {
+	restored := time.Now()
+	if err := n.ready(ctx, l, rec, oldToken); err != nil {
 		n.discard(l)
 		return nil, err
 	}
-	if err := n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken); err != nil {
-		n.discard(l)
-		return nil, err
-	}
+	// The split shows where a cold start spends its time.
+	n.log.Debug("sandbox launched", "sandbox", rec.ID, "warm", false,
+		"restore", restored.Sub(start), "init", time.Since(restored))
 	return l, nil
+}
+
+// ready puts rec's egress policy on a restored sandbox and hands its envd
+// the sandbox's token and environment.
+func (n *Node) ready(ctx context.Context, l *live, rec *store.Sandbox, oldToken string) error {
+	if err := n.applyPolicy(l.slot, rec); err != nil {
+		return err
+	}
+	return n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken)
 }
 
 // restore starts image as container cid in a fresh network slot.
