@@ -59,7 +59,8 @@ template: bin/cubemastercli
 	./scripts/default-image.sh $(DEFAULT_IMAGE) && \
 	$$cli tpl create-from-image --data-dir $(DATA_DIR) --image oci-archive:$(DEFAULT_IMAGE) \
 		--template-id code-interpreter --alias base --alias code-interpreter-v1 \
-		--expose-port 49983 --expose-port 49999 --probe 49999 --writable-layer-size 1G --wait
+		--expose-port 49983 --expose-port 49999 --probe 49999 --writable-layer-size 1G \
+		--cpu 2000 --memory 2048 --wait
 
 ## test: the whole suite (unit, gVisor integration, crash, e2e).
 test: deps build
