@@ -128,6 +128,10 @@ type CreateRequest struct {
 	// Secure asks for envd access-token enforcement (always on for v2).
 	Secure  bool
 	Network Network
+	// CPUCount and MemoryMB, when positive, replace the template's limits
+	// for this sandbox.
+	CPUCount int
+	MemoryMB int
 }
 
 // ConnectRequest is a validated connect or resume request.

@@ -76,7 +76,17 @@ func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (CreateRequest, erro
 			return CreateRequest{}, badRequest("envVars: invalid variable name %q", k)
 		}
 	}
+	cpus, err := positive("cpuCount", b.CPUCount, 64)
+	if err != nil {
+		return CreateRequest{}, err
+	}
+	mem, err := positive("memoryMB", b.MemoryMB, 1<<20)
+	if err != nil {
+		return CreateRequest{}, err
+	}
 	req := CreateRequest{
+		CPUCount:        cpus,
+		MemoryMB:        mem,
 		Template:        tpl,
 		Timeout:         timeout,
 		Metadata:        b.Metadata,
@@ -592,4 +602,15 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
 		out.Logs = append(out.Logs, wireLogEntry(e))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// positive reads an optional positive integer field of at most max.
+func positive(field string, v *int, max int) (int, error) {
+	if v == nil {
+		return 0, nil
+	}
+	if *v < 1 || *v > max {
+		return 0, badRequest("%s must be between 1 and %d", field, max)
+	}
+	return *v, nil
 }

@@ -418,3 +418,29 @@ func TestDeadSandboxIsRemoved(t *testing.T) {
 	}
 	t.Fatal("a sandbox whose container died is still listed")
 }
+
+func TestPerSandboxLimits(t *testing.T) {
+	f := newFixture(t)
+	sb, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: "tiny", Timeout: time.Minute, MemoryMB: 256, CPUCount: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.MemoryMB != 256 || sb.CPUCount != 1 {
+		t.Fatalf("limits reported %d MB / %d CPU", sb.MemoryMB, sb.CPUCount)
+	}
+	rec, _ := f.Store.Sandboxes().Get(ctx(t), sb.ID)
+	// The host cgroup of the sandbox carries the smaller limit.
+	data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/cube", rec.ContainerID, "memory.limit_in_bytes"))
+	if err != nil { // cgroup v2
+		data, err = os.ReadFile(filepath.Join("/sys/fs/cgroup/cube", rec.ContainerID, "memory.max"))
+	}
+	if err != nil {
+		t.Fatalf("the sandbox's memory cgroup: %v", err)
+	}
+	var limit int64
+	fmt.Sscan(string(data), &limit)
+	if limit <= 0 || limit >= 512<<20+512<<18+256<<20 {
+		t.Fatalf("cgroup memory limit %d is not below the template's", limit)
+	}
+	f.holderToken(t, sb)
+}

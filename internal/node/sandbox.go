@@ -88,6 +88,12 @@ func (n *Node) CreateSandbox(ctx context.Context, req api.CreateRequest) (*api.S
 		AllowInternet: req.Network.AllowInternetAccess == nil || *req.Network.AllowInternetAccess,
 		PublicTraffic: req.Network.AllowPublicTraffic == nil || *req.Network.AllowPublicTraffic,
 	}
+	if req.CPUCount > 0 {
+		rec.CPUCount = req.CPUCount
+	}
+	if req.MemoryMB > 0 {
+		rec.MemoryMB = req.MemoryMB
+	}
 	boot := *tpl
 	boot.Aliases = nil
 	rec.Boot = &boot
@@ -147,7 +153,12 @@ func (n *Node) attach(ctx context.Context, rec *store.Sandbox, l *live) error {
 // container and slot no record names, which the reconciler removes.
 func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*live, error) {
 	start := time.Now()
-	if image == tpl.Checkpoint {
+	// The sandbox's own limits apply; a restore may change them, but warm
+	// sandboxes were restored with the template's.
+	own := *tpl
+	own.CPUCount, own.MemoryMB = rec.CPUCount, rec.MemoryMB
+	sameLimits := own.CPUCount == tpl.CPUCount && own.MemoryMB == tpl.MemoryMB
+	if image == tpl.Checkpoint && sameLimits {
 		if l := n.takeWarm(tpl.ID); l != nil {
 			if err := n.ready(ctx, l, rec, oldToken); err != nil {
 				n.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "err", err)
@@ -158,7 +169,7 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 			}
 		}
 	}
-	l, err := n.restore(ctx, tpl, image, containerID(rec.ID))
+	l, err := n.restore(ctx, &own, image, containerID(rec.ID))
 	if err != nil {
 		return nil, err
 	}

@@ -75,6 +75,10 @@ type NewSandbox struct {
 	Network             *NetworkConfig    `json:"network,omitempty"`
 	VolumeMounts        []VolumeMount     `json:"volumeMounts,omitempty"`
 	MCP                 json.RawMessage   `json:"mcp,omitempty"`
+	// CPUCount and MemoryMB narrow the template's limits for this sandbox
+	// (a Cube extension; E2B takes them from the template only).
+	CPUCount *int `json:"cpuCount,omitempty"`
+	MemoryMB *int `json:"memoryMB,omitempty"`
 }
 
 // Sandbox is the answer to create, connect and resume.
