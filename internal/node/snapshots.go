@@ -32,14 +32,17 @@ func (n *Node) checkpoint(ctx context.Context, rec *store.Sandbox, name string) 
 	dir = filepath.Join(n.cfg.DataDir, "snapshots", name)
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
+	start := time.Now()
 	if err := l.sb.Checkpoint(ctx, tmp, true); err != nil {
 		os.RemoveAll(tmp)
 		return "", "", diskError("snapshot", err)
 	}
+	written := time.Now()
 	if sum, err = imageChecksum(tmp); err != nil {
 		os.RemoveAll(tmp)
 		return "", "", err
 	}
+	n.log.Debug("checkpoint taken", "sandbox", rec.ID, "checkpoint", written.Sub(start), "checksum", time.Since(written))
 	if err := os.Rename(tmp, dir); err != nil {
 		os.RemoveAll(tmp)
 		return "", "", err
