@@ -51,8 +51,7 @@ func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string) *daemon {
 	d := &daemon{cmd: cmd, url: "http://" + addr, logs: &logs}
 	t.Cleanup(func() {
 		if d.cmd.ProcessState == nil {
-			d.cmd.Process.Kill()
-			d.cmd.Wait()
+			d.stop(t)
 		}
 		if t.Failed() {
 			t.Logf("cube-server logs:\n%s", logs.String())
@@ -69,6 +68,27 @@ func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string) *daemon {
 	}
 	t.Fatalf("cube-server did not answer /health:\n%s", logs.String())
 	return nil
+}
+
+// stop removes every sandbox the server holds, then stops it with
+// SIGTERM, so a test leaves no sandbox, slot or mount behind.
+func (d *daemon) stop(t *testing.T) {
+	if code, body := d.do(t, "GET", "/v2/sandboxes?state=running,paused", nil, nil); code == 200 {
+		var list []struct{ SandboxID string }
+		json.Unmarshal(body, &list)
+		for _, s := range list {
+			d.do(t, "DELETE", "/sandboxes/"+s.SandboxID, nil, nil)
+		}
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		d.cmd.Process.Kill()
+		<-done
+	}
 }
 
 func (d *daemon) do(t *testing.T, method, path string, body any, hdr map[string]string) (int, []byte) {
@@ -185,16 +205,7 @@ func TestCrashRecovery(t *testing.T) {
 	if code, body := d.do(t, "POST", "/sandboxes/"+sbs[1].ID+"/pause", nil, nil); code != 204 {
 		t.Fatalf("pause: %d %s", code, body)
 	}
-	image := filepath.Join(dataDir, "sandboxes", sbs[1].ID, "pause", "checkpoint.img")
-	for i := 0; i < 300; i++ {
-		if _, err := os.Stat(image); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if _, err := os.Stat(image); err != nil {
-		t.Fatalf("paused sandbox never written to disk: %v", err)
-	}
+	waitFile(t, filepath.Join(dataDir, "sandboxes", sbs[1].ID, "pause", "checkpoint.img"))
 	if code, body := d.do(t, "POST", "/sandboxes/"+sbs[2].ID+"/pause", nil, nil); code != 204 {
 		t.Fatalf("pause: %d %s", code, body)
 	}
@@ -251,6 +262,12 @@ func TestCrashRecovery(t *testing.T) {
 			t.Errorf("%s survived reconciliation", p)
 		}
 	}
+	// A second server on the same data dir refuses to start.
+	second := exec.Command(testenv.Bin(t, "cube-server"), "--data-dir", dataDir, "--listen", freeAddr(t))
+	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "another cube-server") {
+		t.Fatalf("second server on the same data dir: %v\n%s", err, out)
+	}
+
 	// A new sandbox still works beside the re-adopted ones.
 	if code, body := d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny"}, nil); code != 201 {
 		t.Fatalf("create after restart: %d %s", code, body)
@@ -315,4 +332,16 @@ func TestStartupErrors(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "needs root") {
 		t.Fatalf("non-root: %d %q", code, out)
 	}
+}
+
+// waitFile waits until path exists.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for i := 0; i < 300; i++ {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s never appeared", path)
 }

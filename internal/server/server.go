@@ -88,6 +88,11 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.Check(); err != nil {
 		return err
 	}
+	unlock, err := lockDataDir(o.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := store.Open(filepath.Join(o.DataDir, "state.db"))
 	if err != nil {
 		return err
