@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -443,4 +444,29 @@ func TestPerSandboxLimits(t *testing.T) {
 		t.Fatalf("cgroup memory limit %d is not below the template's", limit)
 	}
 	f.holderToken(t, sb)
+}
+
+// A full disk during a snapshot answers 507 and the sandbox keeps running.
+func TestSnapshotOnFullDisk(t *testing.T) {
+	f := newFixture(t)
+	sb := f.create(t, "tiny", time.Minute)
+	tok := f.holderToken(t, sb)
+	snaps := filepath.Join(f.DataDir, "snapshots")
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", snaps).CombinedOutput(); err != nil {
+		t.Fatalf("mount a small tmpfs: %v %s", err, out)
+	}
+	defer exec.Command("umount", "-l", snaps).Run()
+	_, err := f.CreateSnapshot(ctx(t), sb.ID, "")
+	if api.StatusOf(err) != 507 {
+		t.Fatalf("snapshot on a full disk: %v", err)
+	}
+	if got := f.holderToken(t, sb); got != tok {
+		t.Fatalf("sandbox after the failed snapshot: %s", got)
+	}
+	if entries, _ := os.ReadDir(snaps); len(entries) != 0 {
+		t.Fatalf("failed snapshot left %d entries", len(entries))
+	}
+	if list, _ := f.ListSnapshots(ctx(t), api.SnapshotFilter{}); len(list) != 0 {
+		t.Fatalf("failed snapshot listed: %+v", list)
+	}
 }

@@ -94,7 +94,7 @@ func (r *Runtime) runsc(ctx context.Context, id string, spec *runtime.Spec, args
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine(stderr.String()))
+		return stdout.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, reason(stderr.String()))
 	}
 	return stdout.Bytes(), nil
 }
@@ -188,7 +188,26 @@ func tail(path string, offset int64) string {
 	if err != nil || int64(len(data)) < offset {
 		return ""
 	}
-	return lastLine(string(data[offset:]))
+	return reason(string(data[offset:]))
+}
+
+// reason picks the line of runsc's stderr that says why it failed: the
+// last one naming an error, since a crash ends in stack frames.
+func reason(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if strings.Contains(l, "no space left on device") {
+			return l
+		}
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if strings.Contains(strings.ToLower(l), "error") || strings.Contains(l, "failed") {
+			return l
+		}
+	}
+	return lastLine(s)
 }
 
 func lastLine(s string) string {
