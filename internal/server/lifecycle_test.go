@@ -82,3 +82,49 @@ func TestAutoPauseAndAutoResume(t *testing.T) {
 		t.Fatalf("proxied request to a paused sandbox without auto-resume: %d %s", code, out)
 	}
 }
+
+// TestTrafficTokenAndNetworkUpdate: with allowPublicTraffic false the
+// proxy requires the sandbox's traffic token; PUT /network replaces the
+// egress policy live and refuses a malformed one.
+func TestTrafficTokenAndNetworkUpdate(t *testing.T) {
+	testenv.RequireRoot(t)
+	dataDir := t.TempDir()
+	n := nodetest.New(t, nodetest.Options{DataDir: dataDir})
+	n.TinyTemplate(t, "tiny")
+	n.Close()
+	prefix, cidr := nodetest.SlotRange()
+	d := startDaemon(t, dataDir, prefix, cidr.String(), freeAddr(t))
+
+	code, out := d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny", "network": map[string]any{"allowPublicTraffic": false}}, nil)
+	if code != 201 {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	var sb struct{ SandboxID, TrafficAccessToken string }
+	json.Unmarshal(out, &sb)
+	if len(sb.TrafficAccessToken) < 32 {
+		t.Fatalf("no traffic token issued: %s", out)
+	}
+	route := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "8080"}
+	if code, _ := d.do(t, "GET", "/", nil, route); code != 403 {
+		t.Fatalf("without the traffic token: %d", code)
+	}
+	route["E2b-Traffic-Access-Token"] = "wrong"
+	if code, _ := d.do(t, "GET", "/", nil, route); code != 403 {
+		t.Fatalf("with a wrong traffic token: %d", code)
+	}
+	route["E2b-Traffic-Access-Token"] = sb.TrafficAccessToken
+	if code, body := d.do(t, "GET", "/", nil, route); code != 200 || len(body) != 32 {
+		t.Fatalf("with the traffic token: %d %s", code, body)
+	}
+
+	if code, body := d.do(t, "PUT", "/sandboxes/"+sb.SandboxID+"/network", map[string]any{"denyOut": []string{"1.2.3.4/33"}}, nil); code != 400 || !bytes.Contains(body, []byte("1.2.3.4/33")) {
+		t.Fatalf("malformed policy: %d %s", code, body)
+	}
+	if code, body := d.do(t, "PUT", "/sandboxes/"+sb.SandboxID+"/network", map[string]any{"allowOut": []string{"203.0.113.0/24"}, "denyOut": []string{"0.0.0.0/0"}}, nil); code != 204 {
+		t.Fatalf("replace policy: %d %s", code, body)
+	}
+	// The sandbox still serves through the proxy after the change.
+	if code, _ := d.do(t, "GET", "/", nil, route); code != 200 {
+		t.Fatalf("after the policy change: %d", code)
+	}
+}
