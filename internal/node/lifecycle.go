@@ -158,12 +158,13 @@ func (n *Node) pause(ctx context.Context, rec *store.Sandbox) error {
 	n.mu.Lock()
 	l.frozen = true
 	n.mu.Unlock()
-	n.scheduleWriteOut(rec.ID)
+	n.scheduleWriteOut(rec.ID, rec.PausedAt)
 	return nil
 }
 
-// scheduleWriteOut writes a frozen sandbox to disk after PauseWriteDelay.
-func (n *Node) scheduleWriteOut(sandboxID string) {
+// scheduleWriteOut writes a frozen sandbox to disk after PauseWriteDelay,
+// unless it was resumed (or paused anew) since pausedAt.
+func (n *Node) scheduleWriteOut(sandboxID string, pausedAt time.Time) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -172,20 +173,21 @@ func (n *Node) scheduleWriteOut(sandboxID string) {
 			return // the next start re-adopts the frozen sandbox
 		case <-time.After(n.cfg.PauseWriteDelay):
 		}
-		if err := n.writeOut(sandboxID); err != nil {
+		if err := n.writeOut(sandboxID, pausedAt); err != nil {
 			n.log.Warn("write paused sandbox to disk; it stays paused in memory", "sandbox", sandboxID, "err", err)
 		}
 	}()
 }
 
 // writeOut checkpoints a frozen sandbox to disk and frees its container
-// and slot. A sandbox resumed or killed meanwhile is left alone.
-func (n *Node) writeOut(sandboxID string) error {
+// and slot. A sandbox resumed, paused again or killed meanwhile is left
+// alone (a later pause has its own write-out).
+func (n *Node) writeOut(sandboxID string, pausedAt time.Time) error {
 	unlock := n.lock(sandboxID)
 	defer unlock()
 	ctx := context.Background()
 	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
-	if err != nil || rec.State != store.Paused {
+	if err != nil || rec.State != store.Paused || !rec.PausedAt.Equal(pausedAt) {
 		return nil
 	}
 	n.mu.Lock()

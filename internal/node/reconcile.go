@@ -49,7 +49,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 				n.mu.Lock()
 				n.live[rec.ID].frozen = true
 				n.mu.Unlock()
-				n.scheduleWriteOut(rec.ID)
+				n.scheduleWriteOut(rec.ID, rec.PausedAt)
 				keepContainer[rec.ContainerID] = true
 				slotsInUse[rec.Slot] = true
 				keepDir[rec.ID] = true

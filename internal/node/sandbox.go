@@ -28,12 +28,10 @@ const (
 	CodePort = 49999
 )
 
-// cleanup collects undo steps; Release keeps them from running once the
-// whole operation succeeded.
+// cleanup collects undo steps, run in reverse when an operation fails.
 type cleanup struct{ undo []func() }
 
 func (c *cleanup) Add(f func()) { c.undo = append(c.undo, f) }
-func (c *cleanup) Release()     { c.undo = nil }
 func (c *cleanup) Clean() {
 	for i := len(c.undo) - 1; i >= 0; i-- {
 		c.undo[i]()
@@ -84,9 +82,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req api.CreateRequest) (*api.S
 		CreatedAt: now, StartedAt: now, EndAt: now.Add(req.Timeout), Timeout: req.Timeout,
 		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB, DiskSizeMB: tpl.DiskSizeMB,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, EnvdToken: id.Token(32),
-		AutoPause: req.AutoPause, AutoPauseMem: req.AutoPauseMemory, AutoResume: req.AutoResume,
-		AllowInternet: req.Network.AllowInternetAccess == nil || *req.Network.AllowInternetAccess,
-		PublicTraffic: req.Network.AllowPublicTraffic == nil || *req.Network.AllowPublicTraffic,
+		AutoPause: req.AutoPause, AutoResume: req.AutoResume,
 	}
 	if req.CPUCount > 0 {
 		rec.CPUCount = req.CPUCount
@@ -100,7 +96,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req api.CreateRequest) (*api.S
 	if req.Template != tpl.ID {
 		rec.Alias = req.Template
 	}
-	if !rec.PublicTraffic {
+	if p := req.Network.AllowPublicTraffic; p != nil && !*p {
 		rec.TrafficToken = id.Token(32)
 	}
 	if rec.Network, err = json.Marshal(req.Network); err != nil {
@@ -576,7 +572,6 @@ func (n *Node) UpdateNetwork(ctx context.Context, sandboxID string, nw api.Netwo
 	if rec.Network, err = json.Marshal(old); err != nil {
 		return err
 	}
-	rec.AllowInternet = old.AllowInternetAccess == nil || *old.AllowInternetAccess
 	n.mu.Lock()
 	l := n.live[sandboxID]
 	n.mu.Unlock()

@@ -43,14 +43,10 @@ type Sandbox struct {
 	EnvdToken    string            `json:"envdToken"`
 	TrafficToken string            `json:"trafficToken,omitempty"`
 
-	AutoPause      bool   `json:"autoPause,omitempty"`
-	AutoPauseMem   bool   `json:"autoPauseMemory,omitempty"`
-	AutoResume     bool   `json:"autoResume,omitempty"`
-	AllowInternet  bool   `json:"allowInternet"`
-	PublicTraffic  bool   `json:"publicTraffic"`
-	Network        []byte `json:"network,omitempty"` // the create request's network policy, as sent
-	PauseImage     string `json:"pauseImage,omitempty"`
-	PauseHasMemory bool   `json:"pauseHasMemory,omitempty"`
+	AutoPause  bool   `json:"autoPause,omitempty"`
+	AutoResume bool   `json:"autoResume,omitempty"`
+	Network    []byte `json:"network,omitempty"` // the create request's network settings, as sent
+	PauseImage string `json:"pauseImage,omitempty"`
 
 	// Boot is the template as it was when the sandbox was created: resume
 	// and rollback restore with its rootfs and agent even after the
