@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -86,9 +84,7 @@ func newInfoCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(d)
+		return printJSON(cmd.OutOrStdout(), d)
 	}
 	return cmd
 }
@@ -105,19 +101,9 @@ func newRmCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		failed := 0
-		for _, id := range ids {
-			if err := c.KillSandbox(cmd.Context(), id); err != nil {
-				failed++
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", id, err)
-				continue
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), id)
-		}
-		if failed > 0 {
-			return errors.New(plural(failed, "sandbox", "sandboxes") + " not removed")
-		}
-		return nil
+		return eachID(cmd, ids, "sandbox", "sandboxes", "removed", func(id string) error {
+			return c.KillSandbox(cmd.Context(), id)
+		})
 	}
 	return cmd
 }
