@@ -109,32 +109,23 @@ func loadResults(dir string) (*resultSet, error) {
 		var target any
 		switch m[1] + "-" + m[2] {
 		case "create-c":
-			r := &CreateReport{}
-			rs.create[n], target = r, r
+			target = newEntry(rs.create, n)
 		case "baseline-c":
-			r := &BaselineReport{}
-			rs.baseline[n], target = r, r
+			target = newEntry(rs.baseline, n)
 		case "baseline-d":
-			r := &BaselineReport{}
-			rs.baseDirty[n], target = r, r
+			target = newEntry(rs.baseDirty, n)
 		case "snapshot-c":
-			r := &OpReport{}
-			rs.snapshot[n], target = r, r
+			target = newEntry(rs.snapshot, n)
 		case "dirty-d":
-			r := &OpReport{}
-			rs.dirty[n], target = r, r
+			target = newEntry(rs.dirty, n)
 		case "cfs-c":
-			r := &OpReport{}
-			rs.cfs[n], target = r, r
+			target = newEntry(rs.cfs, n)
 		case "rollback-c":
-			r := &OpReport{}
-			rs.rollback[n], target = r, r
+			target = newEntry(rs.rollback, n)
 		case "clone-n":
-			r := &OpReport{}
-			rs.clone[n], target = r, r
+			target = newEntry(rs.clone, n)
 		case "pause-resume-c":
-			r := &OpReport{}
-			rs.pause[n], target = r, r
+			target = newEntry(rs.pause, n)
 		default:
 			continue
 		}
@@ -143,6 +134,14 @@ func loadResults(dir string) (*resultSet, error) {
 		}
 	}
 	return rs, nil
+}
+
+// newEntry puts a fresh report at m[n] and returns it for decoding, so each
+// kind of result file names only the map it fills.
+func newEntry[T any](m map[int]*T, n int) *T {
+	r := new(T)
+	m[n] = r
+	return r
 }
 
 func readJSON(path string, v any) error {
@@ -542,9 +541,8 @@ func (p *page) createSection() {
 	}
 	p.f("\nPublished detail: c=1 min %.1f, P95 %.1f; c=20 P99 %.0f.\n", Published.CreateMin, Published.CreateP95, Published.CreateP99C20)
 	p.failure("create-")
-	var cube, raw, pubS Series
-	cube.Name, raw.Name, pubS.Name = "Cube create avg", "raw runsc run avg", "CubeSandbox published avg"
-	pubS.Dashed = true
+	var cube, raw Series
+	cube.Name, raw.Name = "Cube create avg", "raw runsc run avg"
 	for _, c := range sortedKeys(rs.create) {
 		if rs.create[c].Create.Count > 0 {
 			cube.X = append(cube.X, float64(c))
@@ -555,12 +553,20 @@ func (p *page) createSection() {
 			raw.Y = append(raw.Y, v)
 		}
 	}
-	for _, c := range sortedKeys(Published.CreateAvg) {
-		pubS.X = append(pubS.X, float64(c))
-		pubS.Y = append(pubS.Y, Published.CreateAvg[c])
-	}
+	pubS := publishedSeries("CubeSandbox published avg", Published.CreateAvg)
 	p.chart("create-concurrency.png", Chart{Title: "Create latency vs concurrency", XLabel: "concurrency", YLabel: "avg latency (ms)", Series: nonEmptySeries(cube, raw, pubS)})
 	p.f("\n")
+}
+
+// publishedSeries is the dashed line of a published table, in key order;
+// every chart draws the report's numbers the same way.
+func publishedSeries(name string, m map[int]float64) Series {
+	s := Series{Name: name, Dashed: true}
+	for _, k := range sortedKeys(m) {
+		s.X = append(s.X, float64(k))
+		s.Y = append(s.Y, m[k])
+	}
+	return s
 }
 
 func nonEmptySeries(ss ...Series) []Series {
@@ -651,27 +657,27 @@ func (p *page) snapshotSection() {
 	p.f("Raw runsc: `runsc checkpoint --leave-running --compression=none`, each one's time at the same concurrency.\n\n")
 	p.opTable(p.rs.snapshot, "snapshot", p.raw("raw runsc checkpoint", "checkpoint"), Published.SnapshotWall, Published.SnapshotPer)
 	p.failure("snapshot-")
-	p.perChart("snapshot-concurrency.png", "Snapshot: per-operation cost vs concurrency", p.rs.snapshot, "snapshot", Published.SnapshotPer)
+	p.perChart("snapshot-concurrency.png", Chart{Title: "Snapshot: per-operation cost vs concurrency", XLabel: "concurrency", YLabel: "wall / batch size (ms)"},
+		"op", p.rs.snapshot, "snapshot", Published.SnapshotPer)
 	p.f("\n")
 }
 
-func (p *page) perChart(name, title string, reports map[int]*OpReport, op string, published map[int]float64) {
-	var cube, pubS Series
-	cube.Name, pubS.Name, pubS.Dashed = "Cube per op", "CubeSandbox published per op", true
+// perChart draws Cube's amortised cost of op (PerAvg, by the reports' key:
+// concurrency or clone count) against the published one, as "Cube per
+// <unit>"; ch holds the titles, and nothing is drawn when Cube has no row.
+func (p *page) perChart(name string, ch Chart, unit string, reports map[int]*OpReport, op string, published map[int]float64) {
+	cube := Series{Name: "Cube per " + unit}
 	for _, c := range sortedKeys(reports) {
 		if r := row(reports[c], op); r != nil {
 			cube.X = append(cube.X, float64(c))
 			cube.Y = append(cube.Y, r.PerAvg)
 		}
 	}
-	for _, c := range sortedKeys(published) {
-		pubS.X = append(pubS.X, float64(c))
-		pubS.Y = append(pubS.Y, published[c])
-	}
 	if len(cube.X) == 0 {
 		return
 	}
-	p.chart(name, Chart{Title: title, XLabel: "concurrency", YLabel: "wall / batch size (ms)", Series: nonEmptySeries(cube, pubS)})
+	ch.Series = nonEmptySeries(cube, publishedSeries("CubeSandbox published per "+unit, published))
+	p.chart(name, ch)
 }
 
 func (p *page) dirtySection() {
@@ -747,7 +753,8 @@ func (p *page) cfsSection() {
 	p.f("Raw runsc: `runsc restore` into a new container, each one's time at the same concurrency.\n\n")
 	p.opTable(p.rs.cfs, "create-from-snapshot", p.raw("raw runsc restore", "restore"), Published.CFSWall, Published.CFSPer)
 	p.failure("cfs-")
-	p.perChart("cfs-concurrency.png", "Create from snapshot: per-sandbox cost vs concurrency", p.rs.cfs, "create-from-snapshot", Published.CFSPer)
+	p.perChart("cfs-concurrency.png", Chart{Title: "Create from snapshot: per-sandbox cost vs concurrency", XLabel: "concurrency", YLabel: "wall / batch size (ms)"},
+		"op", p.rs.cfs, "create-from-snapshot", Published.CFSPer)
 	p.f("\n")
 }
 
@@ -786,19 +793,8 @@ func (p *page) cloneSection() {
 			f1(r.PerAvg), f1(est), pub(Published.CloneWall, n), pub(Published.ClonePer, n))
 	}
 	p.failure("clone-")
-	var cube, pubS Series
-	cube.Name, pubS.Name, pubS.Dashed = "Cube per clone", "CubeSandbox published per clone", true
-	for _, n := range sortedKeys(rs.clone) {
-		if r := row(rs.clone[n], "clone"); r != nil {
-			cube.X, cube.Y = append(cube.X, float64(n)), append(cube.Y, r.PerAvg)
-		}
-	}
-	for _, n := range sortedKeys(Published.ClonePer) {
-		pubS.X, pubS.Y = append(pubS.X, float64(n)), append(pubS.Y, Published.ClonePer[n])
-	}
-	if len(cube.X) > 0 {
-		p.chart("clone-count.png", Chart{Title: "Clone: per-clone cost vs clone count", XLabel: "clones per request", YLabel: "wall / n (ms)", Series: nonEmptySeries(cube, pubS)})
-	}
+	p.perChart("clone-count.png", Chart{Title: "Clone: per-clone cost vs clone count", XLabel: "clones per request", YLabel: "wall / n (ms)"},
+		"clone", rs.clone, "clone", Published.ClonePer)
 	p.f("\n")
 }
 
