@@ -14,9 +14,9 @@ import (
 // removed between two calls never shift a page: every surviving item is
 // seen exactly once. next is "" on the last page.
 func page[T any](items []T, key func(*T) (time.Time, string), asc bool, limit int, token string) (out []T, next string, err error) {
-	cmp := func(a, b *T) int {
-		ta, ia := key(a)
-		tb, ib := key(b)
+	// order compares two keys in the page's direction; sorting and finding
+	// the cursor must agree on it, or a page would skip or repeat items.
+	order := func(ta time.Time, ia string, tb time.Time, ib string) int {
 		c := ta.Compare(tb)
 		if c == 0 {
 			c = strings.Compare(ia, ib)
@@ -26,7 +26,11 @@ func page[T any](items []T, key func(*T) (time.Time, string), asc bool, limit in
 		}
 		return c
 	}
-	slices.SortFunc(items, func(a, b T) int { return cmp(&a, &b) })
+	slices.SortFunc(items, func(a, b T) int {
+		ta, ia := key(&a)
+		tb, ib := key(&b)
+		return order(ta, ia, tb, ib)
+	})
 	start := 0
 	if token != "" {
 		ct, cid, err := decodeCursor(token)
@@ -36,14 +40,7 @@ func page[T any](items []T, key func(*T) (time.Time, string), asc bool, limit in
 		start = len(items)
 		for i := range items {
 			t, id := key(&items[i])
-			c := t.Compare(ct)
-			if c == 0 {
-				c = strings.Compare(id, cid)
-			}
-			if !asc {
-				c = -c
-			}
-			if c > 0 {
+			if order(t, id, ct, cid) > 0 {
 				start = i
 				break
 			}
