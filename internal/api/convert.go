@@ -69,6 +69,16 @@ func (s *Server) wireDetail(sb *Sandbox) wire.SandboxDetail {
 	}
 }
 
+// wireListedAll answers a page of sandboxes for both list routes; it is
+// never nil, so an empty page is [] rather than null.
+func (s *Server) wireListedAll(items []Sandbox) []wire.ListedSandbox {
+	out := make([]wire.ListedSandbox, 0, len(items))
+	for i := range items {
+		out = append(out, s.wireListed(&items[i]))
+	}
+	return out
+}
+
 func (s *Server) wireListed(sb *Sandbox) wire.ListedSandbox {
 	return wire.ListedSandbox{
 		TemplateID:  sb.TemplateID,

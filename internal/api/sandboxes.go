@@ -194,11 +194,7 @@ func (s *Server) listSandboxesV1(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items, _, _ = page(items, sandboxKey, false, len(items), "")
-	out := make([]wire.ListedSandbox, 0, len(items))
-	for i := range items {
-		out = append(out, s.wireListed(&items[i]))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, s.wireListedAll(items))
 }
 
 func sandboxKey(sb *Sandbox) (time.Time, string) { return sb.StartedAt, sb.ID }
@@ -255,12 +251,8 @@ func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := make([]wire.ListedSandbox, 0, len(items))
-	for i := range items {
-		out = append(out, s.wireListed(&items[i]))
-	}
 	setNextToken(w, next)
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, s.wireListedAll(items))
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
