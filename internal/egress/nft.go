@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cube/internal/netslot"
+	"cube/internal/nftexpr"
 )
 
 // Table is the nftables table (family ip) that holds a slot's policy in
@@ -121,23 +122,23 @@ func policyChains(t *nftables.Table, r *rules) []chainRules {
 	add := func(rs ...[]expr.Any) { fwd.rules = append(fwd.rules, rs...) }
 	// Traffic from the host side and replies are netslot's business.
 	add(
-		cat(matchIfnameOp(netslot.GatewaySandboxIf, expr.CmpOpNeq), accept()),
-		cat(matchCtReply(), accept()),
+		nftexpr.Cat(matchIfnameOp(netslot.GatewaySandboxIf, expr.CmpOpNeq), accept()),
+		nftexpr.Cat(nftexpr.CtReply(), accept()),
 	)
 	// The gateway's own DNS forwarding: answered while anything is
 	// reachable, refused at once otherwise (a resolver that never answers
 	// stalls programs for seconds).
 	// netslot's DNS DNAT is the only nat rule for forwarded sandbox traffic.
 	if r.permitsAny() {
-		add(cat(fromSandbox, matchCtDNAT(), accept()))
+		add(nftexpr.Cat(fromSandbox, nftexpr.CtDNAT(), accept()))
 	} else {
-		add(rejectRules(cat(fromSandbox, matchCtDNAT()))...)
+		add(nftexpr.Reject(nftexpr.Cat(fromSandbox, nftexpr.CtDNAT()))...)
 	}
 	for _, p := range r.allowNets {
-		add(cat(fromSandbox, matchDst(p), accept()))
+		add(nftexpr.Cat(fromSandbox, matchDst(p), accept()))
 	}
 	for _, p := range r.denyNets {
-		add(rejectRules(cat(fromSandbox, matchDst(p)))...)
+		add(nftexpr.Reject(nftexpr.Cat(fromSandbox, matchDst(p)))...)
 	}
 	chains := []chainRules{fwd}
 	if !r.hasNames() {
@@ -149,24 +150,16 @@ func policyChains(t *nftables.Table, r *rules) []chainRules {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 1),
 	}}
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		pre.rules = append(pre.rules, cat(fromSandbox, matchDstAddr(netslot.Gateway), matchL4Proto(proto), matchDport(53), redirect(dnsPort)))
+		pre.rules = append(pre.rules, nftexpr.Cat(fromSandbox, matchDstAddr(netslot.Gateway), nftexpr.L4Proto(proto), matchDport(53), redirect(dnsPort)))
 	}
 	// Addresses the policy allows outright need no name check.
 	for _, p := range r.allowNets {
-		pre.rules = append(pre.rules, cat(fromSandbox, matchL4Proto(unix.IPPROTO_TCP), matchDst(p), accept()))
+		pre.rules = append(pre.rules, nftexpr.Cat(fromSandbox, nftexpr.L4Proto(unix.IPPROTO_TCP), matchDst(p), accept()))
 	}
 	for _, port := range []uint16{80, 443} {
-		pre.rules = append(pre.rules, cat(fromSandbox, matchL4Proto(unix.IPPROTO_TCP), matchDport(port), redirect(proxyPort)))
+		pre.rules = append(pre.rules, nftexpr.Cat(fromSandbox, nftexpr.L4Proto(unix.IPPROTO_TCP), matchDport(port), redirect(proxyPort)))
 	}
 	return append(chains, pre)
-}
-
-func cat(parts ...[]expr.Any) []expr.Any {
-	var out []expr.Any
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
 }
 
 func accept() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}} }
@@ -197,37 +190,10 @@ func matchDst(p netip.Prefix) []expr.Any {
 	return append(out, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: netw[:]})
 }
 
-func matchL4Proto(proto byte) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-	}
-}
-
 func matchDport(port uint16) []expr.Any {
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
-	}
-}
-
-func matchCtReply() []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1 /* IP_CT_DIR_REPLY */}},
-	}
-}
-
-// matchCtDNAT matches connections whose destination a nat rule changed.
-// (Matching the original destination itself would need conntrack's
-// direction attribute, which github.com/google/nftables cannot read back,
-// and then no rule of the chain can be listed.)
-func matchCtDNAT() []expr.Any {
-	mask := binary.NativeEndian.AppendUint32(nil, 1<<5 /* IPS_DST_NAT */)
-	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 	}
 }
 
@@ -237,14 +203,5 @@ func redirect(port uint16) []expr.Any {
 	return []expr.Any{
 		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
 		&expr.Redir{RegisterProtoMin: 1},
-	}
-}
-
-// rejectRules refuse at once (TCP reset, else ICMP administratively
-// prohibited), so a denied connection fails fast instead of timing out.
-func rejectRules(match []expr.Any) [][]expr.Any {
-	return [][]expr.Any{
-		cat(match, matchL4Proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
-		cat(match, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 13}}),
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"cube/internal/nftexpr"
 )
 
 // gwTable is the nftables table in every gateway netns.
@@ -35,17 +37,17 @@ func gatewayChains(t *nftables.Table, r gwRules) []gwChain {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest,
 	}}
 	// Host to sandbox: HostAddr is the slot's address as the host sees it.
-	pre.rules = append(pre.rules, cat(
+	pre.rules = append(pre.rules, nftexpr.Cat(
 		matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf),
 		matchAddr(16, r.hostAddr),
 		dnat(SandboxAddr, 0),
 	))
 	if r.dns.IsValid() {
 		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-			pre.rules = append(pre.rules, cat(
+			pre.rules = append(pre.rules, nftexpr.Cat(
 				matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
 				matchAddr(16, Gateway),
-				matchL4Proto(proto),
+				nftexpr.L4Proto(proto),
 				matchDport(53),
 				dnat(r.dns.Addr(), r.dns.Port()),
 			))
@@ -57,7 +59,7 @@ func gatewayChains(t *nftables.Table, r gwRules) []gwChain {
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
 	}}
 	// Sandbox egress leaves as HostAddr, which the host then masquerades.
-	post.rules = append(post.rules, cat(
+	post.rules = append(post.rules, nftexpr.Cat(
 		matchIfname(expr.MetaKeyOIFNAME, gwUplinkIf),
 		[]expr.Any{&expr.Masq{}},
 	))
@@ -70,15 +72,15 @@ func gatewayChains(t *nftables.Table, r gwRules) []gwChain {
 	// resolver that never answers makes programs in the sandbox hang for
 	// seconds (Python's http.server takes ~11 s to bind).
 	in.rules = append(in.rules,
-		cat(
+		nftexpr.Cat(
 			matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
-			matchL4Proto(unix.IPPROTO_UDP),
+			nftexpr.L4Proto(unix.IPPROTO_UDP),
 			matchDport(53),
 			[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3 /* port unreachable */}},
 		),
-		cat(
+		nftexpr.Cat(
 			matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf),
-			matchL4Proto(unix.IPPROTO_TCP),
+			nftexpr.L4Proto(unix.IPPROTO_TCP),
 			matchDport(53),
 			[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}},
 		),
@@ -100,30 +102,30 @@ func isolationChain(t *nftables.Table, r gwRules) gwChain {
 	// From the host side only replies to the sandbox's own connections and
 	// connections the host opened to HostAddr (the proxy) reach the sandbox.
 	add(
-		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), matchCtReply(), verdict(expr.VerdictAccept)),
+		nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), nftexpr.CtReply(), verdict(expr.VerdictAccept)),
 		// The only nat rule for traffic from the host is HostAddr's DNAT.
-		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), matchCtDNAT(), verdict(expr.VerdictAccept)),
-		cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), verdict(expr.VerdictDrop)),
+		nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), nftexpr.CtDNAT(), verdict(expr.VerdictAccept)),
+		nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwUplinkIf), verdict(expr.VerdictDrop)),
 	)
 	// From the sandbox: replies to connections the host opened pass, so do
 	// the DNS queries the gateway itself forwards (the resolver may well be
 	// in 10/8); a forged source address does not.
-	notSandbox := cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchAddrOp(12, SandboxAddr, expr.CmpOpNeq))
+	notSandbox := nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchAddrOp(12, SandboxAddr, expr.CmpOpNeq))
 	add(
-		cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchCtReply(), verdict(expr.VerdictAccept)),
-		cat(notSandbox, verdict(expr.VerdictDrop)),
+		nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), nftexpr.CtReply(), verdict(expr.VerdictAccept)),
+		nftexpr.Cat(notSandbox, verdict(expr.VerdictDrop)),
 		// The only nat rule for forwarded sandbox traffic is the DNS one
 		// (policy tables may redirect to the gateway itself, which is
 		// input, not forward).
-		cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchCtDNAT(), verdict(expr.VerdictAccept)),
+		nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), nftexpr.CtDNAT(), verdict(expr.VerdictAccept)),
 	)
 	// Other slots and the host's slot links, whatever the operator allows.
-	add(rejectRules(cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, r.hostCIDR, expr.CmpOpEq)))...)
+	add(nftexpr.Reject(nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, r.hostCIDR, expr.CmpOpEq)))...)
 	for _, p := range r.allowPrivate {
-		add(cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, p, expr.CmpOpEq), verdict(expr.VerdictAccept)))
+		add(nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, p, expr.CmpOpEq), verdict(expr.VerdictAccept)))
 	}
 	for _, p := range BlockedRanges {
-		add(rejectRules(cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, p, expr.CmpOpEq)))...)
+		add(nftexpr.Reject(nftexpr.Cat(matchIfname(expr.MetaKeyIIFNAME, gwSandboxIf), matchPrefix(16, p, expr.CmpOpEq)))...)
 	}
 	return fwd
 }
@@ -236,7 +238,7 @@ func installHost(table string, cidr netip.Prefix, dnsPort uint16) error {
 		Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
 	})
-	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: cat(
+	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: nftexpr.Cat(
 		matchPrefix(12, cidr, expr.CmpOpEq),
 		matchPrefix(16, cidr, expr.CmpOpNeq),
 		[]expr.Any{&expr.Masq{}},
@@ -247,13 +249,13 @@ func installHost(table string, cidr netip.Prefix, dnsPort uint16) error {
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
 	})
 	var inRules [][]expr.Any
-	inRules = append(inRules, cat(fromSlot, matchCtEstablished(), verdict(expr.VerdictAccept)))
+	inRules = append(inRules, nftexpr.Cat(fromSlot, matchCtEstablished(), verdict(expr.VerdictAccept)))
 	if dnsPort != 0 {
 		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-			inRules = append(inRules, cat(fromSlot, matchL4Proto(proto), matchDport(dnsPort), verdict(expr.VerdictAccept)))
+			inRules = append(inRules, nftexpr.Cat(fromSlot, nftexpr.L4Proto(proto), matchDport(dnsPort), verdict(expr.VerdictAccept)))
 		}
 	}
-	inRules = append(inRules, rejectRules(fromSlot)...)
+	inRules = append(inRules, nftexpr.Reject(fromSlot)...)
 	for _, exprs := range inRules {
 		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: exprs})
 	}
@@ -262,11 +264,11 @@ func installHost(table string, cidr netip.Prefix, dnsPort uint16) error {
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
 	})
 	toSlot := matchIfnamePrefix(expr.MetaKeyOIFNAME, table+"-h")
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(fromSlot, toSlot, verdict(expr.VerdictDrop))})
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: nftexpr.Cat(fromSlot, toSlot, verdict(expr.VerdictDrop))})
 	// Connections into a slot come from the host itself (the proxy), never
 	// through it: with forwarding on, a neighbour routing HostCIDR via this
 	// host would otherwise reach sandboxes past the proxy.
-	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: cat(toSlot, matchCtNotEstablished(), verdict(expr.VerdictDrop))})
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: nftexpr.Cat(toSlot, matchCtNotEstablished(), verdict(expr.VerdictDrop))})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netslot: install host table %s: %w", table, err)
 	}
@@ -306,14 +308,6 @@ func hostTableExists(table string) (bool, error) {
 	return false, nil
 }
 
-func cat(parts ...[]expr.Any) []expr.Any {
-	var out []expr.Any
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}
-
 func matchIfname(key expr.MetaKey, name string) []expr.Any {
 	b := make([]byte, unix.IFNAMSIZ)
 	copy(b, name)
@@ -346,28 +340,6 @@ func matchAddrOp(offset uint32, a netip.Addr, op expr.CmpOp) []expr.Any {
 	}
 }
 
-// matchCtReply matches packets going in the reply direction of their
-// connection: answers to whoever opened it.
-func matchCtReply() []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1 /* IP_CT_DIR_REPLY */}},
-	}
-}
-
-// matchCtDNAT matches connections whose destination a nat rule changed.
-// (Matching the original destination itself would need conntrack's
-// direction attribute, which github.com/google/nftables cannot read back,
-// and then no rule of the chain can be listed.)
-func matchCtDNAT() []expr.Any {
-	mask := binary.NativeEndian.AppendUint32(nil, 1<<5 /* IPS_DST_NAT */)
-	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-	}
-}
-
 // matchCtEstablished matches packets of connections already let through
 // (and the ICMP errors about them).
 func matchCtEstablished() []expr.Any {
@@ -388,16 +360,6 @@ func matchCtNotEstablished() []expr.Any {
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
 
-// rejectRules refuse what match matches at once rather than dropping it, so
-// a program in the sandbox fails fast instead of waiting for a timeout:
-// TCP with a reset, the rest with ICMP "administratively prohibited".
-func rejectRules(match []expr.Any) [][]expr.Any {
-	return [][]expr.Any{
-		cat(match, matchL4Proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
-		cat(match, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 13}}),
-	}
-}
-
 func matchPrefix(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
 	mask := make([]byte, 4)
 	binary.BigEndian.PutUint32(mask, ^uint32(0)<<(32-p.Bits()))
@@ -406,13 +368,6 @@ func matchPrefix(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
 		&expr.Cmp{Op: op, Register: 1, Data: netw[:]},
-	}
-}
-
-func matchL4Proto(proto byte) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
 	}
 }
 
