@@ -35,8 +35,11 @@ test('pty: input, output, resize and kill', async () => {
   await sbx.pty.sendInput(pty.pid, encoder.encode('stty size\n'))
   await eventually(() => out.text.includes('40 132'), { what: 'the new size' })
 
-  // Ctrl-C interrupts the foreground job, not the shell.
+  // Ctrl-C interrupts the foreground job, not the shell. The ^C is sent
+  // once the job runs: sent earlier, it would reach the shell instead.
   await sbx.pty.sendInput(pty.pid, encoder.encode('sleep 600\n'))
+  const sleeping = 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sleep ] && exit 0; done; exit 1'
+  await eventually(async () => (await sbx.commands.run(sleeping).catch(() => ({ exitCode: 1 }))).exitCode === 0, { what: 'sleep to run in the terminal' })
   await sbx.pty.sendInput(pty.pid, encoder.encode('\x03'))
   await sbx.pty.sendInput(pty.pid, encoder.encode('echo after-$((1+1))-interrupt\n'))
   await eventually(() => out.text.includes('after-2-interrupt'), { what: 'the shell after ^C' })
