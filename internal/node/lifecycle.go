@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -106,7 +107,7 @@ func (n *Node) checkAlive() {
 		l := n.live[sid]
 		n.mu.Unlock()
 		if rec, err := n.store.Sandboxes().Get(ctx, sid); err == nil && l != nil && !alive[l.sb.ID()] {
-			if still, _ := n.rt.List(ctx); !contains(still, l.sb.ID()) {
+			if still, _ := n.rt.List(ctx); !slices.Contains(still, l.sb.ID()) {
 				n.log.Warn("sandbox exited unexpectedly; removing it", "sandbox", sid, "container", l.sb.ID())
 				n.destroy(ctx, rec, "exited unexpectedly")
 			}

@@ -13,9 +13,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -113,13 +111,6 @@ type live struct {
 	cpuTime time.Duration
 }
 
-// Errors the API maps to statuses.
-var (
-	ErrNotFound = errors.New("not found")
-	ErrConflict = errors.New("conflict")
-	ErrLimit    = errors.New("limit reached")
-)
-
 // New prepares the data directory and returns a Node. Call Reconcile
 // before serving.
 func New(cfg Config) (*Node, error) {
@@ -153,25 +144,17 @@ func New(cfg Config) (*Node, error) {
 // A checkpoint refers to the exact binary its processes were started from,
 // so every binary a template was built with stays where it was.
 func installEnvd(dataDir, src string) (string, error) {
-	f, err := os.Open(src)
+	data, err := os.ReadFile(src)
 	if err != nil {
 		return "", fmt.Errorf("cube-envd not found at %s: build it with `make build` (%w)", src, err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	dir := filepath.Join(dataDir, "envd", hex.EncodeToString(h.Sum(nil))[:16])
+	sum := sha256.Sum256(data)
+	dir := filepath.Join(dataDir, "envd", hex.EncodeToString(sum[:])[:16])
 	dst := filepath.Join(dir, "cube-envd")
 	if _, err := os.Stat(dst); err == nil {
 		return dir, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	data, err := os.ReadFile(src)
-	if err != nil {
 		return "", err
 	}
 	tmp := dst + ".tmp"

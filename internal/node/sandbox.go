@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -51,10 +52,8 @@ func (n *Node) Template(ctx context.Context, idOrAlias string) (*store.Template,
 		return nil, err
 	}
 	for _, t := range all {
-		for _, a := range t.Aliases {
-			if a == idOrAlias {
-				return t, nil
-			}
+		if slices.Contains(t.Aliases, idOrAlias) {
+			return t, nil
 		}
 	}
 	return nil, api.Errorf(http.StatusNotFound, "template %q not found: list templates with `cubemastercli tpl list`", idOrAlias)

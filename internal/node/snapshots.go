@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -145,21 +146,12 @@ func (n *Node) ListSnapshots(ctx context.Context, f api.SnapshotFilter) ([]api.S
 		if t.SourceSandbox == "" || (f.SandboxID != "" && f.SandboxID != t.SourceSandbox) {
 			continue
 		}
-		if f.Name != "" && f.Name != t.ID && !contains(t.Aliases, f.Name) {
+		if f.Name != "" && f.Name != t.ID && !slices.Contains(t.Aliases, f.Name) {
 			continue
 		}
 		out = append(out, *snapshotView(t))
 	}
 	return out, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ForkSandbox checkpoints a sandbox once and starts req.Count children

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -135,7 +136,7 @@ func (t Table[T]) List(ctx context.Context, states ...string) ([]*T, error) {
 		if err := rows.Scan(&state, &data); err != nil {
 			return nil, err
 		}
-		if len(states) > 0 && !contains(states, state) {
+		if len(states) > 0 && !slices.Contains(states, state) {
 			continue
 		}
 		v := new(T)
@@ -145,15 +146,6 @@ func (t Table[T]) List(ctx context.Context, states ...string) ([]*T, error) {
 		out = append(out, v)
 	}
 	return out, rows.Err()
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Sandboxes is the table of sandboxes.
