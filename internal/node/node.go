@@ -106,6 +106,9 @@ type live struct {
 	slot *netslot.Slot
 	// frozen is set while the sandbox is paused in memory.
 	frozen bool
+	// trafficToken and maskHost are what the proxy needs of the sandbox's
+	// record on every request; neither changes while it runs.
+	trafficToken, maskHost string
 	// cpu is the last CPU reading, for utilisation between samples.
 	cpuAt   time.Time
 	cpuTime time.Duration

@@ -161,7 +161,7 @@ func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool) bool {
 		return false
 	}
 	n.mu.Lock()
-	n.live[rec.ID] = &live{sb: sb, slot: slot}
+	n.live[rec.ID] = &live{sb: sb, slot: slot, trafficToken: rec.TrafficToken, maskHost: network(rec).MaskRequestHost}
 	n.mu.Unlock()
 	n.log.Info("reconcile: re-adopted running sandbox", "sandbox", rec.ID, "slot", rec.Slot)
 	return true

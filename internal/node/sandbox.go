@@ -135,6 +135,7 @@ func (n *Node) attach(ctx context.Context, rec *store.Sandbox, l *live) error {
 		return err
 	}
 	n.mu.Lock()
+	l.trafficToken, l.maskHost = rec.TrafficToken, network(rec).MaskRequestHost
 	n.live[rec.ID] = l
 	n.mu.Unlock()
 	return nil
@@ -430,8 +431,23 @@ func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req api.Con
 	return n.view(rec), resumed, nil
 }
 
-// Resolve maps a proxied request to the sandbox port behind it.
+// Resolve maps a proxied request to the sandbox port behind it. A running
+// sandbox is answered from memory, since every proxied request asks; the
+// store is read only for the others (paused ones may resume).
 func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.Target, error) {
+	n.mu.Lock()
+	l := n.live[sandboxID]
+	if l != nil && !l.frozen {
+		t := proxy.Target{
+			Addr:               net.JoinHostPort(l.slot.HostAddr.String(), strconv.Itoa(port)),
+			Upstream:           l.sb.ID(),
+			TrafficAccessToken: l.trafficToken,
+			MaskRequestHost:    l.maskHost,
+		}
+		n.mu.Unlock()
+		return t, nil
+	}
+	n.mu.Unlock()
 	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
 	if err != nil {
 		return proxy.Target{}, fmt.Errorf("sandbox %q not found", sandboxID)
