@@ -16,6 +16,12 @@
 # the server log for a post-mortem (sandboxes are still killed).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# The SDKs see only what this script sets: the caller's E2B_* and CUBE_*
+# variables (E2B_API_KEY, E2B_DOMAIN...) are dropped, except this script's
+# own CUBE_E2E_* knobs.
+for v in $(compgen -e); do
+	case "$v" in CUBE_E2E_*) ;; E2B_* | CUBE_*) unset "$v" ;; esac
+done
 cd "$root"
 
 die() { echo "e2e: $*" >&2; exit 2; }

@@ -5,6 +5,11 @@
 # cube-server. Run through `make test`, which installs and builds first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Hermetic: the caller's E2B_* and CUBE_* variables (every E2B user has
+# E2B_API_KEY set) never reach the tests; the suite sets what it needs.
+for v in $(compgen -e); do
+	case "$v" in E2B_* | CUBE_*) unset "$v" ;; esac
+done
 export GOFLAGS=-mod=mod
 export CUBE_BIN_DIR="$PWD/bin"
 FUZZTIME=${FUZZTIME:-8s}

@@ -43,7 +43,7 @@ func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string) *daemon {
 	var logs bytes.Buffer
 	cmd := exec.Command(testenv.Bin(t, "cube-server"), "--data-dir", dataDir, "--listen", addr,
 		"--slot-prefix", prefix, "--host-cidr", cidr, "--slots", "16", "--pause-write-delay", "2s")
-	cmd.Env = append(os.Environ(), "CUBE_API_KEY="+apiKey)
+	cmd.Env = testenv.Environ("CUBE_API_KEY=" + apiKey)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -264,6 +264,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	// A second server on the same data dir refuses to start.
 	second := exec.Command(testenv.Bin(t, "cube-server"), "--data-dir", dataDir, "--listen", freeAddr(t))
+	second.Env = testenv.Environ()
 	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "another cube-server") {
 		t.Fatalf("second server on the same data dir: %v\n%s", err, out)
 	}
@@ -308,6 +309,7 @@ func TestStartupErrors(t *testing.T) {
 	bin := testenv.Bin(t, "cube-server")
 	run := func(args ...string) (int, string) {
 		cmd := exec.Command(bin, args...)
+		cmd.Env = testenv.Environ()
 		out, _ := cmd.CombinedOutput()
 		return cmd.ProcessState.ExitCode(), string(out)
 	}

@@ -7,7 +7,6 @@ import (
 	"log"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,7 +29,6 @@ import (
 // sandbox from each and reads a file of the image through envd.
 func TestTemplateFromEveryImageSource(t *testing.T) {
 	testenv.RequireRoot(t)
-	cli := testenv.Bin(t, "cubemastercli")
 	dir := t.TempDir()
 
 	// An image made from a directory, written in every form.
@@ -72,12 +70,7 @@ func TestTemplateFromEveryImageSource(t *testing.T) {
 	dataDir := t.TempDir()
 	prefix, cidr := nodetest.SlotRange()
 	d := startDaemon(t, dataDir, prefix, cidr.String(), freeAddr(t))
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(cli, args...)
-		cmd.Env = append(os.Environ(), "CUBE_API_URL="+d.url, "CUBE_API_KEY="+apiKey)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	run := func(args ...string) (string, error) { return d.cli(t, args...) }
 
 	forms := map[string]string{
 		"registry":       regRef,

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -56,4 +57,20 @@ func BuildStatic(t testing.TB, pkg, dir, name string) string {
 		t.Fatalf("build %s: %v\n%s", pkg, err, b)
 	}
 	return out
+}
+
+// Environ is the environment for a process a test starts: this process's
+// environment without the caller's E2B_* and CUBE_* variables, plus extra
+// ("NAME=value"). An E2B user's shell has E2B_API_KEY set, and the CLI
+// prefers it to the key a test hands over; a test must see only what it
+// sets itself.
+func Environ(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "E2B_") || strings.HasPrefix(kv, "CUBE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
 }
