@@ -40,6 +40,10 @@ func freeAddr(t *testing.T) string {
 
 func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string) *daemon {
 	t.Helper()
+	// t.TempDir makes 0755 folders; cube-server runs only on private ones.
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	var logs bytes.Buffer
 	cmd := exec.Command(testenv.Bin(t, "cube-server"), "--data-dir", dataDir, "--listen", addr,
 		"--slot-prefix", prefix, "--host-cidr", cidr, "--slots", "16", "--pause-write-delay", "2s")
@@ -320,7 +324,17 @@ func TestStartupErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(out, "--data-dir") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 			t.Fatalf("unwritable data dir: %d %q", code, out)
 		}
+		open := t.TempDir()
+		os.Chmod(open, 0o755)
+		code, out = run("--data-dir", open, "--listen", "127.0.0.1:0")
+		if code == 0 || !strings.Contains(out, "chmod 700") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+			t.Fatalf("world-readable data dir: %d %q", code, out)
+		}
+		if entries, _ := os.ReadDir(open); len(entries) != 0 {
+			t.Fatalf("refused start left files: %v", entries)
+		}
 		dir := t.TempDir()
+		os.Chmod(dir, 0o700)
 		code, out = run("--data-dir", dir, "--runsc", "/nonexistent/runsc", "--listen", "127.0.0.1:0")
 		if code == 0 || !strings.Contains(out, "make build") {
 			t.Fatalf("missing runsc: %d %q", code, out)

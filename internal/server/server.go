@@ -58,6 +58,9 @@ func (o *Options) Check() error {
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return fmt.Errorf("cannot create data dir %s: %v: choose another with --data-dir", o.DataDir, err)
 	}
+	if err := checkPrivate(o.DataDir); err != nil {
+		return err
+	}
 	probe := filepath.Join(o.DataDir, ".write-test")
 	if err := os.WriteFile(probe, nil, 0o600); err != nil {
 		return fmt.Errorf("data dir %s is not writable: %v: fix its permissions or choose another with --data-dir", o.DataDir, err)
@@ -93,6 +96,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer unlock()
+	if err := privateSubdirs(o.DataDir); err != nil {
+		return err
+	}
 	st, err := store.Open(filepath.Join(o.DataDir, "state.db"))
 	if err != nil {
 		return err

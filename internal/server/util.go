@@ -29,3 +29,37 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	}
 	return p, nil
 }
+
+// checkPrivate refuses a data directory that other users can read, write
+// or enter: it holds the API key, every sandbox's memory image and the
+// unpacked template file systems.
+func checkPrivate(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data dir %s: %v: choose another with --data-dir", dir, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("data dir %s is mode %04o, open to other users (it holds the API key and sandbox memory images): run `chmod 700 %s`, or choose another with --data-dir", dir, perm, dir)
+	}
+	return nil
+}
+
+// privateSubdirs closes the data directory's top-level folders (made
+// by older versions or by hand) to other users. The folders inside them,
+// such as a template's rootfs, keep their own modes: sandboxes see those.
+func privateSubdirs(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Chmod(p, 0o700); err != nil {
+			return fmt.Errorf("make %s private: %w", p, err)
+		}
+	}
+	return nil
+}
