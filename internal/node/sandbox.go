@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -234,20 +235,22 @@ func (n *Node) verifyImage(tpl *store.Template, image string) error {
 	return nil
 }
 
-// initEnvd hands envd the sandbox's token, environment and default user.
-// It retries while the restored sandbox's network comes up.
+// initEnvd hands envd the sandbox's token, environment and default user,
+// then confirms the new token took. It retries while the restored
+// sandbox's network comes up; each attempt carries the current time, which
+// envd requires to be newer than the last /init it applied.
 func (n *Node) initEnvd(ctx context.Context, host netip.Addr, rec *store.Sandbox, oldToken string) error {
-	body, _ := json.Marshal(map[string]any{
-		"envVars":        rec.EnvVars,
-		"accessToken":    rec.EnvdToken,
-		"defaultUser":    "user",
-		"defaultWorkdir": "/home/user",
-		"timestamp":      time.Now().UTC(),
-	})
 	url := "http://" + net.JoinHostPort(host.String(), strconv.Itoa(EnvdPort)) + "/init"
 	deadline := time.Now().Add(15 * time.Second)
 	var last error
 	for attempt := 0; time.Now().Before(deadline); attempt++ {
+		body, _ := json.Marshal(map[string]any{
+			"envVars":        rec.EnvVars,
+			"accessToken":    rec.EnvdToken,
+			"defaultUser":    "user",
+			"defaultWorkdir": "/home/user",
+			"timestamp":      time.Now().UTC(),
+		})
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		if oldToken != "" {
@@ -255,11 +258,21 @@ func (n *Node) initEnvd(ctx context.Context, host netip.Addr, rec *store.Sandbox
 		}
 		resp, err := n.client.Do(req)
 		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
 			if resp.StatusCode/100 == 2 {
-				return nil
+				return n.confirmToken(ctx, host, rec.EnvdToken, oldToken)
 			}
-			last = fmt.Errorf("envd /init answered %s", resp.Status)
+			last = fmt.Errorf("envd /init answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+			if resp.StatusCode/100 == 4 {
+				// Refused. An earlier attempt whose answer was lost may
+				// have applied the token already; otherwise retrying the
+				// same request cannot help.
+				if n.confirmToken(ctx, host, rec.EnvdToken, oldToken) == nil {
+					return nil
+				}
+				return fmt.Errorf("sandbox agent refused its new access token: %w", last)
+			}
 		} else {
 			last = err
 		}
@@ -269,6 +282,43 @@ func (n *Node) initEnvd(ctx context.Context, host netip.Addr, rec *store.Sandbox
 		time.Sleep(time.Duration(min(5+attempt*5, 100)) * time.Millisecond)
 	}
 	return fmt.Errorf("sandbox agent did not answer: %w", last)
+}
+
+// confirmToken checks that envd serves requests with the sandbox's new
+// token and refuses the one it replaced (or no token, for a sandbox that
+// had none). An agent that answered /init but kept its old token, as one
+// tampered with from inside the sandbox would, must not be handed out:
+// its forks and clones would all answer to a token someone else knows.
+func (n *Node) confirmToken(ctx context.Context, host netip.Addr, token, old string) error {
+	if token == old {
+		return nil
+	}
+	// With no token envd serves every request, whatever it carries.
+	checkOld := token != ""
+	status := func(tok string) (int, error) {
+		url := "http://" + net.JoinHostPort(host.String(), strconv.Itoa(EnvdPort)) + "/envs"
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if tok != "" {
+			req.Header.Set("X-Access-Token", tok)
+		}
+		resp, err := n.client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := status(token); err != nil || code != http.StatusOK {
+		return fmt.Errorf("sandbox agent does not accept its new access token (%d, %v)", code, err)
+	}
+	if !checkOld {
+		return nil
+	}
+	if code, err := status(old); err != nil || code != http.StatusUnauthorized {
+		return fmt.Errorf("sandbox agent still accepts the access token it had before (%d, %v)", code, err)
+	}
+	return nil
 }
 
 func (n *Node) checkCapacity(ctx context.Context) error {
