@@ -1,58 +1,14 @@
 package api
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
-
-// keyLimiter holds one token bucket per API key (by digest). Buckets exist
-// only for keys that passed authentication, so the map is bounded by the
-// number of configured keys.
-type keyLimiter struct {
-	limit rate.Limit
-	burst int
-	mu    sync.Mutex
-	keys  map[[sha256.Size]byte]*rate.Limiter
-}
-
-func newKeyLimiter(perSecond float64, burst int) *keyLimiter {
-	if perSecond <= 0 {
-		return nil
-	}
-	if burst <= 0 {
-		burst = max(1, int(2*perSecond))
-	}
-	return &keyLimiter{limit: rate.Limit(perSecond), burst: burst, keys: map[[sha256.Size]byte]*rate.Limiter{}}
-}
-
-// allow takes a token for key, or returns how long until one is free.
-func (l *keyLimiter) allow(key [sha256.Size]byte) (bool, time.Duration) {
-	if l == nil {
-		return true, 0
-	}
-	l.mu.Lock()
-	lim, ok := l.keys[key]
-	if !ok {
-		lim = rate.NewLimiter(l.limit, l.burst)
-		l.keys[key] = lim
-	}
-	l.mu.Unlock()
-	res := lim.Reserve()
-	if d := res.Delay(); d > 0 {
-		res.Cancel()
-		return false, d
-	}
-	return true, 0
-}
 
 func rateLimited(wait time.Duration) *Error {
 	return Errorf(http.StatusTooManyRequests, "rate limit for this API key exceeded; retry in %s", wait.Round(time.Millisecond)).

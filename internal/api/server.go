@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"cube/internal/api/ratelimit"
 	"cube/internal/proxy"
 	"cube/internal/version"
 )
@@ -70,7 +71,7 @@ type Server struct {
 	mux     *http.ServeMux
 	proxy   *proxy.Proxy
 	metrics *metrics
-	limiter *keyLimiter
+	limiter *ratelimit.Keyed[[sha256.Size]byte]
 	log     *slog.Logger
 }
 
@@ -108,7 +109,9 @@ func NewServer(cfg Config, b Backend) (*Server, error) {
 		backend: b,
 		mux:     http.NewServeMux(),
 		proxy:   proxy.New(proxy.Config{Domain: cfg.Domain, Logger: cfg.Logger}, b),
-		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
+		// Buckets exist only for keys that passed authentication, so
+		// their number is bounded by the configured keys.
+		limiter: ratelimit.New[[sha256.Size]byte](cfg.RateLimit, cfg.RateBurst, 0),
 		log:     cfg.Logger,
 	}
 	m, err := newMetrics(cfg.Registry, b)
@@ -214,7 +217,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 			writeError(w, Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
 			return pattern
 		}
-		if ok, wait := s.limiter.allow(key); !ok {
+		if ok, wait := s.limiter.Allow(key); !ok {
 			writeError(w, rateLimited(wait))
 			return pattern
 		}
