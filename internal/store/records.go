@@ -46,7 +46,16 @@ type Sandbox struct {
 	AutoPause  bool   `json:"autoPause,omitempty"`
 	AutoResume bool   `json:"autoResume,omitempty"`
 	Network    []byte `json:"network,omitempty"` // the create request's network settings, as sent
-	PauseImage string `json:"pauseImage,omitempty"`
+	// PauseImage is the checkpoint directory of a sandbox paused on disk,
+	// and PauseChecksum its imageChecksum, verified before a resume.
+	PauseImage    string `json:"pauseImage,omitempty"`
+	PauseChecksum string `json:"pauseChecksum,omitempty"`
+	// PauseImageTarget is set while a paused sandbox is being written to
+	// disk: the directory the image goes to. It is recorded before the
+	// checkpoint starts, so after a crash the reconciler knows a write-out
+	// was in flight and finishes it (the image is complete and matches
+	// PauseChecksum) or rolls it back to the frozen container.
+	PauseImageTarget string `json:"pauseImageTarget,omitempty"`
 
 	// Boot is the template as it was when the sandbox was created: resume
 	// and rollback restore with its rootfs and agent even after the
@@ -54,7 +63,11 @@ type Sandbox struct {
 	Boot *Template `json:"boot,omitempty"`
 }
 
-// TemplateStatus is the state of a template or snapshot.
+// TemplateStatus is the state of a template or snapshot. A snapshot is
+// recorded as building before its checkpoint is taken (Checkpoint names
+// the directory, Checksum is set once the image is written) and ready
+// only once the image is durable; deleting is recorded before anything is
+// removed, and the reconciler completes an interrupted delete.
 type TemplateStatus string
 
 const (

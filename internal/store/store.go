@@ -58,7 +58,14 @@ CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
 
 // Open opens (creating if needed) the database at path.
 func Open(path string) (*Store, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)")
+	// synchronous(FULL): every commit is on disk (the WAL fsynced) before
+	// Put returns. The node records an intent or a fact and then acts on
+	// it (checkpoints into the directory a record names, retires the
+	// container of a sandbox recorded as written out, tells the user a
+	// pause or snapshot is done); with NORMAL a power loss could drop the
+	// last commits while their effects on disk remain, and the next start
+	// would delete a paused sandbox's only copy as unreferenced.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)")
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
