@@ -108,10 +108,14 @@ func readTCPMessage(r io.Reader) ([]byte, error) {
 	return msg, nil
 }
 
-// answer judges one query by its name: a denied name does not exist; an
-// allowed one is resolved upstream; one the policy does not name resolves
-// unless the policy denies everything not allowed, in which case only
-// addresses an allowed CIDR covers are given out. nil means no answer.
+// answer judges one query by its name: a denied name does not exist, and
+// neither does any name an allow entry does not cover when the policy
+// denies everything not allowed. Only the remaining names are asked
+// upstream: a query is data leaving the sandbox (a name such as
+// <secret>.attacker.example reaches that domain's servers through any
+// resolver), so a sandbox without internet access must not get names it
+// may not use resolved, whatever addresses they would have. nil means no
+// answer.
 func (s *slotFilter) answer(q []byte, network string) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(q)
@@ -124,11 +128,7 @@ func (s *slotFilter) answer(q []byte, network string) []byte {
 	}
 	r := s.rules.Load()
 	name := strings.TrimSuffix(strings.ToLower(question.Name.String()), ".")
-	if !r.permitsAny() {
-		return reply(h, &question, dnsmessage.RCodeRefused)
-	}
-	v := r.nameVerdict(name)
-	if v == denied {
+	if v := r.nameVerdict(name); v == denied || v == undecided && r.denyAll() {
 		s.log.Debug("egress dns denied", "name", name)
 		return reply(h, &question, dnsmessage.RCodeNameError)
 	}
@@ -137,41 +137,7 @@ func (s *slotFilter) answer(q []byte, network string) []byte {
 		s.log.Debug("egress dns upstream", "name", name, "err", err)
 		return reply(h, &question, dnsmessage.RCodeServerFailure)
 	}
-	if v == undecided && r.denyAll() && !answersAllowed(resp, r) {
-		return reply(h, &question, dnsmessage.RCodeNameError)
-	}
 	return resp
-}
-
-// answersAllowed reports whether resp has an A record that the policy's
-// address entries allow.
-func answersAllowed(resp []byte, r *rules) bool {
-	var p dnsmessage.Parser
-	if _, err := p.Start(resp); err != nil {
-		return false
-	}
-	if err := p.SkipAllQuestions(); err != nil {
-		return false
-	}
-	for {
-		h, err := p.AnswerHeader()
-		if err != nil {
-			return false
-		}
-		if h.Type != dnsmessage.TypeA {
-			if err := p.SkipAnswer(); err != nil {
-				return false
-			}
-			continue
-		}
-		a, err := p.AResource()
-		if err != nil {
-			return false
-		}
-		if r.addrAllowed(netip.AddrFrom4(a.A)) {
-			return true
-		}
-	}
 }
 
 // reply builds an answer without records.

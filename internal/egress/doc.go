@@ -15,7 +15,12 @@
 // (to the gateway) and its TCP connections to ports 80 and 443 to the
 // Filter, which listens inside that slot's gateway netns: the listener a
 // connection comes in on says which slot it is from, SO_ORIGINAL_DST where
-// it was going. DNS for a denied name answers NXDOMAIN. A web connection
+// it was going. DNS for a denied name answers NXDOMAIN, without asking
+// upstream; so does DNS for every name no allow entry covers when the
+// policy denies everything not allowed, since a query itself carries data
+// out (<secret>.attacker.example reaches attacker.example's servers
+// through any resolver). Such a policy without domain entries gets no DNS
+// at all: the gateway refuses it at once. A web connection
 // is judged by its TLS SNI or HTTP Host; an allowed name is connected to
 // the name's own addresses (resolved by the Filter), so neither an IP
 // literal nor a forged name reaches an address the policy denies.
@@ -60,5 +65,10 @@
 //     without any name (an IP literal over TLS, say) to that name's
 //     address is judged by its address. To confine a sandbox to some
 //     names, allow them and deny 0.0.0.0/0, which no IP literal dodges.
+//   - Under a policy that denies everything not allowed, only names an
+//     allow entry covers resolve: allowing an address does not make the
+//     names pointing to it resolve, so allow those names too. A wildcard
+//     entry (*.example.com) lets any name below it be asked upstream,
+//     which carries what the name spells to example.com's servers.
 //   - IPv6 entries are refused: slots carry IPv4 only.
 package egress

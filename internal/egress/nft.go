@@ -125,11 +125,14 @@ func policyChains(t *nftables.Table, r *rules) []chainRules {
 		nftexpr.Cat(matchIfnameOp(netslot.GatewaySandboxIf, expr.CmpOpNeq), accept()),
 		nftexpr.Cat(nftexpr.CtReply(), accept()),
 	)
-	// The gateway's own DNS forwarding: answered while anything is
-	// reachable, refused at once otherwise (a resolver that never answers
-	// stalls programs for seconds).
-	// netslot's DNS DNAT is the only nat rule for forwarded sandbox traffic.
-	if r.permitsAny() {
+	// The gateway's own DNS forwarding (netslot's DNS DNAT is the only nat
+	// rule for forwarded sandbox traffic) sends every name upstream, and a
+	// query is data leaving the sandbox. So it is kept only while the
+	// internet is open; a policy that denies everything not allowed gets
+	// its names judged by the Filter (domain entries, redirected above
+	// this) or none resolved, refused at once (a resolver that never
+	// answers stalls programs for seconds).
+	if !r.denyAll() {
 		add(nftexpr.Cat(fromSandbox, nftexpr.CtDNAT(), accept()))
 	} else {
 		add(nftexpr.Reject(nftexpr.Cat(fromSandbox, nftexpr.CtDNAT()))...)

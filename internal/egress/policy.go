@@ -243,12 +243,6 @@ func (r *rules) denyAll() bool {
 	return false
 }
 
-// permitsAny reports whether the sandbox may reach anything at all, and so
-// whether its DNS queries are worth answering.
-func (r *rules) permitsAny() bool {
-	return len(r.allowNets)+len(r.allowNames) > 0 || !r.denyAll()
-}
-
 // nameVerdict judges a host name (lower-case, no trailing dot).
 func (r *rules) nameVerdict(name string) verdict {
 	if name == "" {

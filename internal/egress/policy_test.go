@@ -99,11 +99,11 @@ func TestAllowBeatsDeny(t *testing.T) {
 
 func TestNoInternetIsDenyAll(t *testing.T) {
 	r, _ := compile(Policy{})
-	if r.permitsAny() || r.addrAllowed(netip.MustParseAddr("1.1.1.1")) || r.open() {
+	if !r.denyAll() || r.addrAllowed(netip.MustParseAddr("1.1.1.1")) || r.open() {
 		t.Fatal("the zero policy lets traffic out")
 	}
 	r, _ = compile(Policy{AllowOut: []string{"1.1.1.1"}})
-	if !r.permitsAny() || !r.addrAllowed(netip.MustParseAddr("1.1.1.1")) || r.addrAllowed(netip.MustParseAddr("1.1.1.2")) {
+	if !r.denyAll() || !r.addrAllowed(netip.MustParseAddr("1.1.1.1")) || r.addrAllowed(netip.MustParseAddr("1.1.1.2")) {
 		t.Fatal("AllowInternet false with AllowOut does not allow exactly AllowOut")
 	}
 	r, _ = compile(Open)

@@ -57,7 +57,34 @@ type world struct {
 	inet     string // netns path
 	lan      string
 	resolver netip.AddrPort
+	asked    *queryLog  // every name the resolver was asked
 	hostSide netip.Addr // the host's address on the internet link: not private
+}
+
+// queryLog records the names a resolver received, so a test can tell
+// what left the sandbox by DNS.
+type queryLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l *queryLog) add(name string) {
+	l.mu.Lock()
+	l.names = append(l.names, name)
+	l.mu.Unlock()
+}
+
+// containing returns the recorded names that contain s.
+func (l *queryLog) containing(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, n := range l.names {
+		if strings.Contains(n, s) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func needRoot(t *testing.T) {
@@ -98,7 +125,8 @@ func newWorld(t *testing.T) *world {
 		serveWeb(t, ns, a)
 		serveLine(t, ns, netip.AddrPortFrom(a, 8080))
 	}
-	serveDNS(t, w.inet, w.resolver)
+	w.asked = &queryLog{}
+	serveDNS(t, w.inet, w.resolver, w.asked)
 	return w
 }
 
@@ -274,8 +302,9 @@ var testCert = sync.OnceValue(func() tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 })
 
-// serveDNS answers A queries for testNames over UDP and TCP at addr.
-func serveDNS(t *testing.T, ns string, addr netip.AddrPort) {
+// serveDNS answers A queries for testNames over UDP and TCP at addr, and
+// records every name asked in log.
+func serveDNS(t *testing.T, ns string, addr netip.AddrPort, log *queryLog) {
 	t.Helper()
 	var pc net.PacketConn
 	if err := inNS(t, ns, func() (err error) { pc, err = net.ListenPacket("udp4", addr.String()); return }); err != nil {
@@ -289,7 +318,7 @@ func serveDNS(t *testing.T, ns string, addr netip.AddrPort) {
 			if err != nil {
 				return
 			}
-			if resp := dnsAnswer(buf[:n]); resp != nil {
+			if resp := dnsAnswer(buf[:n], log); resp != nil {
 				pc.WriteTo(resp, from)
 			}
 		}
@@ -307,14 +336,14 @@ func serveDNS(t *testing.T, ns string, addr netip.AddrPort) {
 				if err != nil {
 					return
 				}
-				resp := dnsAnswer(q)
+				resp := dnsAnswer(q, log)
 				c.Write(append([]byte{byte(len(resp) >> 8), byte(len(resp))}, resp...))
 			}()
 		}
 	}()
 }
 
-func dnsAnswer(q []byte) []byte {
+func dnsAnswer(q []byte, log *queryLog) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(q)
 	if err != nil {
@@ -325,6 +354,7 @@ func dnsAnswer(q []byte) []byte {
 		return nil
 	}
 	name := strings.TrimSuffix(strings.ToLower(question.Name.String()), ".")
+	log.add(name)
 	a, known := testNames[name]
 	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
 	if !known {
