@@ -1,11 +1,13 @@
 package envd
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
+	"time"
 
 	"cube/internal/envd/state"
 )
@@ -19,6 +21,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 // access token, default user and working directory. It is open until a
 // token is set; after that only the current token may call it, which is how
 // a sandbox restored from another's snapshot receives its own token.
+// A timestamped /init must be newer than the last one applied and not
+// ahead of the sandbox clock by more than state.MaxInitClockSkew: stale
+// requests get 409, future ones 400, so neither a late retry nor a
+// far-future stamp sent from inside the sandbox can pin its token.
 //
 // Clones of one snapshot share all user-space state, so nothing envd hands
 // out may come from a generator seeded before the snapshot: ids and tokens
@@ -40,19 +46,22 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in state.Init
-	if len(strings.TrimSpace(string(body))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(body)))
-		if err := dec.Decode(&in); err != nil {
-			writeError(w, http.StatusBadRequest, "init body: %v", err)
+	if len(bytes.TrimSpace(body)) > 0 {
+		// Unmarshal, unlike a Decoder, also refuses data after the object.
+		if err := json.Unmarshal(body, &in); err != nil {
+			writeError(w, http.StatusBadRequest, "init body is not one JSON object: %v", err)
 			return
 		}
 	}
-	applied, err := s.State.Apply(in)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
+	if err := s.State.Apply(in, time.Now()); err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, state.ErrInitStale) {
+			status = http.StatusConflict
+		}
+		writeError(w, status, "%v", err)
 		return
 	}
-	s.log.Info("initialised", "applied", applied, "envVars", len(in.EnvVars),
+	s.log.Info("initialised", "envVars", len(in.EnvVars),
 		"token", in.AccessToken != nil && *in.AccessToken != "", "defaultUser", in.DefaultUser)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -8,6 +8,7 @@ package state
 import (
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -54,25 +55,47 @@ type Init struct {
 	Timestamp      *time.Time        `json:"timestamp,omitempty"`
 }
 
-// Apply installs in. A request stamped earlier than one already applied is
-// ignored (the control plane may retry, and a late retry must not undo a
-// newer token), which Apply reports by returning false.
-func (s *State) Apply(in Init) (bool, error) {
+// MaxInitClockSkew is how far an /init timestamp may run ahead of this
+// sandbox's clock. The control plane stamps /init with the host's current
+// time and a sandbox (restored ones included) reads the host's clock, so
+// honest requests differ by network and scheduling delay only. A stamp
+// further ahead would become the new high-water mark and make every later
+// /init (the re-keying of clones and resumed copies) look stale.
+const MaxInitClockSkew = 10 * time.Second
+
+// ErrInitFromFuture refuses an /init stamped too far ahead of the clock.
+var ErrInitFromFuture = errors.New("init timestamp is ahead of the sandbox clock")
+
+// ErrInitStale refuses an /init stamped no later than one already applied.
+var ErrInitStale = errors.New("init timestamp is not newer than the last one applied")
+
+// Apply installs in, now being the sandbox's current time. A stamped
+// request must be newer than every stamped request applied before (a late
+// retry must not undo a newer token) and at most MaxInitClockSkew ahead of
+// now; otherwise nothing changes and the error, wrapping ErrInitStale or
+// ErrInitFromFuture, says which.
+func (s *State) Apply(in Init, now time.Time) error {
 	if in.DefaultUser != "" {
 		if _, err := users.Lookup(in.DefaultUser); err != nil {
-			return false, fmt.Errorf("default user: %w", err)
+			return fmt.Errorf("default user: %w", err)
 		}
 	}
 	if in.DefaultWorkdir != "" && !filepath.IsAbs(in.DefaultWorkdir) {
-		return false, fmt.Errorf("default workdir %q is not absolute", in.DefaultWorkdir)
+		return fmt.Errorf("default workdir %q is not absolute", in.DefaultWorkdir)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if in.Timestamp != nil {
-		if in.Timestamp.Before(s.lastInit) {
-			return false, nil
+		ts := *in.Timestamp
+		if ahead := ts.Sub(now); ahead > MaxInitClockSkew {
+			return fmt.Errorf("%w: %s is %s ahead of %s, more than the %s allowed; stamp /init with the current time",
+				ErrInitFromFuture, ts.UTC().Format(time.RFC3339Nano), ahead.Round(time.Millisecond), now.UTC().Format(time.RFC3339Nano), MaxInitClockSkew)
 		}
-		s.lastInit = *in.Timestamp
+		if !ts.After(s.lastInit) {
+			return fmt.Errorf("%w: %s is not after %s; stamp /init with the current time",
+				ErrInitStale, ts.UTC().Format(time.RFC3339Nano), s.lastInit.UTC().Format(time.RFC3339Nano))
+		}
+		s.lastInit = ts
 	}
 	if in.EnvVars != nil {
 		s.initEnv = maps.Clone(in.EnvVars)
@@ -86,7 +109,7 @@ func (s *State) Apply(in Init) (bool, error) {
 	if in.DefaultWorkdir != "" {
 		s.defaultWorkdir = in.DefaultWorkdir
 	}
-	return true, nil
+	return nil
 }
 
 // SetToken replaces the access token ("" turns access control off).
