@@ -60,24 +60,42 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// grant says how a request was admitted.
+type grant struct {
+	// signed is set when a URL signature, not the access token, admitted
+	// the request; signedUser is then the username the signature covers,
+	// the only account the request may act as.
+	signed     bool
+	signedUser string
+}
+
 // authorize admits a request carrying the access token or a valid signature
 // for this path, operation and user.
-func (h *Handler) authorize(r *http.Request, operation string) error {
+func (h *Handler) authorize(r *http.Request, operation string) (grant, error) {
 	token := h.state.Token()
 	if token == "" || h.state.Authorized(r.Header.Get("X-Access-Token")) {
-		return nil
+		return grant{}, nil
 	}
 	q := r.URL.Query()
 	sig := q.Get("signature")
 	if sig == "" {
-		return errors.New("missing or invalid access token")
+		return grant{}, errors.New("missing or invalid access token")
 	}
-	return verify(sig, q.Get("signature_expiration"), q.Get("path"), operation, q.Get("username"), token, h.now())
+	user := q.Get("username")
+	if err := verify(sig, q.Get("signature_expiration"), q.Get("path"), operation, user, token, h.now()); err != nil {
+		return grant{}, err
+	}
+	return grant{signed: true, signedUser: user}, nil
 }
 
-// user resolves the acting account: the username parameter, else the
-// Authorization header, else the default user.
-func (h *Handler) user(r *http.Request) (*users.User, error) {
+// user resolves the acting account. A signed URL acts as the user it was
+// signed for (the default user when it names none) whatever the headers
+// say; otherwise the username parameter, else the Authorization header,
+// else the default user.
+func (h *Handler) user(r *http.Request, g grant) (*users.User, error) {
+	if g.signed {
+		return h.state.User(g.signedUser)
+	}
 	if name := r.URL.Query().Get("username"); name != "" {
 		return h.state.User(name)
 	}
@@ -85,11 +103,12 @@ func (h *Handler) user(r *http.Request) (*users.User, error) {
 }
 
 func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
-	if err := h.authorize(r, "read"); err != nil {
+	g, err := h.authorize(r, "read")
+	if err != nil {
 		writeError(w, http.StatusUnauthorized, "%v", err)
 		return
 	}
-	u, err := h.user(r)
+	u, err := h.user(r, g)
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, "%v", err)
 		return
@@ -160,11 +179,12 @@ func acceptsGzip(v string) bool {
 }
 
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
-	if err := h.authorize(r, "write"); err != nil {
+	g, err := h.authorize(r, "write")
+	if err != nil {
 		writeError(w, http.StatusUnauthorized, "%v", err)
 		return
 	}
-	u, err := h.user(r)
+	u, err := h.user(r, g)
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, "%v", err)
 		return
