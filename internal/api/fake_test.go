@@ -22,7 +22,8 @@ type fakeBackend struct {
 	templates []Template
 	snapshots []Snapshot
 	logs      map[string][]LogEntry
-	upstream  string // Resolve's answer for every known sandbox
+	upstream  string // Resolve's answer for every running sandbox
+	resolves  map[string]int
 	maxCount  int
 
 	lastCreate  CreateRequest
@@ -40,6 +41,7 @@ func newFake() *fakeBackend {
 		now:       time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		sandboxes: map[string]*Sandbox{},
 		logs:      map[string][]LogEntry{},
+		resolves:  map[string]int{},
 		templates: []Template{{
 			ID: "base0000000000000000", Aliases: []string{"base", "code-interpreter-v1"}, BuildID: "b1",
 			CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdVersion: "0.5.7",
@@ -72,14 +74,31 @@ func (f *fakeBackend) sandbox(id string) (*Sandbox, error) {
 	return sb, nil
 }
 
+// Resolve answers like the node: unknown → proxy.NotFound, paused with
+// auto-resume → a Paused target, paused without → an error.
 func (f *fakeBackend) Resolve(ctx context.Context, id string, port int) (proxy.Target, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sb, err := f.sandbox(id)
-	if err != nil {
-		return proxy.Target{}, err
+	f.resolves[id]++
+	sb, ok := f.sandboxes[id]
+	switch {
+	case !ok:
+		return proxy.Target{}, proxy.NotFound{SandboxID: id}
+	case sb.State == StatePaused && sb.AutoResume:
+		return proxy.Target{Paused: true, TrafficAccessToken: sb.TrafficAccessToken}, nil
+	case sb.State == StatePaused:
+		return proxy.Target{}, fmt.Errorf("sandbox %q is paused", id)
 	}
 	return proxy.Target{Addr: f.upstream, TrafficAccessToken: sb.TrafficAccessToken}, nil
+}
+
+func (f *fakeBackend) Resume(ctx context.Context, id string, port int) (proxy.Target, error) {
+	f.mu.Lock()
+	if sb, ok := f.sandboxes[id]; ok && sb.State == StatePaused && sb.AutoResume {
+		sb.State = StateRunning
+	}
+	f.mu.Unlock()
+	return f.Resolve(ctx, id, port)
 }
 
 func (f *fakeBackend) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox, error) {

@@ -49,9 +49,17 @@ type Config struct {
 	Version string
 	// RateLimit is the sustained API requests per second allowed per key;
 	// 0 means unlimited. RateBurst is the bucket size; default 2×RateLimit.
-	// Over the limit → 429 with Retry-After. Proxied traffic is not limited.
+	// Over the limit → 429 with Retry-After. Proxied traffic has its own
+	// limit below.
 	RateLimit float64
 	RateBurst int
+	// ProxyRateLimit is the sustained proxied requests per second allowed
+	// per source address (per /64 for IPv6); 0, the default, means
+	// unlimited. ProxyRateBurst is the bucket size; default
+	// 2×ProxyRateLimit. Over the limit → 429 with Retry-After in the
+	// proxy's error shape. See proxy.Config.RateLimit.
+	ProxyRateLimit float64
+	ProxyRateBurst int
 }
 
 // Defaults applied by NewServer.
@@ -108,12 +116,15 @@ func NewServer(cfg Config, b Backend) (*Server, error) {
 		cfg:     cfg,
 		backend: b,
 		mux:     http.NewServeMux(),
-		proxy:   proxy.New(proxy.Config{Domain: cfg.Domain, Logger: cfg.Logger}, b),
 		// Buckets exist only for keys that passed authentication, so
 		// their number is bounded by the configured keys.
 		limiter: ratelimit.New[[sha256.Size]byte](cfg.RateLimit, cfg.RateBurst, 0),
 		log:     cfg.Logger,
 	}
+	s.proxy = proxy.New(proxy.Config{
+		Domain: cfg.Domain, Logger: cfg.Logger, IsAPIKey: s.isAPIKey,
+		RateLimit: cfg.ProxyRateLimit, RateBurst: cfg.ProxyRateBurst,
+	}, b)
 	m, err := newMetrics(cfg.Registry, b)
 	if err != nil {
 		return nil, err

@@ -483,7 +483,9 @@ func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req api.Con
 
 // Resolve maps a proxied request to the sandbox port behind it. A running
 // sandbox is answered from memory, since every proxied request asks; the
-// store is read only for the others (paused ones may resume).
+// store is read only for the others. Resolve changes nothing: a paused
+// sandbox that may auto-resume is reported as such, with its traffic token,
+// and woken by Resume once the proxy has checked the request.
 func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.Target, error) {
 	n.mu.Lock()
 	l := n.live[sandboxID]
@@ -499,19 +501,16 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.T
 	}
 	n.mu.Unlock()
 	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	if errors.Is(err, store.ErrNotFound) {
+		return proxy.Target{}, proxy.NotFound{SandboxID: sandboxID}
+	}
 	if err != nil {
-		return proxy.Target{}, fmt.Errorf("sandbox %q not found", sandboxID)
+		return proxy.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
 	}
-	if rec.State == store.Paused && rec.AutoResume {
-		if _, _, err := n.ConnectSandbox(ctx, sandboxID, api.ConnectRequest{Timeout: max(rec.Timeout, time.Minute)}); err != nil {
-			return proxy.Target{}, err
-		}
-		rec, err = n.store.Sandboxes().Get(ctx, sandboxID)
-		if err != nil {
-			return proxy.Target{}, err
-		}
-	}
-	if rec.State != store.Running {
+	switch {
+	case rec.State == store.Paused && rec.AutoResume:
+		return proxy.Target{Paused: true, TrafficAccessToken: rec.TrafficToken}, nil
+	case rec.State != store.Running:
 		return proxy.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
 	}
 	netw := network(rec)
@@ -521,6 +520,32 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.T
 		TrafficAccessToken: rec.TrafficToken,
 		MaskRequestHost:    netw.MaskRequestHost,
 	}, nil
+}
+
+// Resume wakes a paused sandbox whose lifecycle allows auto-resume, for a
+// proxied request the proxy has authorised, and resolves the port again.
+func (n *Node) Resume(ctx context.Context, sandboxID string, port int) (proxy.Target, error) {
+	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	if errors.Is(err, store.ErrNotFound) {
+		return proxy.Target{}, proxy.NotFound{SandboxID: sandboxID}
+	}
+	if err != nil {
+		return proxy.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
+	}
+	if rec.State == store.Paused {
+		if !rec.AutoResume {
+			return proxy.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
+		}
+		if _, _, err := n.ConnectSandbox(ctx, sandboxID, api.ConnectRequest{Timeout: max(rec.Timeout, time.Minute)}); err != nil {
+			return proxy.Target{}, err
+		}
+	}
+	t, err := n.Resolve(ctx, sandboxID, port)
+	if err == nil && t.Paused {
+		// Paused again before the request got through.
+		return proxy.Target{}, fmt.Errorf("sandbox %q is paused", sandboxID)
+	}
+	return t, err
 }
 
 // SandboxMetrics returns a current resource sample of a running sandbox.

@@ -16,11 +16,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"cube/internal/api/ratelimit"
 	"cube/internal/api/wire"
 	"cube/internal/id"
 )
@@ -33,17 +35,35 @@ const (
 )
 
 // Resolver tells the proxy where a sandbox port lives. The node implements
-// it; it may resume a paused sandbox whose lifecycle allows auto-resume
-// before answering. An unknown, dead or unreachable sandbox is an error,
-// whose text is shown to the user.
+// it. An unknown, dead or unreachable sandbox is an error, whose text is
+// shown to the user; an unknown one is a NotFound.
 type Resolver interface {
+	// Resolve looks the sandbox up without changing it. A paused sandbox
+	// whose lifecycle allows auto-resume is answered with Paused set and
+	// its traffic token, so the proxy can check the request before anything
+	// wakes the sandbox.
 	Resolve(ctx context.Context, sandboxID string, port int) (Target, error)
+	// Resume resumes a paused, auto-resumable sandbox and returns where the
+	// port is reached. The proxy calls it only for a request that passed
+	// the traffic-token check.
+	Resume(ctx context.Context, sandboxID string, port int) (Target, error)
 }
+
+// NotFound is the Resolver's error for a sandbox that does not exist. The
+// proxy remembers such IDs for a few seconds, so repeated requests for one
+// cost the resolver a single lookup.
+type NotFound struct{ SandboxID string }
+
+func (e NotFound) Error() string { return fmt.Sprintf("sandbox %q not found", e.SandboxID) }
 
 // Target is where one sandbox port is reached.
 type Target struct {
 	// Addr is "host:port" of the port inside the sandbox's network slot.
+	// Empty when Paused.
 	Addr string
+	// Paused means the sandbox is paused and may be resumed by traffic:
+	// Resume is to be called once the request is authorised.
+	Paused bool
 	// TrafficAccessToken, when non-empty, must arrive in the
 	// e2b-traffic-access-token header.
 	TrafficAccessToken string
@@ -133,7 +153,22 @@ type Config struct {
 	Logger *slog.Logger
 	// DialTimeout bounds connecting to a sandbox port; 0 means 10s.
 	DialTimeout time.Duration
+	// IsAPIKey reports whether a credential is one of the control plane's
+	// API keys. Such values are removed from X-API-Key and
+	// "Authorization: Bearer" before a request reaches a sandbox; other
+	// values (the sandbox's own application credentials) pass. Nil treats
+	// every value as an API key and removes them all.
+	IsAPIKey func(string) bool
+	// RateLimit is the sustained proxied requests per second allowed per
+	// source address (per /64 for IPv6); 0 means unlimited. RateBurst is the
+	// bucket size; default 2×RateLimit. The address is the connection's:
+	// behind a reverse proxy all clients share one bucket.
+	RateLimit float64
+	RateBurst int
 }
+
+// maxRateKeys bounds the source addresses whose buckets are kept.
+const maxRateKeys = 16384
 
 // Proxy is the http.Handler for sandbox traffic.
 type Proxy struct {
@@ -142,6 +177,10 @@ type Proxy struct {
 	rp       *httputil.ReverseProxy
 	dialer   *net.Dialer
 	log      *slog.Logger
+
+	limiter *ratelimit.Keyed[netip.Prefix]
+	unknown unknownIDs
+	now     func() time.Time // time.Now; tests move it
 
 	mu         sync.Mutex
 	transports map[string]*http.Transport // by Target.Upstream
@@ -206,7 +245,8 @@ func New(cfg Config, r Resolver) *Proxy {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
-	p := &Proxy{cfg: cfg, resolver: r, log: cfg.Logger}
+	p := &Proxy{cfg: cfg, resolver: r, log: cfg.Logger, now: time.Now}
+	p.limiter = ratelimit.New[netip.Prefix](cfg.RateLimit, cfg.RateBurst, maxRateKeys)
 	p.dialer = &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	p.transports = map[string]*http.Transport{}
 	p.rp = &httputil.ReverseProxy{
@@ -227,20 +267,27 @@ func (p *Proxy) Match(r *http.Request) bool {
 	return ok
 }
 
-// ServeHTTP forwards r to its sandbox port, or answers 502 (unknown or dead
-// sandbox, bad route) or 403 (missing or wrong traffic token) in the proxy's
-// error shape.
+// ServeHTTP forwards r to its sandbox port, or answers in the proxy's
+// error shape: 429 (too many requests from this address), 502 (unknown or
+// dead sandbox, bad route) or 403 (missing or wrong traffic token).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, ok, err := Match(r, p.cfg.Domain)
 	if !ok {
 		WriteError(w, http.StatusBadGateway, "", "request does not name a sandbox")
 		return
 	}
+	if ok, wait := p.limiter.Allow(source(r)); !ok {
+		wait = max(wait, time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+		WriteError(w, http.StatusTooManyRequests, rt.SandboxID,
+			fmt.Sprintf("too many requests from this address; retry in %s", wait.Round(time.Millisecond)))
+		return
+	}
 	if err != nil {
 		WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
 		return
 	}
-	target, err := p.resolver.Resolve(r.Context(), rt.SandboxID, rt.Port)
+	target, err := p.resolve(r.Context(), rt)
 	if err != nil {
 		WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
 		return
@@ -253,6 +300,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Only an authorised request may wake a paused sandbox.
+	if target.Paused {
+		if target, err = p.resolver.Resume(r.Context(), rt.SandboxID, rt.Port); err != nil {
+			WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
+			return
+		}
+	}
 	// Full duplex: a sandbox may answer before it has read the whole
 	// request (Connect streams do). Without it, net/http discards and
 	// closes the rest of the request body as soon as the answer's headers
@@ -261,6 +315,36 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	http.NewResponseController(w).EnableFullDuplex()
 	ctx := context.WithValue(r.Context(), ctxKey{}, &proxied{route: rt, target: target})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// resolve asks the resolver, unless it said recently that the sandbox does
+// not exist.
+func (p *Proxy) resolve(ctx context.Context, rt Route) (Target, error) {
+	if err := p.unknown.get(rt.SandboxID, p.now()); err != nil {
+		return Target{}, err
+	}
+	t, err := p.resolver.Resolve(ctx, rt.SandboxID, rt.Port)
+	var nf NotFound
+	if errors.As(err, &nf) {
+		p.unknown.add(rt.SandboxID, err, p.now())
+	}
+	return t, err
+}
+
+// source is the rate-limit key of a request: its connection's address,
+// widened to the /64 for IPv6, where one host usually holds a whole /64.
+func source(r *http.Request) netip.Prefix {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	a := ap.Addr().Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	pf, _ := a.Prefix(bits)
+	return pf
 }
 
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
@@ -277,7 +361,43 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del(HeaderSandboxID)
 	pr.Out.Header.Del(HeaderSandboxPort)
 	pr.Out.Header.Del(HeaderTrafficToken)
+	dropAPIKeys(pr.Out.Header, p.cfg.IsAPIKey)
 	pr.SetXForwarded()
+}
+
+// dropAPIKeys removes the control plane's API keys from h. A client that
+// uses one base URL for the API and for sandboxes sends its key with every
+// request; code in the sandbox must never see it. Keys travel in X-API-Key
+// and as bearer tokens, the two places the control plane reads them.
+// Other Authorization schemes pass untouched: envd picks the user from
+// Basic, and a web server in the sandbox may use any scheme of its own,
+// none of which the control plane accepts.
+func dropAPIKeys(h http.Header, isKey func(string) bool) {
+	for _, name := range []string{"X-Api-Key", "Authorization"} {
+		vals := h.Values(name)
+		if len(vals) == 0 {
+			continue
+		}
+		var kept []string
+		for _, v := range vals {
+			cred := strings.TrimSpace(v)
+			if name == "Authorization" {
+				scheme, rest, _ := strings.Cut(cred, " ")
+				if !strings.EqualFold(scheme, "bearer") {
+					kept = append(kept, v)
+					continue
+				}
+				cred = strings.TrimSpace(rest)
+			}
+			if isKey != nil && !isKey(cred) {
+				kept = append(kept, v)
+			}
+		}
+		h.Del(name)
+		for _, v := range kept {
+			h.Add(name, v)
+		}
+	}
 }
 
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {

@@ -68,14 +68,19 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+// resolver knows running sandboxes only.
 type resolver map[string]Target
 
 func (r resolver) Resolve(ctx context.Context, id string, port int) (Target, error) {
 	t, ok := r[id]
 	if !ok {
-		return Target{}, fmt.Errorf("sandbox %q not found", id)
+		return Target{}, NotFound{SandboxID: id}
 	}
 	return t, nil
+}
+
+func (r resolver) Resume(ctx context.Context, id string, port int) (Target, error) {
+	return Target{}, fmt.Errorf("sandbox %q is not paused", id)
 }
 
 func hostPort(t *testing.T, url string) string {
