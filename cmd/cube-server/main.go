@@ -40,6 +40,7 @@ func main() {
 		return nil
 	})
 	flag.Float64Var(&o.RateLimit, "rate-limit", 0, "API requests per second per key (0 = unlimited)")
+	flag.Float64Var(&o.ProxyRateLimit, "proxy-rate-limit", 0, "proxied sandbox requests per second per source address, per /64 for IPv6 (0 = unlimited; behind a reverse proxy all clients share its address)")
 	flag.BoolVar(&o.Debug, "debug", false, "debug logs, including runsc's")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()

@@ -42,8 +42,11 @@ type Options struct {
 	HostCIDR        string
 	AllowPrivate    []netip.Prefix
 	RateLimit       float64
-	Debug           bool
-	Logger          *slog.Logger
+	// ProxyRateLimit is proxied requests per second per source address;
+	// 0 means unlimited.
+	ProxyRateLimit float64
+	Debug          bool
+	Logger         *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -185,6 +188,7 @@ func Run(ctx context.Context, o Options) error {
 	h, err := api.NewServer(api.Config{
 		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: o.Domain,
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit,
+		ProxyRateLimit: o.ProxyRateLimit,
 	}, backend{Node: nd, Builder: builder})
 	if err != nil {
 		return err
