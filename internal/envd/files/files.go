@@ -296,19 +296,24 @@ func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string
 	if err != nil {
 		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
 	}
+	// From here on too, every file-system call on path runs as u: path may
+	// have been redirected since it was opened (a directory of u's swapped
+	// for a symlink), and envd must not remove or alter, on u's behalf,
+	// anything u could not. Metadata goes through the open descriptor.
+	remove := func() { u.Do(func() error { return os.Remove(path) }) }
 	fail := func(status int, err error) (WrittenFile, int, error) {
 		f.Close()
-		os.Remove(path)
+		remove()
 		return WrittenFile{}, status, fmt.Errorf("write %s: %w", path, err)
 	}
 	if _, err := io.Copy(f, src); err != nil {
 		return fail(copyStatus(err), err)
 	}
-	if err := filesystem.SetMetadata(path, md); err != nil {
+	if err := u.Do(func() error { return filesystem.SetMetadata(f, md) }); err != nil {
 		return fail(fsStatus(err), err)
 	}
 	if err := f.Close(); err != nil {
-		os.Remove(path)
+		remove()
 		return WrittenFile{}, copyStatus(err), fmt.Errorf("write %s: %w", path, err)
 	}
 	wf := WrittenFile{Path: path, Name: filepath.Base(path), Type: "file"}

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // xattrPrefix namespaces user metadata among a file's extended attributes.
@@ -44,25 +47,63 @@ func printable(s string) bool {
 	return true
 }
 
-// SetMetadata replaces the metadata of path with md.
-func SetMetadata(path string, md map[string]string) error {
-	old, err := Metadata(path)
+// SetMetadata replaces the metadata of the open file f with md. It works
+// on the descriptor, so it changes the file that was opened even when its
+// path has since been made to lead elsewhere (a directory swapped for a
+// symlink), and the kernel checks the permissions of whoever calls it.
+func SetMetadata(f *os.File, md map[string]string) error {
+	fd := int(f.Fd())
+	names, err := fileXattrNames(fd)
 	if err != nil && len(md) > 0 {
 		return err
 	}
-	for k := range old {
-		if _, keep := md[k]; !keep {
-			if err := syscall.Removexattr(path, xattrPrefix+k); err != nil && !errors.Is(err, syscall.ENODATA) {
-				return fmt.Errorf("remove metadata %q: %w", k, err)
-			}
+	for _, name := range names {
+		key, ok := strings.CutPrefix(name, xattrPrefix)
+		if !ok || key == "" {
+			continue
+		}
+		if _, keep := md[key]; keep {
+			continue
+		}
+		if err := unix.Fremovexattr(fd, name); err != nil && !errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("remove metadata %q: %w", key, err)
 		}
 	}
 	for k, v := range md {
-		if err := syscall.Setxattr(path, xattrPrefix+k, []byte(v), 0); err != nil {
+		if err := unix.Fsetxattr(fd, xattrPrefix+k, []byte(v), 0); err != nil {
 			return fmt.Errorf("store metadata %q: %w", k, err)
 		}
 	}
 	return nil
+}
+
+// fileXattrNames lists the extended attributes of an open file; none when
+// its file system has no support for them.
+func fileXattrNames(fd int) ([]string, error) {
+	for {
+		size, err := unix.Flistxattr(fd, nil)
+		if errors.Is(err, unix.ENOTSUP) || (err == nil && size == 0) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, size)
+		n, err := unix.Flistxattr(fd, buf)
+		if errors.Is(err, unix.ERANGE) {
+			continue // attributes were added meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, name := range bytes.Split(buf[:n], []byte{0}) {
+			if len(name) > 0 {
+				names = append(names, string(name))
+			}
+		}
+		return names, nil
+	}
 }
 
 // Metadata reads the metadata of path.
