@@ -75,7 +75,8 @@ type Sandbox interface {
 	Kill(ctx context.Context) error
 	Stats(ctx context.Context) (Stats, error)
 	// Console returns what the sandbox's PID 1 wrote to its stdout and
-	// stderr since this container started.
+	// stderr since this container started, or only the newest of it: a
+	// runtime bounds what it keeps (gVisor: gvisor.ConsoleLimit bytes).
 	Console() ([]byte, error)
 	// Exec runs a command inside the sandbox and returns its combined
 	// output: for diagnostics and tests, not the user path (that is envd).

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,37 +157,33 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, base *ociSpecT, 
 	if err != nil {
 		return nil, fmt.Errorf("write bundle: %w", err)
 	}
-	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// The bundle is new or left by a runsc that failed: its console
+	// holds nothing of this sandbox.
+	for _, f := range []string{consoleLog, consoleOld} {
+		os.Remove(filepath.Join(dir, f))
+	}
+	console, err := openConsole(dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	defer console.Close()
 	full := append(r.globalFlags(spec.ID, &spec), args...)
 	full = append(full, "--bundle", dir, spec.ID)
 	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
-	// Both streams go to files: the sandbox process runsc leaves behind
-	// inherits them, so a pipe would never reach EOF.
-	cmd.Stdout = console
-	cmd.Stderr = console
-	start, _ := console.Seek(0, io.SeekEnd)
+	// Both streams go to the console FIFO, which the sandbox process runsc
+	// leaves behind inherits (a pipe of ours would never reach EOF).
+	cmd.Stdout = console.w
+	cmd.Stderr = console.w
 	if err := cmd.Run(); err != nil {
-		msg := tail(filepath.Join(dir, "console.log"), start)
 		// runsc may have left a half-created container behind.
 		r.runsc(context.Background(), spec.ID, nil, "delete", "--force", spec.ID)
+		console.closeAndWait()
+		out, _ := readConsole(dir)
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("runsc %s %s: %w: %s", args[0], spec.ID, err, msg)
+		return nil, fmt.Errorf("runsc %s %s: %w: %s", args[0], spec.ID, err, reason(string(out)))
 	}
+	console.w.Close()
 	return &sandbox{r: r, id: spec.ID, spec: spec}, nil
-}
-
-// tail returns the last line written to a file after offset.
-func tail(path string, offset int64) string {
-	data, err := os.ReadFile(path)
-	if err != nil || int64(len(data)) < offset {
-		return ""
-	}
-	return reason(string(data[offset:]))
 }
 
 // reason picks the line of runsc's stderr that says why it failed: the
@@ -257,6 +252,11 @@ func (r *Runtime) Attach(ctx context.Context, id string) (runtime.Sandbox, error
 	if err != nil {
 		return nil, err
 	}
+	// The server restarted: if the console keeper went with it, a new
+	// one takes over what waits in the FIFO.
+	if err := adoptConsole(filepath.Join(r.cfg.Bundles, id)); err != nil {
+		return nil, fmt.Errorf("console of %s: %w", id, err)
+	}
 	return &sandbox{r: r, id: id, spec: spec}, nil
 }
 
@@ -290,6 +290,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 // bundle: the reconciler's tool for leftovers.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
+	waitKeeper(filepath.Join(r.cfg.Bundles, id))
 	os.RemoveAll(filepath.Join(r.cfg.Bundles, id))
 	if err != nil && strings.Contains(err.Error(), "does not exist") {
 		return nil
@@ -332,8 +333,9 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	return nil
 }
 
+// Console returns the newest console output, at most ConsoleLimit bytes.
 func (s *sandbox) Console() ([]byte, error) {
-	return os.ReadFile(filepath.Join(s.r.cfg.Bundles, s.id, "console.log"))
+	return readConsole(filepath.Join(s.r.cfg.Bundles, s.id))
 }
 
 func (s *sandbox) Pause(ctx context.Context) error {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -33,6 +34,35 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		return
+	}
+	if len(os.Args) > 4 && os.Args[1] == "flood" {
+		// flood PATH MIB LINE: write LINE over and over to PATH (PID 1's
+		// console is /proc/1/fd/1) until MIB MiB are out (once for 0),
+		// then "flood end".
+		f, err := os.OpenFile(os.Args[2], os.O_WRONLY, 0)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		var mb int
+		fmt.Sscan(os.Args[3], &mb)
+		line := []byte(os.Args[4] + "\n")
+		chunk := line
+		if mb > 0 {
+			chunk = bytes.Repeat(line, 1<<20/len(line)+1)
+		}
+		for written := 0; written == 0 || written < mb<<20; written += len(chunk) {
+			if _, err := f.Write(chunk); err != nil {
+				fmt.Println(err)
+				os.Exit(3)
+			}
+		}
+		if _, err := f.WriteString("flood end\n"); err != nil {
+			fmt.Println(err)
+			os.Exit(3)
+		}
+		fmt.Println("flooded")
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "fill" {

@@ -1,0 +1,300 @@
+package gvisor
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A sandbox's PID 1 writes its stdout and stderr (and runsc its own
+// messages) for as long as it runs, at whatever rate it likes, so what
+// reaches the host's disk is bounded: the console is a FIFO in the bundle,
+// drained by a console keeper that keeps only the newest ConsoleLimit
+// bytes, as a pair of files of half that each (consoleLog, and
+// consoleOld before it).
+//
+// The keeper is a process of its own (this binary again, see init), so
+// the console keeps draining while the server restarts; the sandbox's
+// runsc processes hold the FIFO open for reading and writing, so a
+// sandbox never sees a broken pipe (SIGPIPE would kill its PID 1), even
+// without a keeper. Output then waits in the pipe (consolePipeSize) and a
+// writer blocks once it is full, until Attach, when the server adopts the
+// sandbox again, starts a new keeper. The keeper ends by itself when the
+// sandbox's last process does.
+const (
+	// ConsoleLimit bounds the console output kept on disk per sandbox.
+	ConsoleLimit = 2 << 20
+
+	consoleFIFO = "console.pipe"
+	consoleLog  = "console.log"
+	consoleOld  = "console.log.1"
+	// consoleLock is held (flock) by the sandbox's keeper while it runs,
+	// and holds its PID.
+	consoleLock = "console.lock"
+	// consolePipeSize is what the FIFO buffers while no keeper runs.
+	consolePipeSize = 1 << 20
+	// keeperEnv, set to a bundle directory, makes this binary that
+	// bundle's console keeper instead of what it normally is.
+	keeperEnv = "CUBE_CONSOLE_KEEPER"
+	// keeperExitWait bounds the wait for a keeper to finish after the
+	// sandbox's processes are gone.
+	keeperExitWait = 5 * time.Second
+)
+
+func init() {
+	if dir := os.Getenv(keeperEnv); dir != "" {
+		os.Exit(keepConsole(dir, 3))
+	}
+}
+
+// console is a sandbox's console as start sets it up: the end runsc
+// writes to and the keeper draining it.
+type console struct {
+	w      *os.File      // the FIFO, read-write: give it to runsc
+	keeper chan struct{} // closed when the keeper has exited
+}
+
+// openConsole makes the console FIFO of bundle dir and starts its keeper.
+func openConsole(dir string) (*console, error) {
+	fifo := filepath.Join(dir, consoleFIFO)
+	// A keeper of an earlier container of this ID that is still going
+	// keeps its own FIFO and lock: these names are for the new one.
+	os.Remove(fifo)
+	os.Remove(filepath.Join(dir, consoleLock))
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		return nil, fmt.Errorf("console fifo: %w", err)
+	}
+	// O_RDWR: the FIFO always has a reader, so writes never fail with
+	// EPIPE, whether or not a keeper runs.
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("console fifo: %w", err)
+	}
+	unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, consolePipeSize)
+	done, err := startKeeper(dir)
+	if err == nil && done == nil {
+		err = errors.New("console lock taken")
+	}
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return &console{w: w, keeper: done}, nil
+}
+
+// closeAndWait lets go of the console and waits (a while) for the keeper
+// to write out what is left, which it does once nothing else holds the
+// FIFO: call it when runsc failed and its processes are gone.
+func (c *console) closeAndWait() {
+	c.w.Close()
+	select {
+	case <-c.keeper:
+	case <-time.After(keeperExitWait):
+	}
+}
+
+// startKeeper starts the console keeper of bundle dir unless one runs
+// already (done nil then). done is closed when the keeper exits.
+func startKeeper(dir string) (done chan struct{}, err error) {
+	lock, err := os.OpenFile(filepath.Join(dir, consoleLock), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("console lock: %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("console lock: %w", err)
+	}
+	// Non-blocking, so the open does not wait for a writer; the keeper
+	// reads it blocking.
+	r, err := os.OpenFile(filepath.Join(dir, consoleFIFO), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("console fifo: %w", err)
+	}
+	defer r.Close()
+	cmd := &exec.Cmd{
+		Path: "/proc/self/exe",
+		Args: []string{"cube-console-keeper", filepath.Base(dir)},
+		Env:  []string{keeperEnv + "=" + dir, "GOMAXPROCS=1"},
+		// fd 3 the FIFO, fd 4 the lock, which the keeper holds from now
+		// on (a flock belongs to the open file, which it shares).
+		ExtraFiles: []*os.File{r, lock},
+		// Its own session: signals to the server's process group (^C)
+		// leave it, and with it the console, alone.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start console keeper: %w", err)
+	}
+	lock.Truncate(0)
+	lock.WriteAt([]byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0)
+	done = make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	return done, nil
+}
+
+// adoptConsole starts a keeper for a running sandbox whose keeper is gone
+// (the server restarted and something ended it). A bundle without a
+// console FIFO has nothing to drain.
+func adoptConsole(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, consoleFIFO)); err != nil {
+		return nil
+	}
+	_, err := startKeeper(dir)
+	return err
+}
+
+// waitKeeper waits, up to keeperExitWait, until no keeper holds the
+// console of bundle dir: after the sandbox is deleted, so its bundle can
+// be removed without the keeper writing into it meanwhile.
+func waitKeeper(dir string) {
+	lock, err := os.Open(filepath.Join(dir, consoleLock))
+	if err != nil {
+		return
+	}
+	defer lock.Close()
+	deadline := time.Now().Add(keeperExitWait)
+	for unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// keepConsole is the keeper's main: it copies the FIFO open at fd to the
+// bundle's console files until every writer is gone. It never stops
+// reading early, since a full FIFO would block the sandbox's writers.
+func keepConsole(dir string, fd int) int {
+	unix.SetNonblock(fd, false)
+	in := os.NewFile(uintptr(fd), consoleFIFO)
+	out := &ringFiles{dir: dir, half: ConsoleLimit / 2}
+	defer out.close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := in.Read(buf)
+		out.write(buf[:n])
+		if err != nil {
+			if err == io.EOF {
+				return 0
+			}
+			return 1
+		}
+	}
+}
+
+// ringFiles keeps the newest 2*half bytes written to it in two files:
+// when consoleLog reaches half, it becomes consoleOld (replacing the one
+// before) and a new consoleLog starts. A write error (the bundle was
+// removed) makes it drop everything from then on.
+type ringFiles struct {
+	dir    string
+	half   int64
+	cur    *os.File
+	size   int64
+	broken bool
+}
+
+func (r *ringFiles) write(p []byte) {
+	for len(p) > 0 && !r.broken {
+		if r.cur == nil || r.size >= r.half {
+			if err := r.next(); err != nil {
+				r.broken = true
+				return
+			}
+		}
+		chunk := p[:min(int64(len(p)), r.half-r.size)]
+		n, err := r.cur.Write(chunk)
+		r.size += int64(n)
+		p = p[n:]
+		if err != nil {
+			r.broken = true
+		}
+	}
+}
+
+// next opens consoleLog to append to, first turning a full one into
+// consoleOld.
+func (r *ringFiles) next() error {
+	path := filepath.Join(r.dir, consoleLog)
+	if r.cur != nil {
+		r.cur.Close()
+		r.cur = nil
+		if err := os.Rename(path, filepath.Join(r.dir, consoleOld)); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	r.cur, r.size = f, st.Size()
+	if r.size >= r.half {
+		// Left full by a keeper before this one.
+		return r.next()
+	}
+	return nil
+}
+
+func (r *ringFiles) close() {
+	if r.cur != nil {
+		r.cur.Close()
+	}
+}
+
+// readConsole returns the newest console output of bundle dir, at most
+// ConsoleLimit bytes; when older output was dropped, it starts at a line.
+func readConsole(dir string) ([]byte, error) {
+	cur, err := readTail(filepath.Join(dir, consoleLog), ConsoleLimit)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	old, err := readTail(filepath.Join(dir, consoleOld), ConsoleLimit-int64(len(cur)))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	out := append(old, cur...)
+	if len(old) > 0 {
+		// consoleOld was cut: its first line may be partial.
+		if i := bytes.IndexByte(out, '\n'); i >= 0 {
+			out = out[i+1:]
+		}
+	}
+	return out, nil
+}
+
+// readTail reads at most n bytes from the end of a file.
+func readTail(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := max(st.Size()-max(n, 0), 0)
+	buf := make([]byte, st.Size()-off)
+	k, err := f.ReadAt(buf, off)
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	return buf[:k], nil
+}
