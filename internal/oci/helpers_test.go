@@ -43,7 +43,7 @@ type ent struct {
 
 var testMtime = time.Date(2023, 5, 6, 7, 8, 9, 0, time.UTC)
 
-func tarOf(t *testing.T, ents ...ent) []byte {
+func tarOf(t testing.TB, ents ...ent) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

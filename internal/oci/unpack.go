@@ -41,14 +41,23 @@ const tmpPrefix = ".tmp-"
 // rename at the end of Unpack settles races between processes.
 var unpackLocks sync.Map // image ID hex -> *sync.Mutex
 
-// Unpack applies img's layers in order into rootfsRoot/<image ID hex>/ and
-// returns it; when that directory already exists it is reused untouched.
+// Unpack is UnpackLimited with the default Limits.
+func Unpack(ctx context.Context, img v1.Image, rootfsRoot string, progress func(done, total int64)) (Rootfs, error) {
+	return UnpackLimited(ctx, img, rootfsRoot, Limits{}, progress)
+}
+
+// UnpackLimited applies img's layers in order into rootfsRoot/<image ID hex>/
+// and returns it; when that directory already exists it is reused untouched.
 //
 // The layers go into a temp directory beside the final one, which is renamed
 // into place only after every layer matched its diffID, so the final name
 // never holds a partial or unverified tree, whatever fails or crashes.
+// An unpack that would exceed lim stops with a *LimitError before writing
+// the file that would cross it. rootfsRoot is kept at mode 0700: image
+// trees hold setuid binaries and files of any owner, which no host user
+// should reach; sandboxes reach them through gVisor's gofer, as root.
 // progress, if not nil, receives layer bytes read so far against the total.
-func Unpack(ctx context.Context, img v1.Image, rootfsRoot string, progress func(done, total int64)) (Rootfs, error) {
+func UnpackLimited(ctx context.Context, img v1.Image, rootfsRoot string, lim Limits, progress func(done, total int64)) (Rootfs, error) {
 	id, err := img.ConfigName()
 	if err != nil {
 		return Rootfs{}, fmt.Errorf("reading image config: %w", err)
@@ -82,9 +91,11 @@ func Unpack(ctx context.Context, img v1.Image, rootfsRoot string, progress func(
 		total += n
 	}
 
-	if err := os.MkdirAll(rootfsRoot, 0o755); err != nil {
+	if err := PrivateDir(rootfsRoot); err != nil {
 		return Rootfs{}, err
 	}
+	// The temp directory is created 0700 and keeps that mode until the
+	// tree is complete (finishDirs gives it the image's root mode).
 	tmp, err := os.MkdirTemp(rootfsRoot, tmpPrefix+id.Hex[:12]+"-")
 	if err != nil {
 		return Rootfs{}, err
@@ -95,11 +106,8 @@ func Unpack(ctx context.Context, img v1.Image, rootfsRoot string, progress func(
 			removeTree(tmp)
 		}
 	}()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return Rootfs{}, err
-	}
 
-	u := &unpacker{root: tmp, dirs: map[string]*tar.Header{}, asRoot: os.Geteuid() == 0}
+	u := newUnpacker(tmp, lim)
 	pr := &progressReader{ctx: ctx, total: total, fn: progress}
 	for i, l := range layers {
 		if err := u.applyLayer(l, cf.RootFS.DiffIDs[i], pr); err != nil {
@@ -108,6 +116,9 @@ func Unpack(ctx context.Context, img v1.Image, rootfsRoot string, progress func(
 	}
 	if err := u.finishDirs(); err != nil {
 		return Rootfs{}, err
+	}
+	if u.skippedXattrs > 0 {
+		slog.Info("skipped extended attributes of the image outside user.*", "image", id.String(), "count", u.skippedXattrs, "first", u.firstSkipped)
 	}
 	if progress != nil {
 		progress(total, total)
@@ -120,6 +131,15 @@ func Unpack(ctx context.Context, img v1.Image, rootfsRoot string, progress func(
 	}
 	ok = true
 	return rf, nil
+}
+
+// PrivateDir creates dir if needed and makes it mode 0700, also when an
+// older version created it more open.
+func PrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
 }
 
 // Sweep removes temp directories that interrupted unpacks left in
@@ -202,6 +222,15 @@ type unpacker struct {
 	// written and parents hold, for the current layer only, the paths it
 	// created and their ancestors, which an opaque marker must keep.
 	written, parents map[string]bool
+	budget           *budget
+	// skippedXattrs counts extended attributes not applied (appliedXattr);
+	// firstSkipped names one, for the log.
+	skippedXattrs int
+	firstSkipped  string
+}
+
+func newUnpacker(root string, lim Limits) *unpacker {
+	return &unpacker{root: root, dirs: map[string]*tar.Header{}, asRoot: os.Geteuid() == 0, budget: &budget{lim: lim.withDefaults()}}
 }
 
 func (u *unpacker) applyLayer(l v1.Layer, diffID v1.Hash, pr *progressReader) error {
@@ -229,32 +258,42 @@ func (u *unpacker) applyLayer(l v1.Layer, diffID v1.Hash, pr *progressReader) er
 	if err != nil {
 		return err
 	}
+	if err := u.applyTar(vr); err != nil {
+		if c := corruption(err, vr, pr); c != err {
+			return c
+		}
+		return fmt.Errorf("%s: %w", digest, err)
+	}
+	if _, err := io.Copy(io.Discard, pr); err != nil {
+		return fmt.Errorf("%s: %w", digest, err)
+	}
+	return nil
+}
+
+// applyTar applies one layer's uncompressed tar stream.
+func (u *unpacker) applyTar(r io.Reader) error {
 	u.written, u.parents = map[string]bool{}, map[string]bool{}
-	tr := tar.NewReader(vr)
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			if c := corruption(err, vr, pr); c != err {
-				return c
-			}
-			return fmt.Errorf("%s: reading tar: %w", digest, err)
+			return fmt.Errorf("reading tar: %w", err)
 		}
 		if err := u.entry(tr, h); err != nil {
-			if c := corruption(err, vr, pr); c != err {
-				return c
-			}
-			return fmt.Errorf("%s: %w", digest, err)
+			return err
 		}
 	}
-	// Read to the end so both digests are checked, tar padding included.
-	if _, err := io.Copy(io.Discard, vr); err != nil {
+	// Read to the end so the layer's digests are checked, tar padding
+	// included, but no further than the budget allows: data after the end
+	// of the archive costs decompression like any other.
+	left := u.budget.remaining()
+	if n, err := io.CopyN(io.Discard, r, left+1); err == nil || n > left {
+		return fmt.Errorf("data after the end of the layer: %w", &LimitError{Limit: LimitImage, Max: u.budget.lim.MaxBytes})
+	} else if err != io.EOF {
 		return err
-	}
-	if _, err := io.Copy(io.Discard, pr); err != nil {
-		return fmt.Errorf("%s: %w", digest, err)
 	}
 	return nil
 }
@@ -347,6 +386,12 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
 	rel, err := entryPath(h.Name)
 	if err != nil {
 		return err
+	}
+	if err := u.budget.take(rel, h); err != nil {
+		return err
+	}
+	if sparse(h) {
+		return fmt.Errorf("%w: /%s is a sparse file, which Cube does not unpack (its holes would be written out in full): rebuild the image without sparse files (GNU tar: without --sparse)", ErrUnsafeLayer, rel)
 	}
 	if rel == "" {
 		if h.Typeflag == tar.TypeDir {
@@ -525,8 +570,14 @@ func (u *unpacker) owner(p string, h *tar.Header) error {
 		return err
 	}
 	for k, v := range h.PAXRecords {
-		attr, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		attr, ok := strings.CutPrefix(k, xattrPrefix)
 		if !ok {
+			continue
+		}
+		if !appliedXattr(attr) {
+			if u.skippedXattrs++; u.firstSkipped == "" {
+				u.firstSkipped = attr + " on " + strings.TrimPrefix(p, u.root)
+			}
 			continue
 		}
 		if err := unix.Lsetxattr(p, attr, []byte(v), 0); err != nil {
@@ -562,6 +613,12 @@ func (u *unpacker) finishDirs() error {
 		return strings.Count(r, "/")
 	}
 	slices.SortFunc(rels, func(a, b string) int { return depth(b) - depth(a) })
+	if _, ok := u.dirs[""]; !ok {
+		// No entry for the root: give it the usual mode of "/".
+		if err := os.Chmod(u.root, 0o755); err != nil {
+			return err
+		}
+	}
 	for _, r := range rels {
 		h := u.dirs[r]
 		p := u.host(r)
