@@ -41,7 +41,8 @@ func badRequest(format string, args ...any) *Error {
 
 // decodeBody reads a JSON object into v. An empty body is an error only when
 // required. Unknown fields are ignored (newer SDKs send fields older servers
-// do not know); wrong types and bad syntax name the field or position.
+// do not know), except the E2B fields this server refuses (unsupportedFields);
+// wrong types and bad syntax name the field or position.
 func decodeBody(r *http.Request, v any, required bool) error {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -64,7 +65,7 @@ func decodeBody(r *http.Request, v any, required bool) error {
 	if dec.More() {
 		return badRequest("malformed JSON: data after the top-level value")
 	}
-	return nil
+	return refuseUnsupported(body, v)
 }
 
 func jsonError(err error) error {

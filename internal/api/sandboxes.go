@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -64,12 +63,6 @@ func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (CreateRequest, erro
 	timeout, err := seconds("timeout", b.Timeout, def, time.Second, s.cfg.MaxTimeout)
 	if err != nil {
 		return CreateRequest{}, err
-	}
-	if len(b.VolumeMounts) > 0 {
-		return CreateRequest{}, badRequest("volumeMounts are not supported by this server")
-	}
-	if m := bytes.TrimSpace(b.MCP); len(m) > 0 && !bytes.Equal(m, []byte("null")) {
-		return CreateRequest{}, badRequest("mcp is not supported by this server")
 	}
 	for k := range b.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

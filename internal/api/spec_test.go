@@ -200,7 +200,7 @@ func resolve(doc map[string]any, ref string) any {
 var schemaTypes = map[string]any{
 	"Error": wire.Error{}, "ProxyError": wire.ProxyError{}, "Health": wire.Health{},
 	"NetworkConfig": wire.NetworkConfig{}, "NetworkUpdate": wire.NetworkUpdate{},
-	"AutoResume": wire.AutoResume{}, "VolumeMount": wire.VolumeMount{}, "NewSandbox": wire.NewSandbox{},
+	"AutoResume": wire.AutoResume{}, "NewSandbox": wire.NewSandbox{},
 	"Sandbox": wire.Sandbox{}, "Lifecycle": wire.Lifecycle{}, "SandboxDetail": wire.SandboxDetail{},
 	"ListedSandbox": wire.ListedSandbox{}, "TimeoutRequest": wire.TimeoutRequest{},
 	"RefreshRequest": wire.RefreshRequest{}, "ConnectRequest": wire.ConnectRequest{},
@@ -269,6 +269,35 @@ func TestSpecSchemasMatchWireTypes(t *testing.T) {
 	for name := range schemaTypes {
 		if _, ok := schemas[name]; !ok {
 			t.Errorf("schemaTypes names %s, which the spec lacks", name)
+		}
+	}
+}
+
+// TestSpecNamesUnsupportedFields keeps the spec's word on refused E2B
+// fields in step with unsupportedFields: each schema names exactly the
+// fields refused in its bodies.
+func TestSpecNamesUnsupportedFields(t *testing.T) {
+	schemas := obj(obj(loadSpec(t)["components"])["schemas"])
+	for name, goType := range schemaTypes {
+		desc, _ := obj(schemas[name])["description"].(string)
+		_, listed, _ := strings.Cut(desc, "anything but null, {} or []:")
+		listed, _, _ = strings.Cut(listed, ". ")
+		var inSpec []string
+		for _, f := range strings.Split(listed, ",") {
+			if f = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(f), ".")); f != "" {
+				inSpec = append(inSpec, f)
+			}
+		}
+		var refused []string
+		for _, f := range unsupportedFields {
+			if reflect.TypeOf(f.body) == reflect.TypeOf(goType) {
+				refused = append(refused, f.path)
+			}
+		}
+		sort.Strings(inSpec)
+		sort.Strings(refused)
+		if !slices.Equal(inSpec, refused) {
+			t.Errorf("schema %s names refused fields %q; the server refuses %q", name, inSpec, refused)
 		}
 	}
 }

@@ -7,10 +7,7 @@
 // required never are, because a missing required field fails its parsing.
 package wire
 
-import (
-	"encoding/json"
-	"time"
-)
+import "time"
 
 // Error is every non-2xx answer of the control plane.
 type Error struct {
@@ -53,15 +50,9 @@ type AutoResume struct {
 	Enabled bool `json:"enabled"`
 }
 
-// VolumeMount is accepted on the wire so that a request naming one can be
-// refused precisely; Cube has no volumes.
-type VolumeMount struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
-}
-
 // NewSandbox is the body of POST /sandboxes and POST /v2/sandboxes (the
-// latter ignores Secure: it is always secure).
+// latter ignores Secure: it is always secure). E2B's fields that Cube does
+// not implement have no Go field; the server refuses them by name.
 type NewSandbox struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int              `json:"timeout,omitempty"`
@@ -73,8 +64,6 @@ type NewSandbox struct {
 	Secure              *bool             `json:"secure,omitempty"`
 	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
 	Network             *NetworkConfig    `json:"network,omitempty"`
-	VolumeMounts        []VolumeMount     `json:"volumeMounts,omitempty"`
-	MCP                 json.RawMessage   `json:"mcp,omitempty"`
 	// CPUCount and MemoryMB narrow the template's limits for this sandbox
 	// (a Cube extension; E2B takes them from the template only).
 	CPUCount *int `json:"cpuCount,omitempty"`
