@@ -89,23 +89,7 @@ func run() error {
 	// The code interpreter listens beside envd and warms its default
 	// Python kernel at once, so a template snapshot holds a ready kernel.
 	if *codePort > 0 {
-		ci := codeinterp.New(codeinterp.Options{
-			Env:        srv.State.Env,
-			DefaultCwd: "/home/" + users.DefaultName,
-			// The SDK sends the access token with executions only; context
-			// management carries none, as upstream.
-			Authorize: func(r *http.Request) bool {
-				return r.URL.Path != "/execute" || srv.State.Authorized(r.Header.Get("X-Access-Token"))
-			},
-			Logger: log,
-			Spawn: func(c *exec.Cmd) (func() syscall.WaitStatus, error) {
-				ch, err := reaper.Start(c)
-				if err != nil {
-					return nil, err
-				}
-				return ch.Wait, nil
-			},
-		})
+		ci := codeInterpreter(srv, reaper, log)
 		ciLn, err := net.Listen("tcp", ":"+strconv.Itoa(*codePort))
 		if err != nil {
 			return err
@@ -147,4 +131,25 @@ func run() error {
 	}
 	srv.Close()
 	return nil
+}
+
+// codeInterpreter is the code interpreter served beside envd. It reads the
+// sandbox's environment from envd and takes the same access token on every
+// route but its health probe, exactly as /execute does.
+func codeInterpreter(srv *envd.Server, reaper *reap.Reaper, log *slog.Logger) *codeinterp.Server {
+	return codeinterp.New(codeinterp.Options{
+		Env:        srv.State.Env,
+		DefaultCwd: "/home/" + users.DefaultName,
+		Authorize: func(r *http.Request) bool {
+			return srv.State.Authorized(r.Header.Get("X-Access-Token"))
+		},
+		Logger: log,
+		Spawn: func(c *exec.Cmd) (func() syscall.WaitStatus, error) {
+			ch, err := reaper.Start(c)
+			if err != nil {
+				return nil, err
+			}
+			return ch.Wait, nil
+		},
+	})
 }

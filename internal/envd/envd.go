@@ -5,9 +5,11 @@ package envd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -55,9 +57,10 @@ type Server struct {
 	Process *process.Service
 	FS      *filesystem.Service
 
-	log     *slog.Logger
-	handler http.Handler
-	metrics *metricsSampler
+	log      *slog.Logger
+	handler  http.Handler
+	patterns []string // what routes registered, for Routes
+	metrics  *metricsSampler
 }
 
 // New builds the server.
@@ -118,8 +121,24 @@ func (s *Server) Close() {
 	s.Process.KillAll()
 }
 
+// PublicRoutes are the envd routes that answer without the access token,
+// each with the reason it may. Every other route, including ones added
+// later and paths that match none, needs the token (or, for /files, a
+// signed URL).
+var PublicRoutes = map[string]string{
+	"GET /health": "the control plane's readiness probe, called before /init hands out a token; it reveals only envd's version",
+}
+
+// signedRoute may be authorised by a URL signature instead of the token;
+// its handler verifies the signature.
+const signedRoute = "/files"
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	handle := func(pattern string, h http.Handler) {
+		mux.Handle(pattern, h)
+		s.patterns = append(s.patterns, pattern)
+	}
 	opts := []connect.HandlerOption{
 		connect.WithInterceptors(&tokenInterceptor{state: s.State}),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
@@ -128,33 +147,59 @@ func (s *Server) routes() http.Handler {
 		}),
 		connect.WithReadMaxBytes(64 << 20),
 	}
-	mux.Handle(s.Process.Handler(opts...))
-	mux.Handle(s.FS.Handler(opts...))
-	mux.Handle("/files", files.New(s.State, s.log))
-	mux.HandleFunc("GET /health", s.health)
-	mux.HandleFunc("POST /init", s.init)
-	mux.Handle("GET /envs", s.requireToken(http.HandlerFunc(s.envs)))
-	mux.Handle("GET /metrics", s.requireToken(http.HandlerFunc(s.metricsHandler)))
-	return mux
+	connectPrefixes := map[string]bool{}
+	for _, svc := range []func(...connect.HandlerOption) (string, http.Handler){s.Process.Handler, s.FS.Handler} {
+		prefix, h := svc(opts...)
+		connectPrefixes[prefix] = true
+		handle(prefix, h)
+	}
+	handle(signedRoute, files.New(s.State, s.log))
+	handle("GET /health", http.HandlerFunc(s.health))
+	handle("POST /init", http.HandlerFunc(s.init))
+	handle("GET /envs", http.HandlerFunc(s.envs))
+	handle("GET /metrics", http.HandlerFunc(s.metricsHandler))
+	return s.requireToken(mux, connectPrefixes)
 }
 
-// requireToken guards a plain-HTTP route with the access token.
-func (s *Server) requireToken(next http.Handler) http.Handler {
+// Routes lists the patterns envd serves: the plain-HTTP routes and the
+// path prefix of each Connect service.
+func (s *Server) Routes() []string { return slices.Clone(s.patterns) }
+
+// requireToken is envd's one access check, in front of every route: a
+// request passes with the access token (any request while none is set),
+// to a public route, or to the signed route when it carries a signature.
+// A refused Connect call gets a Connect error, anything else E2B's JSON
+// error; both with status 401.
+func (s *Server) requireToken(mux *http.ServeMux, connectPrefixes map[string]bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.State.Authorized(r.Header.Get("X-Access-Token")) {
-			writeError(w, http.StatusUnauthorized, "missing or invalid access token")
+		_, pattern := mux.Handler(r)
+		switch {
+		case PublicRoutes[pattern] != "":
+		case s.State.Authorized(r.Header.Get("X-Access-Token")):
+		case pattern == signedRoute && r.URL.Query().Has("signature"):
+		case connectPrefixes[pattern]:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			json.NewEncoder(w).Encode(map[string]string{"code": connect.CodeUnauthenticated.String(), "message": errNoToken.Error()})
+			return
+		default:
+			writeError(w, http.StatusUnauthorized, "%v", errNoToken)
 			return
 		}
-		next.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 	})
 }
 
+var errNoToken = errors.New("missing or invalid access token: send the sandbox's envd access token in the X-Access-Token header")
+
 // tokenInterceptor rejects RPCs without the access token once one is set.
+// requireToken already refuses them; this second check keeps the services
+// safe wherever else their handlers are mounted.
 type tokenInterceptor struct{ state *state.State }
 
 func (t *tokenInterceptor) check(h http.Header) error {
 	if !t.state.Authorized(h.Get("X-Access-Token")) {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("missing or invalid access token"))
+		return connect.NewError(connect.CodeUnauthenticated, errNoToken)
 	}
 	return nil
 }

@@ -32,8 +32,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 // there is nothing left for /init to reseed.
 func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Envd-Version", Version)
-	if !s.State.Authorized(r.Header.Get("X-Access-Token")) {
-		writeError(w, http.StatusUnauthorized, "missing or invalid access token")
+	if !s.State.Authorized(r.Header.Get("X-Access-Token")) { // requireToken checked too; re-keying merits both
+		writeError(w, http.StatusUnauthorized, "%v", errNoToken)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))

@@ -32,7 +32,8 @@ type Options struct {
 	// e.g. /home/user; when it does not exist the first existing of $HOME
 	// and / is used.
 	DefaultCwd string
-	// Authorize, when set, must accept every request except GET /health.
+	// Authorize, when set, must accept every request except those for
+	// PublicRoutes.
 	Authorize func(*http.Request) bool
 	// KernelSpecDirs are searched for kernelspecs; default: the standard
 	// Jupyter data paths (jupyter.DefaultSpecDirs).
@@ -311,26 +312,59 @@ func (s *Server) remove(id string) *codeContext {
 	return c
 }
 
-// Handler returns the HTTP API.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", s.handleHealth)
-	mux.HandleFunc("POST /execute", s.authorized(s.handleExecute))
-	mux.HandleFunc("POST /contexts", s.authorized(s.handleCreateContext))
-	mux.HandleFunc("GET /contexts", s.authorized(s.handleListContexts))
-	mux.HandleFunc("POST /contexts/{id}/restart", s.authorized(s.handleRestartContext))
-	mux.HandleFunc("DELETE /contexts/{id}", s.authorized(s.handleDeleteContext))
-	return mux
+// PublicRoutes are the code interpreter routes that answer without
+// authorisation, each with the reason it may. Every other route, including
+// ones added later and paths that match none, must pass Options.Authorize.
+var PublicRoutes = map[string]string{
+	"GET /health": "the readiness probe that waits for the warm default kernel; it reveals only whether that kernel is up",
 }
 
-func (s *Server) authorized(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.opts.Authorize != nil && !s.opts.Authorize(r) {
+// route is one endpoint of the API.
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+}
+
+// routes is the API's one table of endpoints, for Handler and Routes.
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /health", s.handleHealth},
+		{"POST /execute", s.handleExecute},
+		{"POST /contexts", s.handleCreateContext},
+		{"GET /contexts", s.handleListContexts},
+		{"POST /contexts/{id}/restart", s.handleRestartContext},
+		{"DELETE /contexts/{id}", s.handleDeleteContext},
+	}
+}
+
+// Handler returns the HTTP API, every route behind one access check.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range s.routes() {
+		mux.HandleFunc(rt.pattern, rt.handler)
+	}
+	return s.authorized(mux)
+}
+
+// Routes lists the patterns Handler serves.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, rt := range s.routes() {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
+// authorized lets a request reach mux when it is for a public route or
+// Options.Authorize accepts it.
+func (s *Server) authorized(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); PublicRoutes[pattern] == "" && s.opts.Authorize != nil && !s.opts.Authorize(r) {
 			httpError(w, http.StatusUnauthorized, "unauthorized: missing or invalid access token")
 			return
 		}
-		h(w, r)
-	}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // httpError answers in plain text: the SDKs put the body of a 404 (and,
