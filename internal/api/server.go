@@ -80,6 +80,7 @@ type Server struct {
 	proxy   *proxy.Proxy
 	metrics *metrics
 	limiter *ratelimit.Keyed[[sha256.Size]byte]
+	public  map[string]bool // mux pattern → served without an API key
 	log     *slog.Logger
 }
 
@@ -130,8 +131,10 @@ func NewServer(cfg Config, b Backend) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.public = map[string]bool{}
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.path, rt.handler)
+		s.public[rt.method+" "+rt.path] = rt.public
 	}
 	return s, nil
 }
@@ -240,13 +243,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 	return pattern
 }
 
-func (s *Server) isPublic(pattern string) bool {
-	switch pattern {
-	case "GET /health", "GET /metrics", "GET /openapi.yml":
-		return true
-	}
-	return false
-}
+// isPublic reports whether the route served under pattern needs no API
+// key, as the route table says.
+func (s *Server) isPublic(pattern string) bool { return s.public[pattern] }
 
 func (s *Server) observe(r *http.Request, rec *recorder, label string, d time.Duration) {
 	status := rec.status
