@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"sort"
@@ -11,10 +10,30 @@ import (
 	"cube/internal/api"
 )
 
-// SandboxLogs returns a sandbox's log: the node's lifecycle events and the
-// process start and exit records envd writes to its console, oldest first.
+// maxProcessRecords caps the process records one logs answer takes from
+// a sandbox's console, the newest kept. It stays below the API's default
+// page (1000 entries), so a sandbox that prints forged records in bulk
+// cannot push the node's own events out of that page.
+const maxProcessRecords = 500
+
+// SourceField names, in a process record's fields, where it came from:
+// SourceSandbox, set by the node, whatever the line said. The node's own
+// events carry no fields, so the two never pass for each other.
+const (
+	SourceField   = "source"
+	SourceSandbox = "sandbox"
+)
+
+// SandboxLogs returns a sandbox's log: the node's lifecycle events (kept
+// in the store, out of the sandbox's reach) and the process start and
+// exit records envd writes to its console, oldest first. The console is
+// the sandbox's own output, so what it says is only believed so far: the
+// runtime keeps just its newest part, records from before the sandbox
+// existed or from the future are dropped, and at most maxProcessRecords
+// are taken.
 func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]api.LogEntry, error) {
-	if _, err := n.record(ctx, sandboxID); err != nil {
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
 		return nil, err
 	}
 	ev, err := n.store.Events(ctx, sandboxID, 0, 10000)
@@ -30,7 +49,7 @@ func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]api.LogEntr
 	n.mu.Unlock()
 	if l != nil {
 		if console, err := l.sb.Console(); err == nil {
-			out = append(out, processRecords(console)...)
+			out = append(out, processRecords(console, rec.CreatedAt, time.Now())...)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
@@ -39,22 +58,23 @@ func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]api.LogEntr
 
 // processRecords picks envd's process records out of its console output
 // (log/slog text lines such as
-// `time=... level=INFO msg="process exited" pid=7 exit_code=0`).
-func processRecords(console []byte) []api.LogEntry {
+// `time=... level=INFO msg="process exited" pid=7 exit_code=0`): the
+// newest maxProcessRecords of those timed between from and to, each
+// marked as the sandbox's.
+func processRecords(console []byte, from, to time.Time) []api.LogEntry {
 	var out []api.LogEntry
-	sc := bufio.NewScanner(bytes.NewReader(console))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, `msg="process `) {
+	// Line by line, however long: a scanner would stop at the first line
+	// over its limit, and the sandbox chooses the lines.
+	for b := range bytes.Lines(console) {
+		if !bytes.Contains(b, []byte(`msg="process `)) {
 			continue
 		}
-		kv := parseLogfmt(line)
+		kv := parseLogfmt(strings.TrimRight(string(b), "\r\n"))
 		if kv["msg"] != "process started" && kv["msg"] != "process exited" {
 			continue
 		}
 		t, err := time.Parse(time.RFC3339Nano, kv["time"])
-		if err != nil {
+		if err != nil || t.Before(from) || t.After(to) {
 			continue
 		}
 		e := api.LogEntry{Time: t, Level: api.LevelInfo, Message: kv["msg"], Fields: map[string]string{}}
@@ -63,7 +83,11 @@ func processRecords(console []byte) []api.LogEntry {
 				e.Fields[k] = v
 			}
 		}
+		e.Fields[SourceField] = SourceSandbox
 		out = append(out, e)
+	}
+	if len(out) > maxProcessRecords {
+		out = out[len(out)-maxProcessRecords:]
 	}
 	return out
 }
