@@ -34,9 +34,16 @@ func TestMain(m *testing.M) {
 
 // isolate, run as root, gives envd its own PID namespace (it is PID 1 there,
 // as in a sandbox) and private copies of the account databases and /home,
-// so creating the default user never touches the host.
+// so creating the default user never touches the host. With
+// CUBE_TEST_BARE_ETC=1 envd sees an /etc with no account databases at all,
+// as in a minimal image.
 const isolate = `set -e
 mount --make-rprivate /
+if [ "$CUBE_TEST_BARE_ETC" = 1 ]; then
+	mkdir -p "$CUBE_TEST_ETC/bare"
+	cp /etc/ld.so.cache "$CUBE_TEST_ETC/bare/" 2>/dev/null || true
+	mount --bind "$CUBE_TEST_ETC/bare" /etc
+fi
 for f in passwd group shadow; do
 	if [ -e /etc/$f ]; then cp /etc/$f "$CUBE_TEST_ETC/$f"; mount --bind "$CUBE_TEST_ETC/$f" /etc/$f; fi
 done

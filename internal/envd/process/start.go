@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -199,7 +200,7 @@ func (s *Service) start(u *users.User, req *pb.StartRequest) (*proc, *subscriber
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
 			code = connect.CodeInvalidArgument
 		}
-		return nil, nil, connect.NewError(code, fmt.Errorf("start %s: %w", cfg.GetCmd(), err))
+		return nil, nil, connect.NewError(code, startError(cfg.GetCmd(), path, cwd, u, err))
 	}
 	p.child = child
 	p.pid = uint32(child.Pid())
@@ -224,4 +225,25 @@ func (s *Service) start(u *users.User, req *pb.StartRequest) (*proc, *subscriber
 		s.log.Info("process exited", "pid", p.pid, "cmd", cfg.GetCmd(), "exit_code", end.GetExitCode(), "status", end.GetStatus())
 	})
 	return p, sub, nil
+}
+
+// startError explains why the program at path could not be started as u.
+// The kernel answers ENOENT or EACCES for several causes, and the plain
+// "fork/exec /bin/bash: permission denied" of a directory u may not search
+// hides that the program is simply missing; envd looks for itself.
+func startError(cmd, path, cwd string, u *users.User, err error) error {
+	if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("start %s: %w", cmd, err)
+	}
+	abs := path
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(cwd, abs)
+	}
+	if _, statErr := os.Stat(abs); errors.Is(statErr, fs.ErrNotExist) {
+		return fmt.Errorf("start %s: %s not found in the sandbox image; install it in the template or run a program the image has: %w", cmd, abs, fs.ErrNotExist)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("start %s: %s exists, but the interpreter on its #! line or its dynamic loader is missing from the sandbox image: %w", cmd, abs, err)
+	}
+	return fmt.Errorf("start %s: user %s may not execute %s (or search a directory on its way): %w", cmd, u.Name, abs, err)
 }

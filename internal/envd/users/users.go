@@ -29,10 +29,23 @@ type User struct {
 	Home   string
 }
 
+// RootName is the superuser's account name.
+const RootName = "root"
+
+// root is the superuser as the kernel knows it: uid 0, gid 0, home /root,
+// whatever the image's account database says. Minimal images (distroless,
+// scratch) ship no /etc/passwd at all, and root must work there too.
+func root() *User {
+	return &User{Name: RootName, UID: 0, GID: 0, Home: "/root"}
+}
+
 // Lookup finds the account called name.
 func Lookup(name string) (*User, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: empty name", ErrUnknown)
+	}
+	if name == RootName {
+		return root(), nil
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
@@ -66,8 +79,12 @@ func Lookup(name string) (*User, error) {
 	return out, nil
 }
 
-// Current is the account envd itself runs as.
+// Current is the account envd itself runs as; root when its effective uid
+// is 0, with or without an account database.
 func Current() (*User, error) {
+	if os.Geteuid() == 0 {
+		return root(), nil
+	}
 	u, err := user.Current()
 	if err != nil {
 		return nil, fmt.Errorf("current user: %w", err)

@@ -83,3 +83,16 @@ func TestDoActsAsTheUser(t *testing.T) {
 		t.Fatalf("file made as nobody is owned by %d, want %d", uid, nobody.UID)
 	}
 }
+
+func TestRootIsUIDZeroWithHomeRoot(t *testing.T) {
+	u, err := Lookup("root")
+	if err != nil || u.UID != 0 || u.GID != 0 || u.Home != "/root" || u.Name != "root" {
+		t.Fatalf("Lookup(root) = %+v, %v; want uid 0, gid 0, home /root", u, err)
+	}
+	if os.Geteuid() == 0 {
+		cur, err := Current()
+		if err != nil || cur.UID != 0 || cur.Home != "/root" {
+			t.Fatalf("Current as root = %+v, %v", cur, err)
+		}
+	}
+}
