@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/store"
 )
@@ -24,8 +25,10 @@ const (
 // BuildSnapshot boots tpl fresh from its rootfs in a network slot, waits
 // until probe succeeds against the sandbox's host-side address, then
 // checkpoints it into the template's directory and stops it. It sets
-// tpl.Envd (to this node's agent), tpl.Checkpoint and tpl.SizeBytes; the
-// caller stores the template. On failure nothing is left behind.
+// tpl.Envd (to this node's agent), tpl.Checkpoint, tpl.Checksum and
+// tpl.SizeBytes; the caller stores the template, which may be marked ready
+// at once: the image is synced to disk before BuildSnapshot returns. On
+// failure nothing is left behind.
 func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe func(ctx context.Context, addr netip.Addr) error, phase func(Phase)) (err error) {
 	var c cleanup
 	defer func() {
@@ -57,18 +60,18 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 
 	phase(PhaseSnapshotting)
 	final := filepath.Join(n.cfg.DataDir, "templates", tpl.ID, "checkpoint")
-	tmp := final + ".tmp"
-	os.RemoveAll(tmp)
-	c.Add(func() { os.RemoveAll(tmp) })
-	if err := sb.Checkpoint(ctx, tmp, false); err != nil {
-		return diskError("snapshot", err)
-	}
-	os.RemoveAll(final)
-	if err := os.Rename(tmp, final); err != nil {
+	tmp, sum, err := writeImage(ctx, sb, final, false, "snapshot")
+	if err != nil {
 		return err
 	}
+	c.Add(func() { os.RemoveAll(tmp) })
+	fault.Point(fault.BuildAfterCheckpoint)
+	if err := publishImage(tmp, final); err != nil {
+		return diskError("snapshot", err)
+	}
 	c.Add(func() { os.RemoveAll(final) })
-	tpl.Checkpoint = final
+	fault.Point(fault.BuildAfterRename)
+	tpl.Checkpoint, tpl.Checksum = final, sum
 	tpl.SizeBytes = dirSize(final)
 	tpl.UpdatedAt = time.Now().UTC()
 	return nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cube/internal/api"
+	"cube/internal/fault"
 	"cube/internal/store"
 )
 
@@ -183,6 +184,14 @@ func (n *Node) scheduleWriteOut(sandboxID string, pausedAt time.Time) {
 // writeOut checkpoints a frozen sandbox to disk and frees its container
 // and slot. A sandbox resumed, paused again or killed meanwhile is left
 // alone (a later pause has its own write-out).
+//
+// Each step is recorded before the next one depends on it, so a crash
+// anywhere leaves something the reconciler can finish or roll back: the
+// target directory is recorded before the checkpoint, the image's
+// checksum before its rename, and the container is retired only once the
+// store says the sandbox is on disk. The checkpoint leaves the container
+// frozen in memory, so until then a failure (or a crash) still has the
+// sandbox there.
 func (n *Node) writeOut(sandboxID string, pausedAt time.Time) error {
 	unlock := n.lock(sandboxID)
 	defer unlock()
@@ -198,25 +207,39 @@ func (n *Node) writeOut(sandboxID string, pausedAt time.Time) error {
 		return nil
 	}
 	dir := filepath.Join(n.sandboxDir(rec.ID), "pause")
-	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
-	if err := l.sb.Checkpoint(ctx, tmp, false); err != nil {
-		os.RemoveAll(tmp)
-		return diskError("pause", err)
-	}
-	os.RemoveAll(dir)
-	if err := os.Rename(tmp, dir); err != nil {
-		return err
-	}
-	n.mu.Lock()
-	delete(n.live, rec.ID)
-	n.mu.Unlock()
-	n.retire(l) // the checkpoint stopped the container; this frees the rest
-	rec.PauseImage = dir
-	rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
+	rec.PauseImageTarget, rec.PauseChecksum = dir, ""
 	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
 		return err
 	}
+	fault.Point(fault.PauseAfterIntent)
+	tmp, sum, err := writeImage(ctx, l.sb, dir, true, "pause")
+	if err != nil {
+		return err
+	}
+	fault.Point(fault.PauseAfterCheckpoint)
+	rec.PauseChecksum = sum
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	fault.Point(fault.PauseAfterChecksum)
+	if err := publishImage(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		return diskError("pause", err)
+	}
+	fault.Point(fault.PauseAfterRename)
+	rec.PauseImage, rec.PauseImageTarget = dir, ""
+	rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		// The store may or may not name the image now, so it stays; the
+		// frozen container stays too and the sandbox is paused in memory.
+		return err
+	}
+	fault.Point(fault.PauseAfterRecord)
+	n.mu.Lock()
+	delete(n.live, rec.ID)
+	n.mu.Unlock()
+	n.retire(l)
 	n.event(rec.ID, "info", "paused sandbox written to disk")
 	return nil
 }
@@ -231,12 +254,17 @@ func diskError(op string, err error) error {
 
 // resume brings a paused sandbox back: by thawing it when it is still in
 // memory, else by restoring its image into a fresh slot. The caller holds
-// its lock. Time spent paused does not count against the timeout.
+// its lock. Time spent paused does not count against the timeout. An
+// image that does not match its checksum is not restored: the sandbox
+// stays paused and its image stays where it is.
 func (n *Node) resume(ctx context.Context, rec *store.Sandbox) error {
 	paused := time.Since(rec.PausedAt)
 	n.mu.Lock()
 	l := n.live[rec.ID]
 	n.mu.Unlock()
+	// A pause image no longer needed once the sandbox runs; removed only
+	// after the record stops naming it.
+	var stale string
 	if l != nil && l.frozen {
 		if err := l.sb.Resume(ctx); err != nil {
 			return fmt.Errorf("resume: %w", err)
@@ -245,11 +273,19 @@ func (n *Node) resume(ctx context.Context, rec *store.Sandbox) error {
 		l.frozen = false
 		n.mu.Unlock()
 		rec.State = store.Running
+		// A write-out that failed half-way may have left its image.
+		stale = rec.PauseImageTarget
+		if rec.PauseImage != "" {
+			stale = rec.PauseImage
+		}
 	} else {
 		if rec.Boot == nil || rec.PauseImage == "" {
 			return fmt.Errorf("sandbox %q has no pause image", rec.ID)
 		}
-		image := rec.PauseImage
+		image, sum := rec.PauseImage, rec.PauseChecksum
+		if err := verifyPauseImage(rec); err != nil {
+			return err
+		}
 		rec.State = store.Resuming
 		if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
 			return err
@@ -261,13 +297,38 @@ func (n *Node) resume(ctx context.Context, rec *store.Sandbox) error {
 			n.store.Sandboxes().Put(context.Background(), rec)
 			return fmt.Errorf("resume: %w", err)
 		}
+		rec.PauseImage, rec.PauseChecksum = "", ""
 		if err := n.attach(ctx, rec, l); err != nil {
+			rec.State, rec.PauseImage, rec.PauseChecksum = store.Paused, image, sum
+			rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
+			n.store.Sandboxes().Put(context.Background(), rec)
 			return err
 		}
-		os.RemoveAll(image)
+		stale = image
 	}
 	rec.EndAt = rec.EndAt.Add(paused)
-	rec.PauseImage, rec.PausedAt = "", time.Time{}
+	rec.PauseImage, rec.PauseChecksum, rec.PauseImageTarget, rec.PausedAt = "", "", "", time.Time{}
 	n.event(rec.ID, "info", "resumed after %s paused", paused.Round(time.Millisecond))
-	return n.store.Sandboxes().Put(ctx, rec)
+	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		return err
+	}
+	if stale != "" {
+		os.RemoveAll(stale)
+	}
+	return nil
+}
+
+// verifyPauseImage checks a paused sandbox's image against the checksum
+// taken when it was written.
+func verifyPauseImage(rec *store.Sandbox) error {
+	if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err != nil {
+		return api.Errorf(http.StatusInternalServerError, "the pause image of sandbox %q is missing on disk; it cannot be resumed: kill it with `cubemastercli rm %s`", rec.ID, rec.ID)
+	}
+	if rec.PauseChecksum == "" {
+		return nil // written before pause images had checksums
+	}
+	if !imageIntact(rec.PauseImage, rec.PauseChecksum) {
+		return api.Errorf(http.StatusUnprocessableEntity, "the pause image of sandbox %q is damaged (checksum mismatch); it stays paused and its image is kept in %s: kill it with `cubemastercli rm %s`", rec.ID, rec.PauseImage, rec.ID)
+	}
+	return nil
 }

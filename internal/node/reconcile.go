@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"cube/internal/store"
 )
@@ -43,6 +44,17 @@ func (n *Node) Reconcile(ctx context.Context) error {
 			n.log.Warn("reconcile: sandbox lost its container; removing", "sandbox", rec.ID, "container", rec.ContainerID)
 			n.forget(ctx, rec)
 		case store.Paused:
+			if rec.PauseImageTarget != "" {
+				switch n.settleWriteOut(ctx, rec, running[rec.ContainerID]) {
+				case writeOutFinished:
+					keepDir[rec.ID] = true
+				case writeOutRolledBack:
+					keepContainer[rec.ContainerID] = true
+					slotsInUse[rec.Slot] = true
+					keepDir[rec.ID] = true
+				}
+				continue
+			}
 			if rec.ContainerID != "" && n.adopt(ctx, rec, running[rec.ContainerID]) {
 				// Paused in memory when the server stopped: keep it frozen
 				// and write it out as planned.
@@ -60,7 +72,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 				keepDir[rec.ID] = true
 				continue
 			}
-			n.log.Warn("reconcile: paused sandbox lost its image; removing", "sandbox", rec.ID)
+			n.log.Error("reconcile: paused sandbox lost: neither its container nor its image remains; removing", "sandbox", rec.ID, "image", rec.PauseImage)
 			n.forget(ctx, rec)
 		case store.Pausing:
 			// The checkpoint either completed (rename done) or not; a
@@ -115,7 +127,93 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		n.log.Warn("reconcile: network slots", "err", err)
 	}
 	n.sweepDirs(keepDir)
+	if err := n.settleTemplates(ctx); err != nil {
+		return err
+	}
 	n.sweepSnapshots(ctx)
+	return nil
+}
+
+// How settleWriteOut decided.
+type writeOutOutcome int
+
+const (
+	writeOutFinished   writeOutOutcome = iota // paused on disk
+	writeOutRolledBack                        // paused in memory, container re-adopted
+	writeOutLost                              // removed
+)
+
+// settleWriteOut decides a pause write-out a crash interrupted (the record
+// names its target). A complete image matching the recorded checksum
+// finishes it: the sandbox is paused on disk and its container, if any,
+// is surplus. Otherwise the frozen container, if it survived, is
+// re-adopted, the partial image dropped, and the write-out scheduled
+// again. With neither the sandbox is gone; that happens only when the
+// host lost the container and the disk lost the image.
+func (n *Node) settleWriteOut(ctx context.Context, rec *store.Sandbox, alive bool) writeOutOutcome {
+	target := rec.PauseImageTarget
+	if imageIntact(target, rec.PauseChecksum) {
+		rec.PauseImage, rec.PauseImageTarget = target, ""
+		rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
+		if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+			// Keep everything; the next start decides again.
+			n.log.Warn("reconcile: record finished write-out", "sandbox", rec.ID, "err", err)
+		}
+		n.log.Info("reconcile: finished interrupted write-out; sandbox paused on disk", "sandbox", rec.ID, "image", target)
+		return writeOutFinished
+	}
+	if rec.ContainerID != "" && n.adopt(ctx, rec, alive) {
+		os.RemoveAll(target)
+		os.RemoveAll(target + ".tmp")
+		rec.PauseImageTarget, rec.PauseChecksum = "", ""
+		if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+			n.log.Warn("reconcile: record rolled-back write-out", "sandbox", rec.ID, "err", err)
+		}
+		n.mu.Lock()
+		n.live[rec.ID].frozen = true
+		n.mu.Unlock()
+		n.scheduleWriteOut(rec.ID, rec.PausedAt)
+		n.log.Info("reconcile: rolled back interrupted write-out; sandbox paused in memory", "sandbox", rec.ID)
+		return writeOutRolledBack
+	}
+	n.log.Error("reconcile: paused sandbox lost: its write-out to disk was interrupted, its image is incomplete and its container is gone; removing",
+		"sandbox", rec.ID, "image", target, "container", rec.ContainerID)
+	n.forget(ctx, rec)
+	return writeOutLost
+}
+
+// settleTemplates completes what a crash interrupted on templates and
+// snapshots: a snapshot still building is finished when its image is
+// complete and matches its recorded checksum, else dropped (it was never
+// reported as taken); a delete is completed. Template builds are the
+// builder's to recover.
+func (n *Node) settleTemplates(ctx context.Context) error {
+	tpls, err := n.store.Templates().List(ctx, string(store.TemplateBuilding), string(store.TemplateDeleting))
+	if err != nil {
+		return err
+	}
+	for _, t := range tpls {
+		switch {
+		case t.Status == store.TemplateDeleting:
+			n.removeTemplateFiles(t)
+			if err := n.store.Templates().Delete(ctx, t.ID); err != nil {
+				return err
+			}
+			n.log.Info("reconcile: completed interrupted delete", "template", t.ID)
+		case t.SourceSandbox != "" && imageIntact(t.Checkpoint, t.Checksum):
+			t.Status, t.SizeBytes, t.UpdatedAt = store.TemplateReady, dirSize(t.Checkpoint), time.Now().UTC()
+			if err := n.store.Templates().Put(ctx, t); err != nil {
+				return err
+			}
+			n.log.Info("reconcile: finished interrupted snapshot", "snapshot", t.ID, "sandbox", t.SourceSandbox)
+		case t.SourceSandbox != "":
+			n.removeTemplateFiles(t)
+			if err := n.store.Templates().Delete(ctx, t.ID); err != nil {
+				return err
+			}
+			n.log.Info("reconcile: dropped interrupted snapshot; its image was incomplete", "snapshot", t.ID, "sandbox", t.SourceSandbox)
+		}
+	}
 	return nil
 }
 

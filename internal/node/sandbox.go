@@ -18,6 +18,7 @@ import (
 
 	"cube/internal/api"
 	"cube/internal/egress"
+	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/netslot"
 	"cube/internal/proxy"
@@ -407,11 +408,14 @@ func (n *Node) KillSandbox(ctx context.Context, sandboxID string) error {
 }
 
 // destroy removes everything a sandbox holds. The caller holds its lock.
+// The sandbox is recorded as killing first: from then on it is not found,
+// and the reconciler completes a delete a crash interrupted.
 func (n *Node) destroy(ctx context.Context, rec *store.Sandbox, why string) error {
 	rec.State = store.Killing
 	if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
 		return err
 	}
+	fault.Point(fault.SandboxDeleteAfterIntent)
 	n.mu.Lock()
 	l := n.live[rec.ID]
 	delete(n.live, rec.ID)
@@ -421,7 +425,9 @@ func (n *Node) destroy(ctx context.Context, rec *store.Sandbox, why string) erro
 	} else if rec.ContainerID != "" {
 		n.rt.Remove(context.Background(), rec.ContainerID)
 	}
+	fault.Point(fault.SandboxDeleteAfterStop)
 	os.RemoveAll(n.sandboxDir(rec.ID))
+	fault.Point(fault.SandboxDeleteAfterRemove)
 	if err := n.store.Sandboxes().Delete(context.Background(), rec.ID); err != nil {
 		return err
 	}

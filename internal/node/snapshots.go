@@ -15,40 +15,20 @@ import (
 	"time"
 
 	"cube/internal/api"
+	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/store"
 )
 
-// checkpoint writes a running sandbox's memory and files into a new
-// directory under snapshots/ (via a .tmp sibling, so a crash never leaves
-// a half-written image under its final name). The sandbox keeps running.
-// The caller holds the sandbox's lock.
-func (n *Node) checkpoint(ctx context.Context, rec *store.Sandbox, name string) (dir string, sum string, err error) {
+// running returns the container of a running sandbox.
+func (n *Node) running(rec *store.Sandbox) (*live, error) {
 	n.mu.Lock()
 	l := n.live[rec.ID]
 	n.mu.Unlock()
 	if l == nil || rec.State != store.Running {
-		return "", "", api.Errorf(http.StatusConflict, "sandbox %q is %s, not running", rec.ID, rec.State)
+		return nil, api.Errorf(http.StatusConflict, "sandbox %q is %s, not running", rec.ID, rec.State)
 	}
-	dir = filepath.Join(n.cfg.DataDir, "snapshots", name)
-	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
-	start := time.Now()
-	if err := l.sb.Checkpoint(ctx, tmp, true); err != nil {
-		os.RemoveAll(tmp)
-		return "", "", diskError("snapshot", err)
-	}
-	written := time.Now()
-	if sum, err = imageChecksum(tmp); err != nil {
-		os.RemoveAll(tmp)
-		return "", "", err
-	}
-	n.log.Debug("checkpoint taken", "sandbox", rec.ID, "checkpoint", written.Sub(start), "checksum", time.Since(written))
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
-		return "", "", err
-	}
-	return dir, sum, nil
+	return l, nil
 }
 
 // imageChecksum fingerprints a checkpoint image: the kernel state and
@@ -87,19 +67,23 @@ func imageChecksum(dir string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// snapshotTemplate is the template record of a snapshot of rec.
-func snapshotTemplate(rec *store.Sandbox, snapID, dir, sum string, names []string) *store.Template {
+// snapshotTemplate is the template record of a snapshot of rec, to be
+// written into dir; it is building until the image is durable.
+func snapshotTemplate(rec *store.Sandbox, snapID, dir string, names []string) *store.Template {
 	t := *rec.Boot
 	now := time.Now().UTC()
-	t.ID, t.Aliases, t.Status, t.Error = snapID, names, store.TemplateReady, ""
+	t.ID, t.Aliases, t.Status, t.Error = snapID, names, store.TemplateBuilding, ""
 	t.CreatedAt, t.UpdatedAt = now, now
-	t.Checkpoint, t.Checksum, t.SizeBytes = dir, sum, dirSize(dir)
+	t.Checkpoint, t.Checksum, t.SizeBytes = dir, "", 0
 	t.SourceSandbox, t.Parent, t.EnvdToken = rec.ID, rec.TemplateID, rec.EnvdToken
 	return &t
 }
 
 // CreateSnapshot checkpoints a running sandbox, which keeps running, into
-// a snapshot usable as a template.
+// a snapshot usable as a template. The snapshot is recorded (building,
+// naming its directory) before the checkpoint, its checksum once the image
+// is written, and it is ready once the image is durable under its final
+// name; the reconciler finishes or drops one a crash interrupted.
 func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*api.Snapshot, error) {
 	var names []string
 	if name != "" {
@@ -117,16 +101,48 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*api
 	if err != nil {
 		return nil, err
 	}
-	snapID := id.New("snap-", 16)
-	dir, sum, err := n.checkpoint(ctx, rec, snapID)
+	l, err := n.running(rec)
 	if err != nil {
 		return nil, err
 	}
-	t := snapshotTemplate(rec, snapID, dir, sum, names)
+	snapID := id.New("snap-", 16)
+	dir := filepath.Join(n.cfg.DataDir, "snapshots", snapID)
+	t := snapshotTemplate(rec, snapID, dir, names)
 	if err := n.store.Templates().Put(ctx, t); err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
+	fault.Point(fault.SnapshotAfterIntent)
+	drop := func() {
+		os.RemoveAll(dir)
+		n.store.Templates().Delete(context.Background(), snapID)
+	}
+	start := time.Now()
+	tmp, sum, err := writeImage(ctx, l.sb, dir, true, "snapshot")
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	n.log.Debug("checkpoint taken", "sandbox", rec.ID, "took", time.Since(start))
+	fault.Point(fault.SnapshotAfterCheckpoint)
+	t.Checksum = sum
+	if err := n.store.Templates().Put(ctx, t); err != nil {
+		os.RemoveAll(tmp)
+		drop()
+		return nil, err
+	}
+	fault.Point(fault.SnapshotAfterChecksum)
+	if err := publishImage(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		drop()
+		return nil, diskError("snapshot", err)
+	}
+	fault.Point(fault.SnapshotAfterRename)
+	t.Status, t.SizeBytes, t.UpdatedAt = store.TemplateReady, dirSize(dir), time.Now().UTC()
+	if err := n.store.Templates().Put(ctx, t); err != nil {
+		drop()
+		return nil, err
+	}
+	fault.Point(fault.SnapshotAfterRecord)
 	n.event(sandboxID, "info", "snapshot %s taken", snapID)
 	return snapshotView(t), nil
 }
@@ -164,14 +180,21 @@ func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req api.ForkRe
 		unlock()
 		return nil, err
 	}
-	dir, _, err := n.checkpoint(ctx, rec, "fork-"+id.New("", 12))
-	unlock()
+	l, err := n.running(rec)
 	if err != nil {
+		unlock()
 		return nil, err
 	}
 	// Children hold their memory once restored; the image goes with the
-	// request.
+	// request. It needs no sync: no record names it, and the reconciler
+	// removes one a crash left.
+	dir := filepath.Join(n.cfg.DataDir, "snapshots", "fork-"+id.New("", 12))
 	defer os.RemoveAll(dir)
+	err = l.sb.Checkpoint(ctx, dir, true)
+	unlock()
+	if err != nil {
+		return nil, diskError("fork", err)
+	}
 	conc := req.Concurrency
 	if conc <= 0 {
 		conc = 4
@@ -234,6 +257,9 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 	snap, err := n.Template(ctx, snapshotID)
 	if err != nil {
 		return nil, err
+	}
+	if snap.Status != store.TemplateReady {
+		return nil, api.Errorf(http.StatusConflict, "snapshot %q is %s, not ready", snapshotID, snap.Status)
 	}
 	if snap.SourceSandbox != sandboxID {
 		return nil, api.Errorf(http.StatusForbidden, "snapshot %q was not taken from sandbox %q; a sandbox rolls back only to its own snapshots", snapshotID, sandboxID)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"path/filepath"
 
 	"cube/internal/api"
+	"cube/internal/fault"
 	"cube/internal/store"
 )
 
@@ -49,7 +51,9 @@ func (n *Node) GetTemplate(ctx context.Context, idOrAlias string) (*api.Template
 
 // DeleteTemplate removes a template or snapshot and frees its checkpoint.
 // Sandboxes created from it keep running: they hold their own memory, and
-// their rootfs is shared and kept while anything uses it.
+// their rootfs is shared and kept while anything uses it. The template is
+// recorded as deleting before anything is removed, so it can no longer be
+// used, and the reconciler completes a delete a crash interrupted.
 func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 	t, err := n.Template(ctx, idOrAlias)
 	if err != nil {
@@ -62,9 +66,31 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 	if err := n.store.Templates().Put(ctx, t); err != nil {
 		return err
 	}
+	snapshot := t.SourceSandbox != ""
+	if snapshot {
+		fault.Point(fault.SnapshotDeleteAfterIntent)
+	} else {
+		fault.Point(fault.TemplateDeleteAfterIntent)
+	}
 	n.drainWarm(t.ID)
-	if t.Checkpoint != "" {
-		os.RemoveAll(t.Checkpoint)
+	n.removeTemplateFiles(t)
+	if snapshot {
+		fault.Point(fault.SnapshotDeleteAfterRemove)
+	} else {
+		fault.Point(fault.TemplateDeleteAfterRemove)
 	}
 	return n.store.Templates().Delete(ctx, t.ID)
+}
+
+// removeTemplateFiles removes a template's checkpoint image, and the
+// template's own directory when the image is in one.
+func (n *Node) removeTemplateFiles(t *store.Template) {
+	if t.Checkpoint == "" {
+		return
+	}
+	os.RemoveAll(t.Checkpoint)
+	os.RemoveAll(t.Checkpoint + ".tmp")
+	if own := filepath.Join(n.cfg.DataDir, "templates", t.ID); filepath.Dir(t.Checkpoint) == own {
+		os.RemoveAll(own)
+	}
 }

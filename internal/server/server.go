@@ -18,6 +18,7 @@ import (
 	"cube/internal/api"
 	"cube/internal/egress"
 	"cube/internal/envd"
+	"cube/internal/fault"
 	"cube/internal/netslot"
 	"cube/internal/node"
 	"cube/internal/runtime/gvisor"
@@ -93,6 +94,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if err := o.Check(); err != nil {
 		return err
+	}
+	// Crash tests arm a point at which the server kills itself.
+	if err := fault.Arm(os.Getenv(fault.EnvVar)); err != nil {
+		return err
+	}
+	if p := fault.Armed(); p != "" {
+		log.Warn("fault point armed: the server kills itself with SIGKILL when it gets there", "point", p)
 	}
 	unlock, err := lockDataDir(o.DataDir)
 	if err != nil {

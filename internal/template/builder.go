@@ -140,6 +140,16 @@ func (b *Builder) Recover(ctx context.Context) error {
 		if j.Phase == store.PhaseReady || j.Phase == store.PhaseFailed {
 			continue
 		}
+		// The template is stored ready (its image durable) before its job
+		// is; a restart in between finishes the job.
+		if t, err := b.st.Templates().Get(ctx, j.TemplateID); err == nil && t.Status == store.TemplateReady && t.BuildJob == j.ID {
+			b.log.Info("template build finished before a restart; recording its job as ready", "job", j.ID, "template", j.TemplateID)
+			j.Phase, j.Progress, j.UpdatedAt = store.PhaseReady, 100, now
+			if err := b.st.Jobs().Put(ctx, j); err != nil {
+				return err
+			}
+			continue
+		}
 		b.log.Warn("template build interrupted by a restart", "job", j.ID, "template", j.TemplateID, "phase", j.Phase)
 		j.Phase, j.Error, j.UpdatedAt = store.PhaseFailed, RestartReason, now
 		if err := b.st.Jobs().Put(ctx, j); err != nil {

@@ -377,6 +377,9 @@ func TestRecoverMarksInterruptedBuilds(t *testing.T) {
 	st.Jobs().Put(ctx, &store.Job{ID: "j2", TemplateID: "done", Phase: store.PhaseReady, Progress: 100, CreatedAt: now, UpdatedAt: now})
 	st.Templates().Put(ctx, &store.Template{ID: "half", Status: store.TemplateBuilding, BuildJob: "j1", Aliases: []string{"h"}})
 	st.Templates().Put(ctx, &store.Template{ID: "done", Status: store.TemplateReady, BuildJob: "j2", Checkpoint: filepath.Join(dir, "templates", "done", "checkpoint")})
+	// Stopped after the template was stored ready and before its job was.
+	st.Jobs().Put(ctx, &store.Job{ID: "j3", TemplateID: "late", Phase: store.PhaseSnapshotting, Progress: 90, CreatedAt: now, UpdatedAt: now})
+	st.Templates().Put(ctx, &store.Template{ID: "late", Status: store.TemplateReady, BuildJob: "j3"})
 	for _, p := range []string{"templates/half/checkpoint.tmp", "templates/done/checkpoint", "rootfs/.tmp-abc-1/etc"} {
 		os.MkdirAll(filepath.Join(dir, p), 0o755)
 	}
@@ -395,6 +398,12 @@ func TestRecoverMarksInterruptedBuilds(t *testing.T) {
 	}
 	if j2, _ := b.BuildJob(ctx, "j2"); j2.Phase != "READY" {
 		t.Errorf("finished job changed: %+v", j2)
+	}
+	if j3, _ := b.BuildJob(ctx, "j3"); j3.Phase != "READY" || j3.Error != "" {
+		t.Errorf("job of a template stored ready = %+v, want READY", j3)
+	}
+	if late, _ := st.Templates().Get(ctx, "late"); late.Status != store.TemplateReady {
+		t.Errorf("ready template of an unfinished job changed: %+v", late)
 	}
 	half, _ := st.Templates().Get(ctx, "half")
 	if half.Status != store.TemplateFailed || half.Error != RestartReason {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"cube/internal/api"
+	"cube/internal/fault"
 	"cube/internal/node"
 	"cube/internal/oci"
 	"cube/internal/store"
@@ -74,6 +75,7 @@ func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req a
 	if err == nil {
 		tpl.Status, tpl.Error, tpl.UpdatedAt = store.TemplateReady, "", now
 		if err = b.st.Templates().Put(ctx, tpl); err == nil {
+			fault.Point(fault.BuildAfterReady)
 			t.phase(store.PhaseReady)
 			b.log.Info("template ready", "job", job.ID, "template", tpl.ID, "took", now.Sub(job.CreatedAt).Round(time.Millisecond), "bytes", tpl.SizeBytes)
 			return
