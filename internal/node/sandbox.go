@@ -230,6 +230,9 @@ func (n *Node) verifyImage(tpl *store.Template, image string) error {
 	if tpl.Checksum != "" && image == tpl.Checkpoint {
 		sum, err := imageChecksum(image)
 		if err != nil || sum != tpl.Checksum {
+			if tpl.SourceSandbox == "" {
+				return api.Errorf(http.StatusUnprocessableEntity, "the snapshot image of template %s is damaged (checksum mismatch); delete it with `cubemastercli tpl delete --template-id %s` and build it again", tpl.ID, tpl.ID)
+			}
 			return api.Errorf(http.StatusUnprocessableEntity, "the snapshot image of %s is damaged (checksum mismatch); delete it with `cubemastercli snapshot delete %s`", tpl.ID, tpl.ID)
 		}
 	}
