@@ -70,10 +70,11 @@ var ErrInitFromFuture = errors.New("init timestamp is ahead of the sandbox clock
 var ErrInitStale = errors.New("init timestamp is not newer than the last one applied")
 
 // Apply installs in, now being the sandbox's current time. A stamped
-// request must be newer than every stamped request applied before (a late
-// retry must not undo a newer token) and at most MaxInitClockSkew ahead of
-// now; otherwise nothing changes and the error, wrapping ErrInitStale or
-// ErrInitFromFuture, says which.
+// request must be at most MaxInitClockSkew ahead of now, and newer than
+// the last stamped request applied (a late retry must not undo a newer
+// token), whose stamp counts as no later than the moment it was applied;
+// otherwise nothing changes and the error, wrapping ErrInitFromFuture or
+// ErrInitStale, says which.
 func (s *State) Apply(in Init, now time.Time) error {
 	if in.DefaultUser != "" {
 		if _, err := users.Lookup(in.DefaultUser); err != nil {
@@ -95,7 +96,13 @@ func (s *State) Apply(in Init, now time.Time) error {
 			return fmt.Errorf("%w: %s is not after %s; stamp /init with the current time",
 				ErrInitStale, ts.UTC().Format(time.RFC3339Nano), s.lastInit.UTC().Format(time.RFC3339Nano))
 		}
+		// The mark never runs ahead of the clock: a stamp accepted within
+		// the skew must not make the control plane's next /init, stamped
+		// a moment later by the same clock, look stale.
 		s.lastInit = ts
+		if ts.After(now) {
+			s.lastInit = now
+		}
 	}
 	if in.EnvVars != nil {
 		s.initEnv = maps.Clone(in.EnvVars)
