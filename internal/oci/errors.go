@@ -29,6 +29,9 @@ func registryError(ref, host string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", ref, err)
 	}
+	if ie := insecureError(host, err); ie != nil {
+		return fmt.Errorf("%s: %w", ref, ie)
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.StatusCode {

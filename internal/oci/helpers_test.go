@@ -354,6 +354,13 @@ func newTestRegistry(t *testing.T) *testRegistry {
 
 func (r *testRegistry) host() string { return strings.TrimPrefix(r.srv.URL, "http://") }
 
+// trusted adds the registry to o's insecure registries: it speaks plain
+// HTTP.
+func (r *testRegistry) trusted(o PullOptions) PullOptions {
+	o.InsecureRegistries = append(o.InsecureRegistries, r.host())
+	return o
+}
+
 func (r *testRegistry) push(t *testing.T, repoTag string, img v1.Image) string {
 	t.Helper()
 	ref := r.host() + "/" + repoTag

@@ -28,13 +28,33 @@ type blobStore interface {
 
 type dirStore struct{ dir string }
 
+// WithinDir reports whether path p is dir or lies under it, both clean
+// and absolute; it looks at the names only.
+func WithinDir(dir, p string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
 func (d dirStore) String() string { return d.dir }
 
 func (d dirStore) open(name string) (io.ReadCloser, int64, error) {
 	if !fs.ValidPath(name) {
 		return nil, 0, fmt.Errorf("%w: %s refers to %q, outside the layout", ErrCorrupt, d.dir, name)
 	}
-	f, err := os.Open(filepath.Join(d.dir, filepath.FromSlash(name)))
+	// A layout may link between its own files, but never to a file outside
+	// it: the layout may come from anyone, the server reads as root.
+	root, err := filepath.EvalSymlinks(d.dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(root, filepath.FromSlash(name)))
+	if err != nil {
+		return nil, 0, err
+	}
+	if !WithinDir(root, real) {
+		return nil, 0, fmt.Errorf("%w: %s/%s is a symbolic link to %s, outside the layout", ErrCorrupt, d.dir, name, real)
+	}
+	f, err := os.Open(real)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -33,6 +33,7 @@ func TestParseSource(t *testing.T) {
 		{"docker://localhost:5000/x:tag", Source{Kind: KindRegistry, Ref: "localhost:5000/x:tag"}},
 		{"ghcr.io/o/r@sha256:" + strings.Repeat("a", 64), Source{Kind: KindRegistry, Ref: "ghcr.io/o/r@sha256:" + strings.Repeat("a", 64)}},
 		{"oci-archive:/tmp/img.tar", Source{Kind: KindOCIArchive, Path: "/tmp/img.tar"}},
+		{"oci-archive:/tmp/img.tar:v2", Source{Kind: KindOCIArchive, Path: "/tmp/img.tar", Tag: "v2"}},
 		{"docker-archive:img.tar", Source{Kind: KindDockerArchive, Path: "img.tar"}},
 		{"oci:/srv/layout", Source{Kind: KindOCILayout, Path: "/srv/layout"}},
 		{"oci:/srv/layout:v1", Source{Kind: KindOCILayout, Path: "/srv/layout", Tag: "v1"}},
@@ -83,7 +84,7 @@ func TestPullAndUnpackFromRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pulled, err := Open(ctx, src, PullOptions{CacheDir: cache})
+	pulled, err := Open(ctx, src, reg.trusted(PullOptions{CacheDir: cache}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestPullAndUnpackFromRegistry(t *testing.T) {
 
 	// A second pull of the same image, into a fresh rootfs directory so
 	// every layer is read again, comes entirely from the cache.
-	pulled2, err := Open(ctx, src, PullOptions{CacheDir: cache})
+	pulled2, err := Open(ctx, src, reg.trusted(PullOptions{CacheDir: cache}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +224,9 @@ func writeLocalForms(t *testing.T, img v1.Image) map[string]string {
 		t.Fatal(err)
 	}
 	out["oci-dir"] = "oci:" + string(lp) + ":v1"
+	tagged := filepath.Join(dir, "tagged.oci.tar")
+	tarDir(t, string(lp), tagged)
+	out["oci-archive-tagged"] = "oci-archive:" + tagged + ":v1"
 
 	// A single-image layout, also packed as an oci-archive.
 	single, err := layout.Write(filepath.Join(dir, "single"), empty.Index)
@@ -363,7 +367,7 @@ func TestRegistryErrors(t *testing.T) {
 		return err
 	}
 
-	err := open(reg.host()+"/no/such:image", PullOptions{})
+	err := open(reg.host()+"/no/such:image", reg.trusted(PullOptions{}))
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "image not found") {
 		t.Errorf("missing image: %v, want image not found", err)
 	}
@@ -378,15 +382,15 @@ func TestRegistryErrors(t *testing.T) {
 	reg.mu.Lock()
 	reg.user, reg.pass = "alice", "s3cret"
 	reg.mu.Unlock()
-	err = open(ref, PullOptions{})
+	err = open(ref, reg.trusted(PullOptions{}))
 	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "unauthorized") {
 		t.Errorf("anonymous pull of a private image: %v, want unauthorized", err)
 	}
-	err = open(ref, PullOptions{Username: "alice", Password: "wrong"})
+	err = open(ref, reg.trusted(PullOptions{Username: "alice", Password: "wrong"}))
 	if !errors.Is(err, ErrUnauthorized) {
 		t.Errorf("wrong password: %v, want unauthorized", err)
 	}
-	if err := open(ref, PullOptions{Username: "alice", Password: "s3cret"}); err != nil {
+	if err := open(ref, reg.trusted(PullOptions{Username: "alice", Password: "s3cret"})); err != nil {
 		t.Errorf("pull with credentials: %v", err)
 	}
 }
@@ -403,7 +407,7 @@ func TestCorruptLayerFromRegistry(t *testing.T) {
 
 	src, _ := ParseSource(ref)
 	cache := t.TempDir()
-	pulled, err := Open(context.Background(), src, PullOptions{CacheDir: cache})
+	pulled, err := Open(context.Background(), src, reg.trusted(PullOptions{CacheDir: cache}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -599,7 +603,7 @@ func TestMultiPlatformIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, src := range []Source{{Kind: KindRegistry, Ref: ref.Name()}, {Kind: KindOCILayout, Path: string(lp), Tag: "v1"}} {
-		img, err := Open(context.Background(), src, PullOptions{})
+		img, err := Open(context.Background(), src, reg.trusted(PullOptions{}))
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
 		}
@@ -610,7 +614,7 @@ func TestMultiPlatformIndex(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(rf.Dir, "arch")); string(b) != "amd64" {
 			t.Errorf("%s: unpacked the %q image, want amd64", src, b)
 		}
-		_, err = Open(context.Background(), src, PullOptions{Platform: v1.Platform{OS: "linux", Architecture: "s390x"}})
+		_, err = Open(context.Background(), src, reg.trusted(PullOptions{Platform: v1.Platform{OS: "linux", Architecture: "s390x"}}))
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "s390x") {
 			t.Errorf("%s for s390x: %v, want image not found naming the platform", src, err)
 		}
@@ -618,7 +622,7 @@ func TestMultiPlatformIndex(t *testing.T) {
 
 	// A plain (single-platform) image for another architecture.
 	armRef := reg.push(t, "armonly:v1", arm)
-	_, err = Open(context.Background(), Source{Kind: KindRegistry, Ref: armRef}, PullOptions{})
+	_, err = Open(context.Background(), Source{Kind: KindRegistry, Ref: armRef}, reg.trusted(PullOptions{}))
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "built for linux/arm64, not linux/amd64") {
 		t.Errorf("arm64-only image: %v, want an error naming both platforms", err)
 	}
@@ -629,7 +633,7 @@ func TestFetchThenUnpack(t *testing.T) {
 	img := testImage(t)
 	ref := reg.push(t, "tests/fetch:v1", img)
 	ctx := context.Background()
-	pulled, err := Open(ctx, Source{Kind: KindRegistry, Ref: ref}, PullOptions{CacheDir: t.TempDir()})
+	pulled, err := Open(ctx, Source{Kind: KindRegistry, Ref: ref}, reg.trusted(PullOptions{CacheDir: t.TempDir()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +661,7 @@ func TestDamagedCacheEntry(t *testing.T) {
 	ctx := context.Background()
 	cache := t.TempDir()
 	open := func() v1.Image {
-		pulled, err := Open(ctx, Source{Kind: KindRegistry, Ref: ref}, PullOptions{CacheDir: cache})
+		pulled, err := Open(ctx, Source{Kind: KindRegistry, Ref: ref}, reg.trusted(PullOptions{CacheDir: cache}))
 		if err != nil {
 			t.Fatal(err)
 		}

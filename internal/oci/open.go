@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -20,9 +19,11 @@ import (
 // over HTTPS for linux/amd64 without caching.
 type PullOptions struct {
 	Username, Password string
-	// Insecure allows plain HTTP. Registries on localhost and 127.0.0.1
-	// always may use it.
-	Insecure bool
+	// InsecureRegistries may be reached over plain HTTP or with untrusted
+	// certificates (host[:port]; an entry without a port matches any).
+	// Every other registry is reached over verified HTTPS, loopback and
+	// private addresses included.
+	InsecureRegistries []string
 	// Platform picks the image out of a multi-platform index; zero means
 	// linux/amd64, the only platform sandboxes run on today.
 	Platform v1.Platform
@@ -76,7 +77,7 @@ func open(ctx context.Context, src Source, opts PullOptions) (v1.Image, error) {
 			return nil, err
 		}
 		if src.Kind == KindOCIArchive {
-			return openLayout(st, "", plat)
+			return openLayout(st, src.Tag, plat)
 		}
 		return openDockerArchive(st)
 	default:
@@ -103,7 +104,7 @@ func checkLocal(p string, wantDir bool) error {
 
 func openRegistry(ctx context.Context, src Source, opts PullOptions, plat v1.Platform) (v1.Image, error) {
 	var nopts []name.Option
-	if opts.Insecure || isLoopback(src.Ref) {
+	if InsecureAllowed(opts.InsecureRegistries, src.RegistryHost()) {
 		nopts = append(nopts, name.Insecure)
 	}
 	ref, err := name.ParseReference(src.Ref, nopts...)
@@ -111,6 +112,8 @@ func openRegistry(ctx context.Context, src Source, opts PullOptions, plat v1.Pla
 		return nil, fmt.Errorf("%w: %q: %v", ErrBadReference, src.Ref, err)
 	}
 	host := ref.Context().RegistryStr()
+	// Every request of this image, layers included, goes through it.
+	rt := newRegistryTransport(opts.InsecureRegistries)
 	var auth authn.Authenticator = authn.Anonymous
 	if opts.Username != "" || opts.Password != "" {
 		auth = &authn.Basic{Username: opts.Username, Password: opts.Password}
@@ -119,6 +122,7 @@ func openRegistry(ctx context.Context, src Source, opts PullOptions, plat v1.Pla
 		remote.WithContext(ctx),
 		remote.WithAuth(auth),
 		remote.WithPlatform(plat),
+		remote.WithTransport(rt),
 		// A few quick retries ride out a flaky link without making an
 		// operator wait long for "unreachable".
 		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
@@ -138,18 +142,4 @@ func openRegistry(ctx context.Context, src Source, opts PullOptions, plat v1.Pla
 		img = cachedImage(img, newBlobCache(opts.CacheDir))
 	}
 	return img, nil
-}
-
-// isLoopback reports whether a reference names a registry on this machine.
-func isLoopback(ref string) bool {
-	host, _, _ := strings.Cut(ref, "/")
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.Trim(host, "[]")
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

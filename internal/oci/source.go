@@ -10,9 +10,10 @@
 //	src, err := oci.ParseSource(ref)                                       // bad input fails here
 //	img, err := oci.Open(ctx, src, oci.PullOptions{CacheDir: dataDir + "/images"}) // manifest and config only
 //	err = oci.Fetch(ctx, img, pullProgress)                                 // PULLING: layers into the cache
-//	rf, err := oci.Unpack(ctx, img, dataDir+"/rootfs", unpackProgress)     // UNPACKING: rootfs/<image ID>/
+//	rf, err := oci.UnpackLimited(ctx, img, dataDir+"/rootfs", limits, unpackProgress) // UNPACKING: rootfs/<image ID>/
 //
 // Errors wrap ErrBadReference, ErrNotFound, ErrUnauthorized, ErrUnreachable,
+// ErrInsecureRegistry, ErrTooLarge (as a *LimitError),
 // ErrCorrupt or ErrUnsafeLayer, and their text says what to fix.
 package oci
 
@@ -42,8 +43,9 @@ type Source struct {
 	Ref string
 	// Path is the archive file or layout directory (local kinds only).
 	Path string
-	// Tag selects one image of an OCI layout directory that holds several
-	// (KindOCILayout only); empty means the layout must hold exactly one.
+	// Tag selects one image of an OCI layout, as a directory or archived,
+	// that holds several (KindOCILayout and KindOCIArchive); empty means
+	// the layout must hold exactly one.
 	Tag string
 }
 
@@ -51,11 +53,11 @@ func (s Source) String() string {
 	switch s.Kind {
 	case KindRegistry:
 		return s.Ref
-	case KindOCILayout:
+	case KindOCILayout, KindOCIArchive:
 		if s.Tag != "" {
-			return "oci:" + s.Path + ":" + s.Tag
+			return string(s.Kind) + ":" + s.Path + ":" + s.Tag
 		}
-		return "oci:" + s.Path
+		return string(s.Kind) + ":" + s.Path
 	default:
 		return string(s.Kind) + ":" + s.Path
 	}
@@ -66,7 +68,8 @@ var ErrBadReference = errors.New("bad image reference")
 
 // ParseSource understands the reference forms operators already know from
 // skopeo and podman: a bare registry reference, or a transport prefix
-// (oci-archive:, oci:, docker-archive:) followed by a local path.
+// (oci-archive:, oci:, docker-archive:) followed by a local path; oci: and
+// oci-archive: may end in :TAG to pick one image of several.
 func ParseSource(ref string) (Source, error) {
 	ref = strings.TrimSpace(ref)
 	if ref == "" {
@@ -84,7 +87,7 @@ func ParseSource(ref string) (Source, error) {
 			return Source{}, fmt.Errorf("%w: %q names no path after %q", ErrBadReference, ref, k+":")
 		}
 		src := Source{Kind: k, Path: rest}
-		if k == KindOCILayout {
+		if k == KindOCILayout || k == KindOCIArchive {
 			src.Path, src.Tag = splitLayoutTag(rest)
 		}
 		return src, nil
