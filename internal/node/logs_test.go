@@ -12,7 +12,7 @@ var (
 	logsTo   = logsFrom.Add(time.Hour)
 )
 
-func TestProcessRecords(t *testing.T) {
+func TestLogsProcessRecords(t *testing.T) {
 	console := []byte(`time=2026-12-02T15:00:00.5Z level=INFO msg="envd serving" addr=:49983
 time=2026-12-02T15:00:01Z level=INFO msg="process started" pid=7 cmd=/bin/bash user=user pty=false
 time=2026-12-02T15:00:02Z level=INFO msg="process exited" pid=7 cmd=/bin/bash exit_code=3 status="exit status 3"
@@ -33,7 +33,7 @@ garbage line msg="process started
 // A sandbox writes its console itself: it may print records in bulk, with
 // any time, any fields, and lines of any length. What the logs take from
 // it is bounded, marked as the sandbox's, and within the sandbox's life.
-func TestProcessRecordsFromTheSandboxAreBounded(t *testing.T) {
+func TestLogsBoundWhatTheSandboxWrites(t *testing.T) {
 	var b strings.Builder
 	record := func(at time.Time, pid int, extra string) {
 		fmt.Fprintf(&b, "time=%s level=INFO msg=\"process started\" pid=%d%s\n", at.Format(time.RFC3339Nano), pid, extra)
