@@ -225,7 +225,14 @@ func crashSnapshot(t *testing.T, r *crashRig, point string) {
 func crashBuild(t *testing.T, r *crashRig, point string) {
 	d := r.start(t, point)
 	tplID := "built-" + strings.ReplaceAll(strings.TrimPrefix(point, "build."), "after-", "")
-	code, body := d.do(t, "POST", "/templates", map[string]any{"image": "oci-archive:" + r.image, "templateID": tplID, "writableLayerSize": "64M"}, nil)
+	// Local images are read from the data dir's import directory.
+	imports := filepath.Join(r.dataDir, "imports")
+	os.MkdirAll(imports, 0o700)
+	archive := filepath.Join(imports, tplID+".oci.tar")
+	if data, err := os.ReadFile(r.image); err != nil || os.WriteFile(archive, data, 0o600) != nil {
+		t.Fatalf("import %s: %v", r.image, err)
+	}
+	code, body := d.do(t, "POST", "/templates", map[string]any{"image": "oci-archive:" + archive, "templateID": tplID, "writableLayerSize": "64M"}, nil)
 	if code != 202 {
 		t.Fatalf("build: %d %s", code, body)
 	}
