@@ -2,7 +2,8 @@
 // PID 1. It serves the E2B envd protocol, runs the template's start command,
 // reaps orphaned processes and passes SIGTERM on to its children.
 //
-//	cube-envd [--port 49983] [--start-user NAME] [--start-cwd DIR] [-- start command args...]
+//	cube-envd [--port 49983] [--code-port 49999] [--code-contexts-need-token]
+//	          [--start-user NAME] [--start-cwd DIR] [-- start command args...]
 //
 // The environment it is started with is the template's ENV; the start
 // command and every process started through envd inherit it.
@@ -40,6 +41,8 @@ func main() {
 func run() error {
 	port := flag.Int("port", envd.DefaultPort, "port of the envd protocol")
 	codePort := flag.Int("code-port", 49999, "port of the code interpreter (0: off)")
+	contextsNeedToken := flag.Bool("code-contexts-need-token", false,
+		"require the access token on the code interpreter's context routes too (@e2b/code-interpreter up to 2.8.0 sends none there)")
 	startUser := flag.String("start-user", "", "account the start command runs as (default: envd's own)")
 	startCwd := flag.String("start-cwd", "", "working directory of the start command (default: the user's home)")
 	showVersion := flag.Bool("version", false, "print the envd protocol version and exit")
@@ -89,7 +92,7 @@ func run() error {
 	// The code interpreter listens beside envd and warms its default
 	// Python kernel at once, so a template snapshot holds a ready kernel.
 	if *codePort > 0 {
-		ci := codeInterpreter(srv, reaper, log)
+		ci := codeInterpreter(srv, reaper, log, *contextsNeedToken)
 		ciLn, err := net.Listen("tcp", ":"+strconv.Itoa(*codePort))
 		if err != nil {
 			return err
@@ -134,16 +137,18 @@ func run() error {
 }
 
 // codeInterpreter is the code interpreter served beside envd. It reads the
-// sandbox's environment from envd and takes the same access token on every
-// route but its health probe, exactly as /execute does.
-func codeInterpreter(srv *envd.Server, reaper *reap.Reaper, log *slog.Logger) *codeinterp.Server {
+// sandbox's environment from envd and takes the same access token as envd
+// on every route but its health probe and, unless contextsNeedToken, the
+// context routes, which the official SDK calls without the token.
+func codeInterpreter(srv *envd.Server, reaper *reap.Reaper, log *slog.Logger, contextsNeedToken bool) *codeinterp.Server {
 	return codeinterp.New(codeinterp.Options{
 		Env:        srv.State.Env,
 		DefaultCwd: "/home/" + users.DefaultName,
 		Authorize: func(r *http.Request) bool {
 			return srv.State.Authorized(r.Header.Get("X-Access-Token"))
 		},
-		Logger: log,
+		OpenContextRoutes: !contextsNeedToken,
+		Logger:            log,
 		Spawn: func(c *exec.Cmd) (func() syscall.WaitStatus, error) {
 			ch, err := reaper.Start(c)
 			if err != nil {

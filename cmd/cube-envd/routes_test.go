@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"cube/internal/envd"
-	"cube/internal/envd/codeinterp"
 	fspb "cube/internal/envd/gen/filesystem"
 	pb "cube/internal/envd/gen/process"
 	"cube/internal/envd/reap"
@@ -26,7 +25,10 @@ var wantPublic = map[string][]string{
 	// The control plane polls it before /init hands out a token.
 	"envd": {"GET /health"},
 	// A readiness probe waiting for the warm default kernel.
-	"code interpreter": {"GET /health"},
+	"code interpreter, contexts need the token": {"GET /health"},
+	// By default also the context routes: @e2b/code-interpreter up to
+	// 2.8.0 sends the token with /execute only.
+	"code interpreter": {"DELETE /contexts/{id}", "GET /contexts", "GET /health", "POST /contexts", "POST /contexts/{id}/restart"},
 }
 
 // connectFiles are the descriptors of every Connect service envd serves.
@@ -165,9 +167,13 @@ func TestEveryRouteNeedsTheToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	ci := codeInterpreter(srv, reap.New(), log)
-	defer ci.Close()
-
 	walk(t, "envd", srv.Handler(), srv.Routes(), envd.PublicRoutes, connectProbes(t, srv.Routes()))
-	walk(t, "code interpreter", ci.Handler(), ci.Routes(), codeinterp.PublicRoutes, nil)
+
+	strict := codeInterpreter(srv, reap.New(), log, true)
+	defer strict.Close()
+	walk(t, "code interpreter, contexts need the token", strict.Handler(), strict.Routes(), strict.OpenRoutes(), nil)
+
+	compatible := codeInterpreter(srv, reap.New(), log, false)
+	defer compatible.Close()
+	walk(t, "code interpreter", compatible.Handler(), compatible.Routes(), compatible.OpenRoutes(), nil)
 }

@@ -33,8 +33,11 @@ type Options struct {
 	// and / is used.
 	DefaultCwd string
 	// Authorize, when set, must accept every request except those for
-	// PublicRoutes.
+	// the routes OpenRoutes lists.
 	Authorize func(*http.Request) bool
+	// OpenContextRoutes leaves ContextRoutes open too, for clients that
+	// send no access token with them.
+	OpenContextRoutes bool
 	// KernelSpecDirs are searched for kernelspecs; default: the standard
 	// Jupyter data paths (jupyter.DefaultSpecDirs).
 	KernelSpecDirs []string
@@ -314,9 +317,31 @@ func (s *Server) remove(id string) *codeContext {
 
 // PublicRoutes are the code interpreter routes that answer without
 // authorisation, each with the reason it may. Every other route, including
-// ones added later and paths that match none, must pass Options.Authorize.
+// ones added later and paths that match none, must pass Options.Authorize
+// (but see OpenContextRoutes).
 var PublicRoutes = map[string]string{
 	"GET /health": "the readiness probe that waits for the warm default kernel; it reveals only whether that kernel is up",
+}
+
+// ContextRoutes manage code contexts. @e2b/code-interpreter (up to 2.8.0,
+// the newest) sends the access token with /execute only, never with these,
+// so a server for such clients leaves them open with
+// Options.OpenContextRoutes.
+var ContextRoutes = map[string]string{
+	"POST /contexts":              "creating a context: @e2b/code-interpreter up to 2.8.0 sends no access token with it",
+	"GET /contexts":               "listing contexts: @e2b/code-interpreter up to 2.8.0 sends no access token with it",
+	"POST /contexts/{id}/restart": "restarting a context: @e2b/code-interpreter up to 2.8.0 sends no access token with it",
+	"DELETE /contexts/{id}":       "removing a context: @e2b/code-interpreter up to 2.8.0 sends no access token with it",
+}
+
+// OpenRoutes are the routes this server answers without authorisation,
+// each with the reason it may.
+func (s *Server) OpenRoutes() map[string]string {
+	open := maps.Clone(PublicRoutes)
+	if s.opts.OpenContextRoutes {
+		maps.Copy(open, ContextRoutes)
+	}
+	return open
 }
 
 // route is one endpoint of the API.
@@ -355,11 +380,12 @@ func (s *Server) Routes() []string {
 	return out
 }
 
-// authorized lets a request reach mux when it is for a public route or
+// authorized lets a request reach mux when it is for an open route or
 // Options.Authorize accepts it.
 func (s *Server) authorized(mux *http.ServeMux) http.Handler {
+	open := s.OpenRoutes()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); PublicRoutes[pattern] == "" && s.opts.Authorize != nil && !s.opts.Authorize(r) {
+		if _, pattern := mux.Handler(r); open[pattern] == "" && s.opts.Authorize != nil && !s.opts.Authorize(r) {
 			httpError(w, http.StatusUnauthorized, "unauthorized: missing or invalid access token")
 			return
 		}

@@ -550,36 +550,4 @@ func TestBrokenKernel(t *testing.T) {
 	}
 }
 
-func TestAuthorize(t *testing.T) {
-	ts := newTestServer(t, []string{t.TempDir()}, func(r *http.Request) bool {
-		return r.Header.Get("X-Access-Token") == "secret"
-	})
-	do := func(method, path, token string) int {
-		req, _ := http.NewRequest(method, ts.url+path, strings.NewReader(`{"code":"1"}`))
-		if token != "" {
-			req.Header.Set("X-Access-Token", token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if got := do("GET", "/health", ""); got != http.StatusOK {
-		t.Errorf("health without token: %d", got)
-	}
-	for _, r := range [][2]string{{"POST", "/execute"}, {"GET", "/contexts"}, {"POST", "/contexts"}, {"DELETE", "/contexts/x"}, {"POST", "/contexts/x/restart"}} {
-		if got := do(r[0], r[1], ""); got != http.StatusUnauthorized {
-			t.Errorf("%s %s without token: %d", r[0], r[1], got)
-		}
-		if got := do(r[0], r[1], "wrong"); got != http.StatusUnauthorized {
-			t.Errorf("%s %s with a wrong token: %d", r[0], r[1], got)
-		}
-	}
-	if got := do("GET", "/contexts", "secret"); got != http.StatusOK {
-		t.Errorf("list with token: %d", got)
-	}
-}
-
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
