@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"cube/internal/fault"
 	"cube/internal/nodetest"
 	"cube/internal/oci"
+	"cube/internal/store"
 	"cube/internal/testenv"
 )
 
@@ -175,6 +177,44 @@ func crashPause(t *testing.T, r *crashRig, point string) {
 		t.Errorf("half-written images left: %v", left)
 	}
 	r.stopClean(t, d)
+}
+
+// crashPauseLosingContainer crashes a write-out after the checkpoint and
+// then removes the frozen container too, as a host reboot would: with
+// neither an image nor the container the sandbox is gone, and the next
+// start says so in its log and removes it cleanly.
+func crashPauseLosingContainer(t *testing.T, r *crashRig) {
+	d := r.start(t, fault.PauseAfterCheckpoint)
+	s := newCrashSandbox(t, d)
+	if code, body := d.do(t, "POST", "/sandboxes/"+s.ID+"/pause", nil, nil); code != 204 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	d.waitKilled(t, time.Minute)
+	st, err := store.Open(filepath.Join(r.dataDir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Sandboxes().Get(context.Background(), s.ID)
+	st.Close()
+	if err != nil || rec.PauseImageTarget == "" || rec.ContainerID == "" {
+		t.Fatalf("record of the interrupted write-out: %+v %v", rec, err)
+	}
+	runsc := exec.Command(testenv.Bin(t, "runsc"), "--root", filepath.Join(r.dataDir, "runsc"), "delete", "--force", rec.ContainerID)
+	if out, err := runsc.CombinedOutput(); err != nil {
+		t.Fatalf("remove the frozen container: %v %s", err, out)
+	}
+	d = r.start(t, "")
+	if code, out := d.do(t, "GET", "/sandboxes/"+s.ID, nil, nil); code != 404 {
+		t.Errorf("sandbox with neither image nor container: %d %s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(r.dataDir, "sandboxes", s.ID)); !os.IsNotExist(err) {
+		t.Errorf("directory of the lost sandbox left: %v", err)
+	}
+	r.stopClean(t, d)
+	// Read once the server has exited and its output is complete.
+	if !strings.Contains(d.logs.String(), "paused sandbox lost") {
+		t.Errorf("the loss is not logged")
+	}
 }
 
 // crashSnapshot takes a snapshot that crashes. Until the image is under
@@ -400,4 +440,5 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 			t.Logf("%s: %s", point, time.Since(start).Round(100*time.Millisecond))
 		})
 	}
+	t.Run(fault.PauseAfterCheckpoint+"+container-lost", func(t *testing.T) { crashPauseLosingContainer(t, r) })
 }
