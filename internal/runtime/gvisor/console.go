@@ -71,7 +71,7 @@ func openConsole(dir string) (*console, error) {
 	os.Remove(fifo)
 	os.Remove(filepath.Join(dir, consoleLock))
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
-		return nil, fmt.Errorf("console fifo: %w", err)
+		return nil, fmt.Errorf("console fifo %s: %w (the bundles directory must be on a local filesystem that supports FIFOs)", fifo, err)
 	}
 	// O_RDWR: the FIFO always has a reader, so writes never fail with
 	// EPIPE, whether or not a keeper runs.
