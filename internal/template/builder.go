@@ -69,6 +69,17 @@ type Config struct {
 	// Concurrency bounds the builds that run at once; the others wait in
 	// PULLING at 0 %. Default DefaultConcurrency.
 	Concurrency int
+	// ImportDir is the only directory local image sources (oci-archive:,
+	// oci:, docker-archive:) are read from, and where uploads go; default
+	// <DataDir>/imports. It is created, and kept, mode 0700.
+	ImportDir string
+	// Limits bound what unpacking an image may write; zero fields take
+	// oci's defaults.
+	Limits oci.Limits
+	// InsecureRegistries may be reached over plain HTTP or with untrusted
+	// certificates (host[:port], or host for any port); every other
+	// registry only over verified HTTPS.
+	InsecureRegistries []string
 }
 
 // Builder runs template builds. It implements api.TemplateBuilder.
@@ -78,9 +89,15 @@ type Builder struct {
 	st  *store.Store
 	sem chan struct{}
 
+	// importDir is cfg.ImportDir with every symbolic link resolved.
+	importDir string
+
 	// mu serialises the claims of template IDs and aliases.
 	mu     sync.Mutex
 	closed bool
+	// uploadsInUse counts the builds of each uploaded archive, which
+	// sweeping must leave alone.
+	uploadsInUse map[string]int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -103,16 +120,34 @@ func New(cfg Config) (*Builder, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
-	for _, d := range []string{"images", "rootfs", "templates"} {
-		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o755); err != nil {
+	if cfg.ImportDir == "" {
+		cfg.ImportDir = filepath.Join(cfg.DataDir, "imports")
+	}
+	if cfg.Limits.MaxBytes <= 0 {
+		cfg.Limits.MaxBytes = oci.DefaultMaxImageBytes
+	}
+	if cfg.Limits.MaxFileBytes <= 0 {
+		cfg.Limits.MaxFileBytes = oci.DefaultMaxFileBytes
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "templates"), 0o755); err != nil {
+		return nil, fmt.Errorf("create templates: %w", err)
+	}
+	// Images, their unpacked trees and imports hold files of any owner
+	// and mode, setuid ones included: no other host user may reach them.
+	for _, d := range []string{filepath.Join(cfg.DataDir, "images"), filepath.Join(cfg.DataDir, "rootfs"), cfg.ImportDir} {
+		if err := oci.PrivateDir(d); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
+	}
+	importDir, err := filepath.EvalSymlinks(cfg.ImportDir)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Builder{
 		cfg: cfg, log: cfg.Logger, st: cfg.Store,
 		sem: make(chan struct{}, cfg.Concurrency),
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, importDir: importDir, uploadsInUse: map[string]int{},
 	}, nil
 }
 
@@ -170,6 +205,7 @@ func (b *Builder) Recover(ctx context.Context) error {
 		}
 		b.removeTemplateDir(t.ID)
 	}
+	b.sweepUploads(0)
 	return oci.Sweep(filepath.Join(b.cfg.DataDir, "rootfs"))
 }
 
@@ -194,6 +230,18 @@ func (b *Builder) BuildTemplate(ctx context.Context, req api.BuildRequest) (*api
 	src, err := oci.ParseSource(req.Image)
 	if err != nil {
 		return nil, api.Errorf(http.StatusBadRequest, "%v", err)
+	}
+	switch src.Kind {
+	case oci.KindRegistry:
+		if host := src.RegistryHost(); req.InsecureRegistry && !oci.InsecureAllowed(b.cfg.InsecureRegistries, host) {
+			return nil, api.Errorf(http.StatusBadRequest, "registry %s is not listed as insecure: cube-server reaches registries over verified HTTPS only, except those it is started with --insecure-registry for (add --insecure-registry %s if you trust it)", host, host)
+		}
+	default:
+		p, err := b.localPath(src)
+		if err != nil && !errors.Is(err, oci.ErrNotFound) {
+			return nil, err
+		}
+		src.Path = p
 	}
 	if req.TemplateID != "" && !id.ValidName(req.TemplateID) {
 		return nil, api.Errorf(http.StatusBadRequest, "invalid template ID %q", req.TemplateID)
@@ -268,6 +316,9 @@ func (b *Builder) BuildTemplate(ctx context.Context, req api.BuildRequest) (*api
 	}
 	b.log.Info("template build started", "job", job.ID, "template", tplID, "image", tpl.Image)
 	view := jobView(job) // before the build goroutine owns job
+	if b.isUpload(src.Path) {
+		b.uploadsInUse[src.Path]++
+	}
 	b.wg.Add(1)
 	go b.run(job, tpl, src, req)
 	return view, nil

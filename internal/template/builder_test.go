@@ -32,7 +32,7 @@ func TestBuildFromLayoutReady(t *testing.T) {
 	f.snap.onProbing = func(tpl *store.Template) {
 		during, _ = f.st.Jobs().Get(context.Background(), tpl.BuildJob)
 	}
-	dir := writeLayout(t, testImage(t))
+	dir := f.writeLayout(t, testImage(t))
 	job := f.build(t, api.BuildRequest{Image: "oci:" + dir, TemplateID: "web", Aliases: []string{"w1", "w2"}, CPUCount: 1, MemoryMB: 256, DiskSizeMB: 2048})
 	if job.TemplateID != "web" || job.Phase != "PULLING" || job.ID == "" {
 		t.Fatalf("started job = %+v", job)
@@ -91,7 +91,7 @@ func TestBuildFromLayoutReady(t *testing.T) {
 
 func TestOverridesAndDefaults(t *testing.T) {
 	f := newFixture(t)
-	dir := writeLayout(t, testImage(t))
+	dir := f.writeLayout(t, testImage(t))
 	job := f.build(t, api.BuildRequest{Image: "oci:" + dir, Cmd: []string{"/bin/sh", "-c"}, Env: map[string]string{"GREETING": "over", "NEW": "x", "A": "1"},
 		Cwd: "/tmp", User: "root", ExposedPorts: []int{49983, 49999}, ProbePath: "/ready"})
 	if !id16(job.TemplateID) {
@@ -154,7 +154,7 @@ func failedBuild(t *testing.T, f *fixture, req api.BuildRequest, want ...string)
 func TestProbeNeverAnswers(t *testing.T) {
 	f := newFixture(t)
 	f.setStatus(http.StatusServiceUnavailable)
-	dir := writeLayout(t, testImage(t))
+	dir := f.writeLayout(t, testImage(t))
 	failedBuild(t, f, api.BuildRequest{Image: "oci:" + dir, TemplateID: "sick"}, "probe", "/health", "503 Service Unavailable", "--probe")
 	if f.hits < 2 {
 		t.Errorf("probe tried %d times, want retries", f.hits)
@@ -163,7 +163,7 @@ func TestProbeNeverAnswers(t *testing.T) {
 
 func TestProbeNothingListening(t *testing.T) {
 	f := newFixture(t)
-	dir := writeLayout(t, testImage(t))
+	dir := f.writeLayout(t, testImage(t))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -176,13 +176,13 @@ func TestProbeNothingListening(t *testing.T) {
 func TestSnapshotFailureLeavesNothing(t *testing.T) {
 	f := newFixture(t)
 	f.snap.failAfterProbe = errors.New("snapshot: disk on fire")
-	dir := writeLayout(t, testImage(t))
+	dir := f.writeLayout(t, testImage(t))
 	failedBuild(t, f, api.BuildRequest{Image: "oci:" + dir, TemplateID: "burnt"}, "disk on fire")
 }
 
 func TestMissingLocalImage(t *testing.T) {
 	f := newFixture(t)
-	missing := filepath.Join(t.TempDir(), "nope.tar")
+	missing := filepath.Join(f.b.importDir, "nope.tar")
 	failedBuild(t, f, api.BuildRequest{Image: "oci-archive:" + missing}, "image not found", missing)
 	if len(f.snap.calls) != 0 {
 		t.Error("the node was asked to boot an image that was never read")
@@ -192,7 +192,7 @@ func TestMissingLocalImage(t *testing.T) {
 func TestCorruptLayer(t *testing.T) {
 	f := newFixture(t)
 	img := testImage(t)
-	dir := writeLayout(t, img)
+	dir := f.writeLayout(t, img)
 	layers, _ := img.Layers()
 	d, _ := layers[1].Digest()
 	blob := filepath.Join(dir, "blobs", d.Algorithm, d.Hex)
@@ -230,7 +230,7 @@ func pushed(t *testing.T, img v1.Image, wrap func(http.Handler) http.Handler) (h
 }
 
 func TestRegistryFailures(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, func(c *Config) { c.InsecureRegistries = []string{"127.0.0.1"} }) // the test registries speak plain HTTP
 	var locked atomic.Bool
 	host := pushed(t, testImage(t), func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -294,7 +294,7 @@ func TestBadReferenceIs400(t *testing.T) {
 
 func TestNamesAreUnique(t *testing.T) {
 	f := newFixture(t)
-	dir := writeLayout(t, testImage(t))
+	dir := f.writeLayout(t, testImage(t))
 	img := "oci:" + dir
 	if j := f.wait(t, f.build(t, api.BuildRequest{Image: img, TemplateID: "one", Aliases: []string{"base"}}).ID); j.Phase != "READY" {
 		t.Fatal(j)
@@ -342,7 +342,7 @@ func TestNamesAreUnique(t *testing.T) {
 func TestShutdownFailsRunningBuild(t *testing.T) {
 	f := newFixture(t)
 	f.snap.block = true
-	dir := writeLayout(t, testImage(t))
+	dir := f.writeLayout(t, testImage(t))
 	job := f.build(t, api.BuildRequest{Image: "oci:" + dir, TemplateID: "cut"})
 	for {
 		j, _ := f.b.BuildJob(context.Background(), job.ID)

@@ -118,10 +118,14 @@ func testImage(t testing.TB, extra ...v1.Layer) v1.Image {
 	return img
 }
 
-// writeLayout writes img as an OCI layout directory and returns it.
-func writeLayout(t testing.TB, img v1.Image) string {
+// writeLayout writes img as an OCI layout directory in the builder's
+// import directory and returns it.
+func (f *fixture) writeLayout(t testing.TB, img v1.Image) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "layout")
+	dir, err := os.MkdirTemp(f.b.importDir, "layout-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {
 		t.Fatal(err)

@@ -91,7 +91,8 @@ func newRealNode(t *testing.T) *realNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{DataDir: dir, Store: st, Snapshotter: n, Logger: logger, ProbeTimeout: 20 * time.Second})
+	b, err := New(Config{DataDir: dir, Store: st, Snapshotter: n, Logger: logger, ProbeTimeout: 20 * time.Second,
+		InsecureRegistries: []string{"127.0.0.1"}}) // the test registries speak plain HTTP
 	if err != nil {
 		t.Fatal(err)
 	}

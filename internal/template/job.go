@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -68,6 +69,17 @@ func (t *tracker) save() {
 // run builds tpl in the background and records the outcome.
 func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req api.BuildRequest) {
 	defer b.wg.Done()
+	if b.isUpload(src.Path) {
+		// An upload serves the one build it was sent for.
+		defer func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.uploadsInUse[src.Path]--; b.uploadsInUse[src.Path] <= 0 {
+				delete(b.uploadsInUse, src.Path)
+				os.Remove(src.Path)
+			}
+		}()
+	}
 	t := &tracker{b: b, job: job}
 	err := b.build(b.ctx, t, tpl, src, req)
 	ctx := context.Background()
@@ -104,9 +116,18 @@ func (b *Builder) build(ctx context.Context, t *tracker, tpl *store.Template, sr
 		return ctx.Err()
 	}
 
+	if src.Kind != oci.KindRegistry {
+		// Again: what the path names may have changed since the request.
+		p, err := b.localPath(src)
+		if err != nil {
+			return pullError(src, err)
+		}
+		src.Path = p
+	}
 	img, err := oci.Open(ctx, src, oci.PullOptions{
-		Username: req.RegistryUsername, Password: req.RegistryPassword, Insecure: req.InsecureRegistry,
-		CacheDir: filepath.Join(b.cfg.DataDir, "images"),
+		Username: req.RegistryUsername, Password: req.RegistryPassword,
+		InsecureRegistries: b.cfg.InsecureRegistries,
+		CacheDir:           filepath.Join(b.cfg.DataDir, "images"),
 	})
 	if err != nil {
 		return pullError(src, err)
@@ -116,7 +137,7 @@ func (b *Builder) build(ctx context.Context, t *tracker, tpl *store.Template, sr
 	}
 
 	t.phase(store.PhaseUnpacking)
-	rf, err := oci.Unpack(ctx, img, filepath.Join(b.cfg.DataDir, "rootfs"), t.progress)
+	rf, err := oci.UnpackLimited(ctx, img, filepath.Join(b.cfg.DataDir, "rootfs"), b.cfg.Limits, t.progress)
 	if err != nil {
 		return unpackError(src, err)
 	}
@@ -155,6 +176,8 @@ func (b *Builder) build(ctx context.Context, t *tracker, tpl *store.Template, sr
 // pullError says what to fix when an image cannot be read.
 func pullError(src oci.Source, err error) error {
 	switch {
+	case errors.Is(err, oci.ErrInsecureRegistry):
+		return fmt.Errorf("pull %s: %w", src, err)
 	case errors.Is(err, oci.ErrUnreachable):
 		return fmt.Errorf("pull %s: %w (check the registry address and that it is running; use --insecure-registry for a plain-HTTP registry)", src, err)
 	case errors.Is(err, oci.ErrCorrupt):
@@ -165,12 +188,25 @@ func pullError(src oci.Source, err error) error {
 	return fmt.Errorf("pull %s: %w", src, err)
 }
 
+// Flags of cube-server that raise the unpack limits, named by errors.
+const (
+	FlagMaxImageBytes = "--max-image-bytes"
+	FlagMaxFileBytes  = "--max-file-bytes"
+)
+
 func unpackError(src oci.Source, err error) error {
+	var le *oci.LimitError
 	switch {
+	case errors.As(err, &le):
+		flag := FlagMaxImageBytes
+		if le.Limit == oci.LimitFile {
+			flag = FlagMaxFileBytes
+		}
+		return fmt.Errorf("unpack %s: %w (raise the limit with cube-server %s, or make the image smaller)", src, err, flag)
 	case errors.Is(err, oci.ErrCorrupt):
 		return fmt.Errorf("unpack %s: %w (the image's layers do not match their digests: push or save the image again)", src, err)
 	case errors.Is(err, oci.ErrUnsafeLayer):
-		return fmt.Errorf("unpack %s: %w (the image has a layer entry that escapes the root filesystem; rebuild it)", src, err)
+		return fmt.Errorf("unpack %s: %w (the image has a layer entry Cube refuses to unpack; rebuild it)", src, err)
 	}
 	return fmt.Errorf("unpack %s: %w", src, err)
 }
