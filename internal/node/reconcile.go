@@ -156,7 +156,8 @@ func (n *Node) settleWriteOut(ctx context.Context, rec *store.Sandbox, alive boo
 		rec.PauseImage, rec.PauseImageTarget = target, ""
 		rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
 		if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
-			// Keep everything; the next start decides again.
+			// The record still names the image as in flight; the image
+			// is complete, so the next start finishes it again.
 			n.log.Warn("reconcile: record finished write-out", "sandbox", rec.ID, "err", err)
 		}
 		n.log.Info("reconcile: finished interrupted write-out; sandbox paused on disk", "sandbox", rec.ID, "image", target)
