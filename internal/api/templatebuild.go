@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -329,4 +330,80 @@ func (s *Server) getTemplateDetailed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.TemplateDetail{TemplateWithBuilds: wireTemplateWithBuilds(t), TemplateBuildInfo: wireBuildInfo(details[t.ID])})
+}
+
+// ArchiveImporter is implemented by backends that take image archives
+// uploaded to POST /templates/imports, for clients whose archive is not in
+// the server's import directory (another machine, or another directory).
+type ArchiveImporter interface {
+	// ImportArchive stores body, an archive of kind (oci-archive or
+	// docker-archive), and returns the image reference that builds from
+	// it. Larger than MaxImportBytes → 413.
+	ImportArchive(ctx context.Context, kind string, body io.Reader) (image string, err error)
+	MaxImportBytes() int64
+}
+
+// ImportsPath is the route of archive uploads.
+const ImportsPath = "/templates/imports"
+
+// ImportedArchive is the answer to an upload.
+type ImportedArchive struct {
+	// Image is the reference to build from, such as
+	// oci-archive:/var/lib/cube/imports/upload-<id>.tar.
+	Image string `json:"image"`
+}
+
+// WithImports returns the server's handler with POST /templates/imports
+// added: an archive streamed as the raw request body (?kind=oci-archive,
+// the default, or docker-archive), answered 201 with an ImportedArchive.
+// It sits outside the API's body limit, which fits JSON and not images;
+// the importer enforces its own. Authentication, rate limits, metrics and
+// access logs are the API's.
+func (s *Server) WithImports() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != ImportsPath || s.proxy.Match(r) {
+			s.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		s.importArchive(rec, r)
+		s.observe(r, rec, "POST "+ImportsPath, time.Since(start))
+	})
+}
+
+func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
+		return
+	}
+	key, ok := s.authorized(r)
+	if !ok {
+		writeError(w, Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
+		return
+	}
+	if ok, wait := s.limiter.Allow(key); !ok {
+		writeError(w, rateLimited(wait))
+		return
+	}
+	imp, ok := s.backend.(ArchiveImporter)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotImplemented, "uploading image archives is not supported by this server"))
+		return
+	}
+	kind := r.URL.Query().Get("kind")
+	if kind == "" {
+		kind = "oci-archive"
+	}
+	if max := imp.MaxImportBytes(); r.ContentLength > max {
+		writeError(w, Errorf(http.StatusRequestEntityTooLarge, "the archive has %d bytes, more than the server accepts (%d bytes, cube-server --max-image-bytes)", r.ContentLength, max))
+		return
+	}
+	image, err := imp.ImportArchive(r.Context(), kind, r.Body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ImportedArchive{Image: image})
 }
