@@ -160,11 +160,21 @@ func installEnvd(dataDir, src string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	// Synced like an image: templates built from now on name this copy.
 	tmp := dst + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o755); err != nil {
 		return "", err
 	}
-	return dir, os.Rename(tmp, dst)
+	if err := fsyncPath(tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return "", err
+	}
+	if err := fsyncPath(dir); err != nil {
+		return "", err
+	}
+	return dir, fsyncPath(filepath.Dir(dir))
 }
 
 // AgentDir is the directory holding the cube-envd new templates boot with.
