@@ -10,9 +10,12 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"cube/internal/oci"
 	"cube/internal/server"
 	"cube/internal/version"
 )
@@ -40,6 +43,17 @@ func main() {
 		return nil
 	})
 	flag.Float64Var(&o.RateLimit, "rate-limit", 0, "API requests per second per key (0 = unlimited)")
+	flag.StringVar(&o.ImportDir, "import-dir", "", "the only directory template builds read local images (oci-archive:, oci:, docker-archive:) from, and where uploads go (default <data-dir>/imports)")
+	o.MaxImageBytes, o.MaxFileBytes = oci.DefaultMaxImageBytes, oci.DefaultMaxFileBytes
+	flag.Func("max-image-bytes", "most bytes unpacking one image may write, such as 8G (default "+oci.HumanBytes(oci.DefaultMaxImageBytes)+"); also the largest upload", sizeFlag(&o.MaxImageBytes))
+	flag.Func("max-file-bytes", "largest file an image may hold, such as 2G (default "+oci.HumanBytes(oci.DefaultMaxFileBytes)+")", sizeFlag(&o.MaxFileBytes))
+	flag.Func("insecure-registry", "registry host[:port] template builds may reach over plain HTTP or with an untrusted certificate (repeatable)", func(v string) error {
+		if v == "" || strings.ContainsAny(v, "/ ") {
+			return fmt.Errorf("want a registry host or host:port, such as localhost:5000")
+		}
+		o.InsecureRegistries = append(o.InsecureRegistries, v)
+		return nil
+	})
 	flag.Float64Var(&o.ProxyRateLimit, "proxy-rate-limit", 0, "proxied sandbox requests per second per source address, per /64 for IPv6 (0 = unlimited; behind a reverse proxy all clients share its address)")
 	flag.BoolVar(&o.Debug, "debug", false, "debug logs, including runsc's")
 	showVersion := flag.Bool("version", false, "print the version and exit")
@@ -58,5 +72,25 @@ func main() {
 	if err := server.Run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "cube-server:", err)
 		os.Exit(1)
+	}
+}
+
+// sizeFlag parses a byte count, plain or with a binary unit (K, M, G, T,
+// optionally followed by i and B): 8G, 512MiB, 1073741824.
+func sizeFlag(dst *int64) func(string) error {
+	return func(v string) error {
+		s := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(v)), "B"), "I")
+		shift := 0
+		if n := len(s); n > 0 {
+			if i := strings.IndexByte("KMGT", s[n-1]); i >= 0 {
+				shift, s = 10*(i+1), s[:n-1]
+			}
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || n <= 0 || n > (1<<62)>>shift {
+			return fmt.Errorf("want a positive size such as 8G, 512M or a number of bytes")
+		}
+		*dst = n << shift
+		return nil
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"cube/internal/fault"
 	"cube/internal/netslot"
 	"cube/internal/node"
+	"cube/internal/oci"
 	"cube/internal/runtime/gvisor"
 	"cube/internal/store"
 	"cube/internal/template"
@@ -43,6 +44,15 @@ type Options struct {
 	HostCIDR        string
 	AllowPrivate    []netip.Prefix
 	RateLimit       float64
+	// ImportDir is the only directory local image sources are read from;
+	// default <DataDir>/imports.
+	ImportDir string
+	// MaxImageBytes and MaxFileBytes bound what unpacking an image writes,
+	// in all and per file; 0 takes oci's defaults.
+	MaxImageBytes, MaxFileBytes int64
+	// InsecureRegistries may be pulled from over plain HTTP or with
+	// untrusted certificates.
+	InsecureRegistries []string
 	// ProxyRateLimit is proxied requests per second per source address;
 	// 0 means unlimited.
 	ProxyRateLimit float64
@@ -185,7 +195,9 @@ func Run(ctx context.Context, o Options) error {
 	if err := nd.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log})
+	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log,
+		ImportDir: o.ImportDir, InsecureRegistries: o.InsecureRegistries,
+		Limits: oci.Limits{MaxBytes: o.MaxImageBytes, MaxFileBytes: o.MaxFileBytes}})
 	if err != nil {
 		return err
 	}
@@ -210,7 +222,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
 	}
-	srv := api.NewHTTPServer(o.Listen, h)
+	srv := api.NewHTTPServer(o.Listen, h.WithImports())
 	log.Info("cube-server listening", "addr", ln.Addr().String(), "data_dir", o.DataDir)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String())
