@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -39,8 +40,15 @@ func newTplCreateCmd() *cobra.Command {
 		Use:   "create-from-image --image REF",
 		Short: "Build a template from an OCI image: pull, unpack, boot, probe, snapshot",
 		Long: `Build a template from an OCI image. REF is a registry reference
-(docker.io/library/python:3.12-slim, localhost:5000/app:v1) or a file on the
-server: oci-archive:PATH, oci:DIR[:TAG], docker-archive:PATH.
+(docker.io/library/python:3.12-slim, localhost:5000/app:v1) or a local image:
+oci-archive:PATH[:TAG], oci:DIR[:TAG], docker-archive:PATH.
+
+The server reads local images only from its import directory. A PATH that
+exists on this machine outside that directory is uploaded to the server
+first, with a progress bar (a layout directory as a tar); this works for a
+server on this machine or elsewhere. A PATH under the import directory
+(--import-dir), or one that does not exist here, is passed to the server as
+it is; a relative one is then taken relative to the import directory.
 
 The build boots the image under gVisor, waits until GET on the probe port
 and path answers 2xx, and snapshots it. --cmd replaces the image's
@@ -67,7 +75,8 @@ CMD. Prints the job and template IDs; follow the build with
 	user := fl.String("user", "", "user of the start command (default the image's USER)")
 	regUser := fl.String("registry-username", "", "registry user name")
 	regPass := fl.String("registry-password", "", "registry password (default $"+EnvRegistryPassword+")")
-	insecure := fl.Bool("insecure-registry", false, "allow plain HTTP to the registry (always allowed for localhost)")
+	insecure := fl.Bool("insecure-registry", false, "ask for plain HTTP or an untrusted certificate; the server allows it only for registries given to its own --insecure-registry")
+	importDir := fl.String("import-dir", "", "the server's import directory when the server runs on this machine: local images under it are not uploaded (default <--data-dir>/imports)")
 	asJSON := fl.Bool("json", false, "print the job and template IDs as JSON")
 	wait := fl.Bool("wait", false, "follow the build until it is READY or FAILED (exit status 1 on FAILED)")
 	_ = cmd.MarkFlagRequired("image")
@@ -97,6 +106,22 @@ CMD. Prints the job and template IDs; follow the build with
 		c, err := newClient()
 		if err != nil {
 			return err
+		}
+		if li, ok := parseLocalImage(req.Image); ok {
+			dir := *importDir
+			if dir == "" {
+				dataDir, _ := cmd.Flags().GetString("data-dir")
+				dir = filepath.Join(dataDir, "imports")
+			}
+			p, err := uploadTarget(li, dir)
+			if err != nil {
+				return err
+			}
+			if p != "" {
+				if req.Image, err = uploadImage(cmd.Context(), c, li, p, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+			}
 		}
 		started, err := c.CreateTemplate(cmd.Context(), req)
 		if err != nil {

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +22,15 @@ type tplServer struct {
 	steps   []wire.TemplateBuildJob
 	polls   int
 	deleted []string
+	uploads []upload
+	// uploadLimit, when set, is the largest upload accepted.
+	uploadLimit int
+}
+
+// upload is one archive sent to POST /templates/imports.
+type upload struct {
+	kind, contentType string
+	body              []byte
 }
 
 func (s *tplServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -44,6 +55,19 @@ func (s *tplServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.created = append(s.created, req)
 		w.WriteHeader(http.StatusAccepted)
 		json.NewEncoder(w).Encode(wire.TemplateBuildStarted{JobID: "job1", TemplateID: "tpl1"})
+	case r.Method == "POST" && r.URL.Path == "/templates/imports":
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			fail(400, err.Error())
+			return
+		}
+		if s.uploadLimit > 0 && len(b) > s.uploadLimit {
+			fail(413, "the archive is larger than 8 GiB, the most an image may unpack to: raise it with cube-server --max-image-bytes")
+			return
+		}
+		s.uploads = append(s.uploads, upload{kind: r.URL.Query().Get("kind"), contentType: r.Header.Get("Content-Type"), body: b})
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"image":"%s:/srv/imports/upload-%d.tar"}`, r.URL.Query().Get("kind"), len(s.uploads))
 	case r.Method == "GET" && r.URL.Path == "/templates/jobs/job1":
 		i := min(s.polls, len(s.steps)-1)
 		s.polls++
