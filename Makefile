@@ -48,16 +48,21 @@ run: deps build
 ## register it on the running server (CUBE_API_URL, default
 ## http://127.0.0.1:3000) as template code-interpreter with aliases base and
 ## code-interpreter-v1, then wait for READY. Does nothing when a ready
-## template answers to the alias base.
+## template answers to the alias base. The server reads local images only
+## from its import directory (IMPORT_DIR): the image is hard-linked there
+## when it can be (no copy), and otherwise uploaded by cubemastercli.
 DEFAULT_IMAGE ?= /var/cache/cube/default-image.tar
+IMPORT_DIR ?= $(DATA_DIR)/imports
 template: bin/cubemastercli
 	@cli="./bin/cubemastercli"; \
 	$$cli tpl list --data-dir $(DATA_DIR) >/dev/null || { echo "template: no Cube server answers at $${CUBE_API_URL:-http://127.0.0.1:3000}; start one with make run" >&2; exit 1; }; \
 	if $$cli tpl info --template-id base --data-dir $(DATA_DIR) 2>/dev/null | grep -q '"status": "ready"'; then \
 		echo "template: the default template (alias base) is ready"; exit 0; \
 	fi; \
-	./scripts/default-image.sh $(DEFAULT_IMAGE) && \
-	$$cli tpl create-from-image --data-dir $(DATA_DIR) --image oci-archive:$(DEFAULT_IMAGE) \
+	./scripts/default-image.sh $(DEFAULT_IMAGE) || exit 1; \
+	image=$(DEFAULT_IMAGE); \
+	if ln -f $(DEFAULT_IMAGE) $(IMPORT_DIR)/default-image.tar 2>/dev/null; then image=$(IMPORT_DIR)/default-image.tar; fi; \
+	$$cli tpl create-from-image --data-dir $(DATA_DIR) --import-dir $(IMPORT_DIR) --image oci-archive:$$image \
 		--template-id code-interpreter --alias base --alias code-interpreter-v1 \
 		--expose-port 49983 --expose-port 49999 --probe 49999 --writable-layer-size 1G \
 		--cpu 2000 --memory 2048 --wait
