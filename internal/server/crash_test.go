@@ -38,15 +38,15 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string) *daemon {
+func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string, extra ...string) *daemon {
 	t.Helper()
 	// t.TempDir makes 0755 folders; cube-server runs only on private ones.
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	cmd := exec.Command(testenv.Bin(t, "cube-server"), "--data-dir", dataDir, "--listen", addr,
-		"--slot-prefix", prefix, "--host-cidr", cidr, "--slots", "16", "--pause-write-delay", "2s")
+	cmd := exec.Command(testenv.Bin(t, "cube-server"), append([]string{"--data-dir", dataDir, "--listen", addr,
+		"--slot-prefix", prefix, "--host-cidr", cidr, "--slots", "16", "--pause-write-delay", "2s"}, extra...)...)
 	cmd.Env = testenv.Environ("CUBE_API_KEY=" + apiKey)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

@@ -25,7 +25,8 @@ import (
 
 // TestTemplateFromEveryImageSource builds templates through the CLI
 // against a running server from each image source form (registry,
-// oci-archive, oci layout directory, docker-archive), then starts a
+// oci-archive, oci layout directory, docker-archive: uploaded by the CLI;
+// an archive in the import directory: read in place), then starts a
 // sandbox from each and reads a file of the image through envd.
 func TestTemplateFromEveryImageSource(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -69,19 +70,30 @@ func TestTemplateFromEveryImageSource(t *testing.T) {
 
 	dataDir := t.TempDir()
 	prefix, cidr := nodetest.SlotRange()
-	d := startDaemon(t, dataDir, prefix, cidr.String(), freeAddr(t))
+	regHost := strings.TrimPrefix(reg.URL, "http://")
+	d := startDaemon(t, dataDir, prefix, cidr.String(), freeAddr(t), "--insecure-registry", regHost)
 	run := func(args ...string) (string, error) { return d.cli(t, args...) }
+
+	// Local images are read from the server's import directory; the CLI
+	// uploads the others (the archives above are all elsewhere). One is
+	// hard-linked into the import directory, as make template does.
+	importDir := filepath.Join(dataDir, "imports")
+	linked := filepath.Join(importDir, "linked.oci.tar")
+	if err := os.Link(archive, linked); err != nil {
+		t.Fatal(err)
+	}
 
 	forms := map[string]string{
 		"registry":       regRef,
 		"oci-archive":    "oci-archive:" + archive,
 		"oci-dir":        "oci:" + string(lp) + ":v1",
 		"docker-archive": "docker-archive:" + dockerArchive,
+		"import-dir":     "oci-archive:" + linked,
 	}
 	for form, ref := range forms {
 		t.Run(form, func(t *testing.T) {
 			if out, err := run("tpl", "create-from-image", "--image", ref, "--template-id", form,
-				"--writable-layer-size", "64M", "--wait"); err != nil {
+				"--writable-layer-size", "64M", "--import-dir", importDir, "--wait"); err != nil {
 				t.Fatalf("create-from-image %s: %v\n%s", ref, err, out)
 			}
 			code, body := d.do(t, "POST", "/sandboxes", map[string]any{"templateID": form}, nil)
@@ -107,6 +119,16 @@ func TestTemplateFromEveryImageSource(t *testing.T) {
 		if !strings.Contains(out, `"`+form+`"`) {
 			t.Errorf("tpl list lacks %s:\n%s", form, out)
 		}
+	}
+	// Uploads served their builds and are gone; the linked image stays.
+	if ents, _ := os.ReadDir(importDir); len(ents) != 1 || ents[0].Name() != "linked.oci.tar" {
+		t.Errorf("import directory holds %v, want only linked.oci.tar", ents)
+	}
+	// A server path outside the import directory is refused, with what
+	// to do instead.
+	if code, body := d.do(t, "POST", "/templates", map[string]any{"image": "oci-archive:" + archive}, nil); code != 400 ||
+		!strings.Contains(string(body), "outside cube-server's import directory") || !strings.Contains(string(body), "upload") {
+		t.Errorf("archive outside the import directory: %d %s", code, body)
 	}
 	// A missing image fails the build with a reason, and the CLI says so.
 	out, err = run("tpl", "create-from-image", "--image", strings.TrimPrefix(reg.URL, "http://")+"/nope:v1", "--template-id", "missing", "--wait")
