@@ -98,6 +98,8 @@ type Builder struct {
 	// uploadsInUse counts the builds of each uploaded archive, which
 	// sweeping must leave alone.
 	uploadsInUse map[string]int
+	// uploading bounds the uploads received at once.
+	uploading chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -148,6 +150,7 @@ func New(cfg Config) (*Builder, error) {
 		cfg: cfg, log: cfg.Logger, st: cfg.Store,
 		sem: make(chan struct{}, cfg.Concurrency),
 		ctx: ctx, cancel: cancel, importDir: importDir, uploadsInUse: map[string]int{},
+		uploading: make(chan struct{}, cfg.Concurrency),
 	}, nil
 }
 

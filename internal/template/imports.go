@@ -97,6 +97,13 @@ func (b *Builder) ImportArchive(ctx context.Context, kind string, body io.Reader
 	default:
 		return "", api.Errorf(http.StatusBadRequest, "archive kind %q: want oci-archive or docker-archive (send an OCI layout directory as a tar of it, kind oci-archive)", kind)
 	}
+	// Each upload may take up to MaxImportBytes of disk until it ends.
+	select {
+	case b.uploading <- struct{}{}:
+		defer func() { <-b.uploading }()
+	default:
+		return "", api.Errorf(http.StatusTooManyRequests, "%d archive uploads are already under way; retry when one has finished", cap(b.uploading)).WithRetryAfter(10 * time.Second)
+	}
 	b.sweepUploads(staleUpload)
 	tmp, err := os.CreateTemp(b.importDir, ".tmp-"+uploadPrefix+"*")
 	if err != nil {

@@ -170,3 +170,25 @@ func TestPlainHTTPRegistryMustBeListed(t *testing.T) {
 		t.Fatalf("listed registry: %+v", j)
 	}
 }
+
+func TestImportsAtOnceAreBounded(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Concurrency = 1 })
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.b.ImportArchive(context.Background(), "oci-archive", pr)
+		done <- err
+	}()
+	pw.Write([]byte("first bytes")) // returns once the upload is reading
+	_, err := f.b.ImportArchive(context.Background(), "oci-archive", strings.NewReader("x"))
+	if api.StatusOf(err) != http.StatusTooManyRequests || !strings.Contains(err.Error(), "retry") {
+		t.Errorf("second upload while one runs: %v, want 429", err)
+	}
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.b.ImportArchive(context.Background(), "oci-archive", strings.NewReader("x")); err != nil {
+		t.Errorf("upload after the first ended: %v", err)
+	}
+}
