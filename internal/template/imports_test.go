@@ -192,3 +192,22 @@ func TestImportsAtOnceAreBounded(t *testing.T) {
 		t.Errorf("upload after the first ended: %v", err)
 	}
 }
+
+func TestPullRefusesLayersOverImageLimit(t *testing.T) {
+	img := testImage(t, bombLayer(t, 1<<20))
+	ls, _ := img.Layers()
+	var compressed int64
+	for _, l := range ls {
+		n, _ := l.Size()
+		compressed += n
+	}
+	host := pushed(t, img, func(h http.Handler) http.Handler { return h })
+	f := newFixture(t, func(c *Config) {
+		c.InsecureRegistries = []string{host}
+		c.Limits.MaxBytes = compressed - 1
+	})
+	failedBuild(t, f, api.BuildRequest{Image: host + "/demo/app:v1"}, "compressed, more than the", "cube-server --max-image-bytes")
+	if ents, _ := os.ReadDir(filepath.Join(f.dataDir, "images", "blobs", "sha256")); len(ents) != 0 {
+		t.Errorf("blob cache holds %d blobs of a refused image", len(ents))
+	}
+}

@@ -132,6 +132,18 @@ func (b *Builder) build(ctx context.Context, t *tracker, tpl *store.Template, sr
 	if err != nil {
 		return pullError(src, err)
 	}
+	// A registry says how large each layer is, and no more is read of it:
+	// refuse before downloading what could not be unpacked anyway.
+	if m, err := img.Manifest(); err == nil {
+		var n int64
+		for _, l := range m.Layers {
+			n += max(l.Size, 0)
+		}
+		if n > b.cfg.Limits.MaxBytes {
+			return fmt.Errorf("pull %s: its layers take %s compressed, more than the %s an image may unpack to (raise the limit with cube-server %s, or make the image smaller)",
+				src, oci.HumanBytes(n), oci.HumanBytes(b.cfg.Limits.MaxBytes), FlagMaxImageBytes)
+		}
+	}
 	if err := oci.Fetch(ctx, img, t.progress); err != nil {
 		return pullError(src, err)
 	}
