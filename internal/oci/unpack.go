@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path"
@@ -19,7 +18,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,85 +131,6 @@ func UnpackLimited(ctx context.Context, img v1.Image, rootfsRoot string, lim Lim
 	return rf, nil
 }
 
-// PrivateDir creates dir if needed and makes it mode 0700, also when an
-// older version created it more open.
-func PrivateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return os.Chmod(dir, 0o700)
-}
-
-// Sweep removes temp directories that interrupted unpacks left in
-// rootfsRoot. Call it only while no Unpack runs, e.g. at server start.
-func Sweep(rootfsRoot string) error {
-	ents, err := os.ReadDir(rootfsRoot)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), tmpPrefix) {
-			errs = append(errs, removeTree(filepath.Join(rootfsRoot, e.Name())))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// removeTree is os.RemoveAll that also copes, when not root, with
-// directories whose image mode denies writing.
-func removeTree(dir string) error {
-	if os.RemoveAll(dir) == nil {
-		return nil
-	}
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
-}
-
-// progressReader counts compressed bytes for progress and stops the unpack
-// when the context ends.
-type progressReader struct {
-	ctx      context.Context
-	r        io.Reader
-	done     int64
-	reported int64
-	total    int64
-	fn       func(done, total int64)
-}
-
-func (p *progressReader) Read(b []byte) (int, error) {
-	if err := p.ctx.Err(); err != nil {
-		return 0, err
-	}
-	n, err := p.r.Read(b)
-	p.done += int64(n)
-	if p.fn != nil && (p.done-p.reported >= 1<<20 || err != nil) {
-		p.reported = p.done
-		p.fn(min(p.done, p.total), p.total)
-	}
-	return n, err
-}
-
-// streamLayer lets partial pick the decompressor for a stream we already
-// opened (and count).
-type streamLayer struct {
-	l  v1.Layer
-	rc io.ReadCloser
-}
-
-func (s streamLayer) Compressed() (io.ReadCloser, error)  { return s.rc, nil }
-func (s streamLayer) Digest() (v1.Hash, error)            { return s.l.Digest() }
-func (s streamLayer) Size() (int64, error)                { return s.l.Size() }
-func (s streamLayer) MediaType() (types.MediaType, error) { return s.l.MediaType() }
-
 type unpacker struct {
 	root   string
 	asRoot bool
@@ -311,75 +230,6 @@ func corruption(err error, streams ...io.Reader) error {
 		}
 	}
 	return err
-}
-
-// entryPath checks a member name and returns it cleaned and relative to the
-// root ("" for the root itself).
-func entryPath(name string) (string, error) {
-	n := strings.TrimLeft(name, "/")
-	if strings.ContainsRune(n, 0) {
-		return "", fmt.Errorf("%w: entry %q has a NUL byte", ErrUnsafeLayer, name)
-	}
-	c := path.Clean(n)
-	if c == ".." || strings.HasPrefix(c, "../") {
-		return "", fmt.Errorf("%w: entry %q points outside the root filesystem; the image is broken or hostile", ErrUnsafeLayer, name)
-	}
-	if c == "." {
-		return "", nil
-	}
-	return c, nil
-}
-
-// resolveDir follows rel inside the root the way the kernel would if the root
-// were "/": symlinks, absolute or relative, never lead outside it. Missing
-// components are kept as they are, to be created by the caller.
-func (u *unpacker) resolveDir(rel string) (string, error) {
-	resolved, todo, hops := "", rel, 0
-	for todo != "" {
-		var part string
-		part, todo, _ = strings.Cut(todo, "/")
-		switch part {
-		case "", ".":
-			continue
-		case "..":
-			resolved = path.Dir(resolved)
-			if resolved == "." || resolved == "/" {
-				resolved = ""
-			}
-			continue
-		}
-		next := path.Join(resolved, part)
-		st, err := os.Lstat(u.host(next))
-		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
-			resolved = next
-			continue
-		}
-		if hops++; hops > 255 {
-			return "", fmt.Errorf("%w: too many levels of symbolic links in %q", ErrUnsafeLayer, rel)
-		}
-		target, err := os.Readlink(u.host(next))
-		if err != nil {
-			return "", err
-		}
-		if path.IsAbs(target) {
-			resolved = ""
-		}
-		todo = target + "/" + todo
-	}
-	return resolved, nil
-}
-
-func (u *unpacker) host(rel string) string { return filepath.Join(u.root, filepath.FromSlash(rel)) }
-
-// locate returns the real relative path of an entry: its parent resolved
-// inside the root, its last component taken literally.
-func (u *unpacker) locate(rel string) (string, error) {
-	dir, base := path.Split(rel)
-	pd, err := u.resolveDir(dir)
-	if err != nil {
-		return "", err
-	}
-	return path.Join(pd, base), nil
 }
 
 func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
