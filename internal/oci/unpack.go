@@ -178,7 +178,13 @@ func (u *unpacker) applyLayer(l v1.Layer, diffID v1.Hash, pr *progressReader) er
 		return err
 	}
 	if err := u.applyTar(vr); err != nil {
-		if c := corruption(err, vr, pr); c != err {
+		streams := []io.Reader{vr, pr}
+		if errors.Is(err, ErrTooLarge) {
+			// The rest of a decompression bomb is not worth inflating: the
+			// compressed bytes alone tell whether the blob is damaged.
+			streams = streams[1:]
+		}
+		if c := corruption(err, streams...); c != err {
 			return c
 		}
 		return fmt.Errorf("%s: %w", digest, err)
