@@ -92,7 +92,8 @@ func run() error {
 	// The code interpreter listens beside envd and warms its default
 	// Python kernel at once, so a template snapshot holds a ready kernel.
 	if *codePort > 0 {
-		ci := codeInterpreter(srv, reaper, log, *contextsNeedToken)
+		srv.State.SetContextsNeedToken(*contextsNeedToken)
+		ci := codeInterpreter(srv, reaper, log)
 		ciLn, err := net.Listen("tcp", ":"+strconv.Itoa(*codePort))
 		if err != nil {
 			return err
@@ -138,17 +139,18 @@ func run() error {
 
 // codeInterpreter is the code interpreter served beside envd. It reads the
 // sandbox's environment from envd and takes the same access token as envd
-// on every route but its health probe and, unless contextsNeedToken, the
-// context routes, which the official SDK calls without the token.
-func codeInterpreter(srv *envd.Server, reaper *reap.Reaper, log *slog.Logger, contextsNeedToken bool) *codeinterp.Server {
+// on every route but its health probe and, unless envd's state says they
+// need it (state.ContextsNeedToken), the context routes, which the
+// official SDKs call without the token.
+func codeInterpreter(srv *envd.Server, reaper *reap.Reaper, log *slog.Logger) *codeinterp.Server {
 	return codeinterp.New(codeinterp.Options{
 		Env:        srv.State.Env,
 		DefaultCwd: "/home/" + users.DefaultName,
 		Authorize: func(r *http.Request) bool {
 			return srv.State.Authorized(r.Header.Get("X-Access-Token"))
 		},
-		OpenContextRoutes: !contextsNeedToken,
-		Logger:            log,
+		ContextsOpen: func() bool { return !srv.State.ContextsNeedToken() },
+		Logger:       log,
 		Spawn: func(c *exec.Cmd) (func() syscall.WaitStatus, error) {
 			ch, err := reaper.Start(c)
 			if err != nil {

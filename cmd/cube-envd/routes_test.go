@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -169,11 +171,45 @@ func TestEveryRouteNeedsTheToken(t *testing.T) {
 	defer srv.Close()
 	walk(t, "envd", srv.Handler(), srv.Routes(), envd.PublicRoutes, connectProbes(t, srv.Routes()))
 
-	strict := codeInterpreter(srv, reap.New(), log, true)
-	defer strict.Close()
-	walk(t, "code interpreter, contexts need the token", strict.Handler(), strict.Routes(), strict.OpenRoutes(), nil)
+	ci := codeInterpreter(srv, reap.New(), log)
+	defer ci.Close()
+	srv.State.SetContextsNeedToken(true)
+	walk(t, "code interpreter, contexts need the token", ci.Handler(), ci.Routes(), ci.OpenRoutes(), nil)
+	srv.State.SetContextsNeedToken(false)
+	walk(t, "code interpreter", ci.Handler(), ci.Routes(), ci.OpenRoutes(), nil)
+}
 
-	compatible := codeInterpreter(srv, reap.New(), log, false)
-	defer compatible.Close()
-	walk(t, "code interpreter", compatible.Handler(), compatible.Routes(), compatible.OpenRoutes(), nil)
+// The control plane closes the context routes of a running sandbox
+// through /init, without rebuilding its template.
+func TestInitClosesContextRoutes(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	srv, err := envd.New(envd.Options{Logger: log, DefaultWorkdir: t.TempDir(), AccessToken: routeToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ci := codeInterpreter(srv, reap.New(), log)
+	defer ci.Close()
+	status := func(h http.Handler, method, path, token, body string) int {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("X-Access-Token", token)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if got := status(ci.Handler(), "GET", "/contexts", "", ""); got == http.StatusUnauthorized {
+		t.Fatalf("GET /contexts without token before /init: 401, want open by default")
+	}
+	init := fmt.Sprintf(`{"codeContextsNeedToken":true,"timestamp":%q}`, time.Now().UTC().Format(time.RFC3339Nano))
+	if got := status(srv.Handler(), "POST", "/init", routeToken, init); got != http.StatusNoContent {
+		t.Fatalf("/init: %d", got)
+	}
+	if got := status(ci.Handler(), "GET", "/contexts", "", ""); got != http.StatusUnauthorized {
+		t.Fatalf("GET /contexts without token after /init closed them: %d, want 401", got)
+	}
+	if got := status(ci.Handler(), "GET", "/contexts", routeToken, ""); got != http.StatusOK {
+		t.Fatalf("GET /contexts with the token: %d, want 200", got)
+	}
 }

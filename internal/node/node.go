@@ -65,6 +65,11 @@ type Config struct {
 	// (resuming in milliseconds) before it is written to disk and its
 	// memory and slot are freed.
 	PauseWriteDelay time.Duration
+	// CodeContextsNeedToken makes every sandbox's code interpreter require
+	// the access token on its context routes too (sent with /init). The
+	// official code interpreter SDKs send none there, so it is off by
+	// default.
+	CodeContextsNeedToken bool
 	// PoolSize is how many warm sandboxes to keep ready per template built
 	// from an image; 0 disables the warm pool.
 	PoolSize int

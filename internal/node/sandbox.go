@@ -254,6 +254,8 @@ func (n *Node) initEnvd(ctx context.Context, host netip.Addr, rec *store.Sandbox
 			"defaultUser":    "user",
 			"defaultWorkdir": "/home/user",
 			"timestamp":      time.Now().UTC(),
+			// A Cube extension; agents that predate it ignore it.
+			"codeContextsNeedToken": n.cfg.CodeContextsNeedToken,
 		})
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

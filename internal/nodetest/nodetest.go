@@ -44,6 +44,8 @@ type Options struct {
 	PoolSize     int
 	// PauseWriteDelay: how long paused sandboxes stay in memory.
 	PauseWriteDelay time.Duration
+	// CodeContextsNeedToken: see node.Config.
+	CodeContextsNeedToken bool
 }
 
 // New starts a node on real gVisor; it is torn down when the test ends.
@@ -70,7 +72,7 @@ func New(t testing.TB, o Options) *Node {
 	}
 	n, err := node.New(node.Config{DataDir: dir, Envd: envdBin, Runtime: rt, Slots: slots, Store: st,
 		Logger: Logger(), EnvdVersion: "0.6.4", MaxSandboxes: o.MaxSandboxes, PoolSize: o.PoolSize,
-		PauseWriteDelay: o.PauseWriteDelay})
+		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken})
 	if err != nil {
 		t.Fatal(err)
 	}

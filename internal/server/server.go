@@ -56,8 +56,10 @@ type Options struct {
 	// ProxyRateLimit is proxied requests per second per source address;
 	// 0 means unlimited.
 	ProxyRateLimit float64
-	Debug          bool
-	Logger         *slog.Logger
+	// CodeContextsNeedToken: see node.Config.
+	CodeContextsNeedToken bool
+	Debug                 bool
+	Logger                *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -182,7 +184,7 @@ func Run(ctx context.Context, o Options) error {
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain, PoolSize: o.PoolSize, Egress: filter,
-		PauseWriteDelay: o.PauseWriteDelay,
+		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		OnGone: func(containerID string) {
 			if forget != nil {
 				forget(containerID)
@@ -222,7 +224,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
 	}
-	srv := api.NewHTTPServer(o.Listen, h.WithImports())
+	srv := api.NewHTTPServer(o.Listen, h)
 	log.Info("cube-server listening", "addr", ln.Addr().String(), "data_dir", o.DataDir)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String())

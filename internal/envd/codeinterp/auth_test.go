@@ -43,9 +43,9 @@ func TestAuthorize(t *testing.T) {
 	}
 }
 
-// OpenContextRoutes opens the context routes and nothing else.
+// ContextsOpen opens the context routes and nothing else.
 func TestOpenContextRoutes(t *testing.T) {
-	srv := New(Options{Authorize: needsSecret, OpenContextRoutes: true, KernelSpecDirs: []string{t.TempDir()}, DefaultCwd: t.TempDir()})
+	srv := New(Options{Authorize: needsSecret, ContextsOpen: func() bool { return true }, KernelSpecDirs: []string{t.TempDir()}, DefaultCwd: t.TempDir()})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { hs.Close(); srv.Close() })
 	ts := struct{ url string }{hs.URL}

@@ -35,9 +35,9 @@ type Options struct {
 	// Authorize, when set, must accept every request except those for
 	// the routes OpenRoutes lists.
 	Authorize func(*http.Request) bool
-	// OpenContextRoutes leaves ContextRoutes open too, for clients that
-	// send no access token with them.
-	OpenContextRoutes bool
+	// ContextsOpen, when set, reports whether ContextRoutes are open too
+	// at the moment, for clients that send no access token with them.
+	ContextsOpen func() bool
 	// KernelSpecDirs are searched for kernelspecs; default: the standard
 	// Jupyter data paths (jupyter.DefaultSpecDirs).
 	KernelSpecDirs []string

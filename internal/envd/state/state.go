@@ -29,6 +29,8 @@ type State struct {
 	defaultUser    string
 	defaultWorkdir string
 	lastInit       time.Time
+	// contextsNeedToken: see ContextsNeedToken.
+	contextsNeedToken bool
 }
 
 // New returns the settings of a sandbox that has not been initialised.
@@ -53,6 +55,10 @@ type Init struct {
 	DefaultUser    string            `json:"defaultUser,omitempty"`
 	DefaultWorkdir string            `json:"defaultWorkdir,omitempty"`
 	Timestamp      *time.Time        `json:"timestamp,omitempty"`
+	// CodeContextsNeedToken (a Cube extension) sets whether the code
+	// interpreter's context routes require the access token; see
+	// ContextsNeedToken.
+	CodeContextsNeedToken *bool `json:"codeContextsNeedToken,omitempty"`
 }
 
 // MaxInitClockSkew is how far an /init timestamp may run ahead of this
@@ -116,7 +122,29 @@ func (s *State) Apply(in Init, now time.Time) error {
 	if in.DefaultWorkdir != "" {
 		s.defaultWorkdir = in.DefaultWorkdir
 	}
+	if in.CodeContextsNeedToken != nil {
+		s.contextsNeedToken = *in.CodeContextsNeedToken
+	}
 	return nil
+}
+
+// ContextsNeedToken reports whether the code interpreter's context routes
+// require the access token like every other route. The official code
+// interpreter SDKs (@e2b/code-interpreter up to 2.8.0, and the Python one)
+// send no token with those routes, so they are open unless the control
+// plane (cube-server --code-contexts-need-token, through /init) or
+// cube-envd's own flag closes them.
+func (s *State) ContextsNeedToken() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.contextsNeedToken
+}
+
+// SetContextsNeedToken sets ContextsNeedToken until an /init changes it.
+func (s *State) SetContextsNeedToken(need bool) {
+	s.mu.Lock()
+	s.contextsNeedToken = need
+	s.mu.Unlock()
 }
 
 // SetToken replaces the access token ("" turns access control off).
