@@ -182,6 +182,7 @@ func (s *Server) routes() []route {
 		{"GET", "/templates/jobs/{jobID}", false, s.getBuildJob},
 		{"GET", "/templates/{templateID}", false, s.getTemplateDetailed},
 		{"DELETE", "/templates/{templateID}", false, s.deleteTemplate},
+		{"POST", ImportsPath, false, s.importArchive},
 	}
 }
 
@@ -237,10 +238,22 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 		}
 	}
 	if r.Body != nil {
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(pattern))
 	}
 	s.mux.ServeHTTP(w, r)
 	return pattern
+}
+
+// bodyLimit is the most a request to the route served under pattern may
+// send: image uploads get the importer's limit, every other route the
+// API's JSON limit.
+func (s *Server) bodyLimit(pattern string) int64 {
+	if pattern == "POST "+ImportsPath {
+		if imp, ok := s.backend.(ArchiveImporter); ok {
+			return imp.MaxImportBytes()
+		}
+	}
+	return s.cfg.MaxBodyBytes
 }
 
 // isPublic reports whether the route served under pattern needs no API

@@ -353,40 +353,11 @@ type ImportedArchive struct {
 	Image string `json:"image"`
 }
 
-// WithImports returns the server's handler with POST /templates/imports
-// added: an archive streamed as the raw request body (?kind=oci-archive,
-// the default, or docker-archive), answered 201 with an ImportedArchive.
-// It sits outside the API's body limit, which fits JSON and not images;
-// the importer enforces its own. Authentication, rate limits, metrics and
-// access logs are the API's.
-func (s *Server) WithImports() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != ImportsPath || s.proxy.Match(r) {
-			s.ServeHTTP(w, r)
-			return
-		}
-		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
-		s.importArchive(rec, r)
-		s.observe(r, rec, "POST "+ImportsPath, time.Since(start))
-	})
-}
-
+// importArchive serves POST /templates/imports: an archive streamed as the
+// raw request body (?kind=oci-archive, the default, or docker-archive),
+// answered 201 with an ImportedArchive. Its body limit is the importer's
+// (see bodyLimit), not the API's, which fits JSON and not images.
 func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
-		return
-	}
-	key, ok := s.authorized(r)
-	if !ok {
-		writeError(w, Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
-		return
-	}
-	if ok, wait := s.limiter.Allow(key); !ok {
-		writeError(w, rateLimited(wait))
-		return
-	}
 	imp, ok := s.backend.(ArchiveImporter)
 	if !ok {
 		writeError(w, Errorf(http.StatusNotImplemented, "uploading image archives is not supported by this server"))
