@@ -10,13 +10,11 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -64,38 +62,20 @@ func New(cfg Config) (*Runtime, error) {
 	return &Runtime{cfg: cfg}, nil
 }
 
-// globalFlags are the runsc flags for one sandbox. The overlay size and the
-// network mode are global flags in runsc, which is why they are per call.
-func (r *Runtime) globalFlags(id string, spec *runtime.Spec) []string {
-	f := []string{"--root", r.cfg.Root, "--platform", "systrap"}
-	if spec != nil {
-		overlay := "root:memory"
-		if spec.WritableMB > 0 {
-			overlay += ",size=" + strconv.Itoa(spec.WritableMB) + "m"
-		}
-		f = append(f, "--overlay2", overlay)
-		if spec.NetNS != "" {
-			f = append(f, "--network", "sandbox")
-		} else {
-			f = append(f, "--network", "none")
-		}
-	}
+// runscFor is the runsc command line for calls on sandbox id ("" for
+// calls on none), with its debug log when Debug is set.
+func (r *Runtime) runscFor(id string) Runsc {
+	rs := Runsc{Path: r.cfg.Runsc, Root: r.cfg.Root}
 	if r.cfg.Debug && id != "" {
-		f = append(f, "--debug", "--debug-log", filepath.Join(r.cfg.Bundles, id)+"/runsc.%COMMAND%.log")
+		rs.DebugLog = filepath.Join(r.cfg.Bundles, id) + "/runsc.%COMMAND%.log"
 	}
-	return f
+	return rs
 }
 
 // runsc runs one runsc command and returns its stdout; a failure carries
 // runsc's own last words.
 func (r *Runtime) runsc(ctx context.Context, id string, spec *runtime.Spec, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(r.globalFlags(id, spec), args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, reason(stderr.String()))
-	}
-	return stdout.Bytes(), nil
+	return r.runscFor(id).Run(ctx, spec, args...)
 }
 
 // bundle writes the OCI bundle for spec and returns its directory. When
@@ -118,11 +98,7 @@ func (r *Runtime) bundle(spec runtime.Spec, base *ociSpecT) (string, error) {
 		merged.Annotations = oci.Annotations
 		oci = merged
 	}
-	data, err := json.MarshalIndent(oci, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
+	if err := writeSpec(dir, oci); err != nil {
 		return "", err
 	}
 	return dir, nil
@@ -167,9 +143,8 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, base *ociSpecT, 
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	full := append(r.globalFlags(spec.ID, &spec), args...)
-	full = append(full, "--bundle", dir, spec.ID)
-	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
+	full := append(append([]string(nil), args...), "--bundle", dir, spec.ID)
+	cmd := r.runscFor(spec.ID).Command(ctx, &spec, full...)
 	// Both streams go to the console FIFO, which the sandbox process runsc
 	// leaves behind inherits (a pipe of ours would never reach EOF).
 	cmd.Stdout = console.w
@@ -180,37 +155,10 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, base *ociSpecT, 
 		console.closeAndWait()
 		out, _ := readConsole(dir)
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("runsc %s %s: %w: %s", args[0], spec.ID, err, reason(string(out)))
+		return nil, fmt.Errorf("runsc %s %s: %w: %s", args[0], spec.ID, err, Reason(string(out)))
 	}
 	console.w.Close()
 	return &sandbox{r: r, id: spec.ID, spec: spec}, nil
-}
-
-// reason picks the line of runsc's stderr that says why it failed: the
-// last one naming an error, since a crash ends in stack frames.
-func reason(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := strings.TrimSpace(lines[i])
-		if strings.Contains(l, "no space left on device") {
-			return l
-		}
-	}
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := strings.TrimSpace(lines[i])
-		if strings.Contains(strings.ToLower(l), "error") || strings.Contains(l, "failed") {
-			return l
-		}
-	}
-	return lastLine(s)
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndex(s, "\n"); i >= 0 {
-		return s[i+1:]
-	}
-	return s
 }
 
 // Boot starts a fresh sandbox.
@@ -353,7 +301,7 @@ func (s *sandbox) Kill(ctx context.Context) error {
 }
 
 func (s *sandbox) Exec(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, s.r.cfg.Runsc, append(s.r.globalFlags(s.id, nil), append([]string{"exec", s.id}, args...)...)...)
+	cmd := s.r.runscFor(s.id).Command(ctx, nil, append([]string{"exec", s.id}, args...)...)
 	return cmd.CombinedOutput()
 }
 

@@ -1,6 +1,9 @@
 package gvisor
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"cube/internal/runtime"
@@ -141,7 +144,31 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
+// ociSpec is the OCI spec of s's sandbox: the bare container, with Cube's
+// agent, limits and annotations around it.
 func ociSpec(s runtime.Spec) ociSpecT {
+	spec := bareSpec(s)
+	spec.Mounts = append(spec.Mounts, ociMount{Destination: runtime.AgentMount, Type: "bind", Source: s.AgentDir, Options: []string{"rbind", "ro"}})
+	spec.Annotations = map[string]string{
+		annWritableMB: strconv.Itoa(s.WritableMB),
+		annNetNS:      s.NetNS,
+	}
+	spec.Process.Rlimits = []ociRlimit{
+		{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20},
+		{Type: "RLIMIT_NPROC", Hard: NprocLimit, Soft: NprocLimit},
+	}
+	if s.MemoryMB > 0 {
+		as := addressSpaceLimit(s.MemoryMB)
+		spec.Process.Rlimits = append(spec.Process.Rlimits, ociRlimit{Type: "RLIMIT_AS", Hard: as, Soft: as})
+	}
+	spec.Linux.CgroupsPath = "/cube/" + s.ID
+	spec.Linux.Resources = resources(s)
+	return spec
+}
+
+// bareSpec is the shape every Cube sandbox has (root, process, mounts,
+// namespaces) without what the service adds around it.
+func bareSpec(s runtime.Spec) ociSpecT {
 	cwd := s.Cwd
 	if cwd == "" {
 		cwd = "/"
@@ -162,31 +189,36 @@ func ociSpec(s runtime.Spec) ociSpecT {
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: runtime.AgentMount, Type: "bind", Source: s.AgentDir, Options: []string{"rbind", "ro"}},
-		},
-		Annotations: map[string]string{
-			annWritableMB: strconv.Itoa(s.WritableMB),
-			annNetNS:      s.NetNS,
 		},
 	}
 	spec.Process.Args = s.Args
 	spec.Process.Env = s.Env
 	spec.Process.Cwd = cwd
 	spec.Process.Capabilities = &ociCaps{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps}
-	spec.Process.Rlimits = []ociRlimit{
-		{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20},
-		{Type: "RLIMIT_NPROC", Hard: NprocLimit, Soft: NprocLimit},
-	}
-	if s.MemoryMB > 0 {
-		as := addressSpaceLimit(s.MemoryMB)
-		spec.Process.Rlimits = append(spec.Process.Rlimits, ociRlimit{Type: "RLIMIT_AS", Hard: as, Soft: as})
-	}
 	netns := ociNamespace{Type: "network"}
 	if s.NetNS != "" {
 		netns.Path = s.NetNS
 	}
 	spec.Linux.Namespaces = []ociNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, netns}
-	spec.Linux.CgroupsPath = "/cube/" + s.ID
-	spec.Linux.Resources = resources(s)
 	return spec
+}
+
+// WriteBareBundle makes dir an OCI bundle for s: the shape of Cube's
+// sandboxes (same root, mounts and namespaces) without its agent mount,
+// cgroup, limits or annotations. It is what cube-bench's raw baseline
+// boots, so the baseline measures gVisor alone on the sandboxes' shape.
+func WriteBareBundle(dir string, s runtime.Spec) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return writeSpec(dir, bareSpec(s))
+}
+
+// writeSpec writes spec as the config.json of the bundle in dir.
+func writeSpec(dir string, spec ociSpecT) error {
+	data, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600)
 }
