@@ -90,18 +90,57 @@ func findKey(dataDir string) (string, error) {
 
 // APIError is a non-2xx answer of the server.
 type APIError struct {
-	Status  int
+	// Method and Path name the request, so a tool can say which of many
+	// calls failed.
+	Method, Path string
+	Status       int
+	// Message is the server's JSON error message or, with Raw, the answer
+	// as text.
 	Message string
+	// Raw is set when the answer was no JSON error of the server: a
+	// router's "404 page not found", or a page of a proxy in between.
+	Raw bool
 }
 
 func (e *APIError) Error() string {
-	return fmt.Sprintf("server answered %d: %s", e.Status, e.Message)
+	msg := e.Message
+	if msg == "" {
+		msg = http.StatusText(e.Status)
+	}
+	return fmt.Sprintf("server answered %d: %s", e.Status, msg)
+}
+
+// RouteMissing reports whether the server does not know the route at all
+// (a plain-text 404 or 405 of its router), which is an older or other
+// server rather than a missing sandbox.
+func (e *APIError) RouteMissing() bool {
+	return e.Raw && (e.Status == http.StatusNotFound || e.Status == http.StatusMethodNotAllowed)
 }
 
 // IsNotFound reports whether err is a 404 answer.
 func IsNotFound(err error) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+}
+
+// Unsupported reports whether err means the server lacks the operation
+// (501, or a route it does not know), as opposed to a failure of it.
+func Unsupported(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Status == http.StatusNotImplemented || ae.RouteMissing())
+}
+
+// answerError turns a non-2xx answer into an APIError.
+func answerError(method, path string, status int, data []byte) *APIError {
+	e := &APIError{Method: method, Path: path, Status: status}
+	var we wire.Error
+	if json.Unmarshal(data, &we) == nil && we.Message != "" {
+		e.Message = we.Message
+		return e
+	}
+	e.Message = strings.TrimSpace(string(data))
+	e.Raw = true
+	return e
 }
 
 // Do sends in (JSON, unless nil) to method path (with query q) and decodes a
@@ -138,15 +177,7 @@ func (c *Client) Do(ctx context.Context, method, path string, q url.Values, in, 
 		return nil, fmt.Errorf("%s %s: reading answer: %w", method, path, err)
 	}
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		var e wire.Error
-		msg := strings.TrimSpace(string(data))
-		if json.Unmarshal(data, &e) == nil && e.Message != "" {
-			msg = e.Message
-		}
-		if msg == "" {
-			msg = http.StatusText(res.StatusCode)
-		}
-		return res.Header, &APIError{Status: res.StatusCode, Message: msg}
+		return res.Header, answerError(method, path, res.StatusCode, data)
 	}
 	if out != nil && len(bytes.TrimSpace(data)) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -199,6 +230,19 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*wire.SandboxDetail
 		return nil, err
 	}
 	return &d, nil
+}
+
+// CreateSandbox starts a sandbox. The server answers once the sandbox's
+// agent answers, so the call's round trip is the sandbox's start time.
+func (c *Client) CreateSandbox(ctx context.Context, req wire.NewSandbox) (*wire.Sandbox, error) {
+	var sb wire.Sandbox
+	if _, err := c.Do(ctx, http.MethodPost, "/sandboxes", nil, req, &sb); err != nil {
+		return nil, err
+	}
+	if sb.SandboxID == "" {
+		return nil, fmt.Errorf("POST /sandboxes: answer has no sandboxID")
+	}
+	return &sb, nil
 }
 
 // KillSandbox destroys a sandbox.

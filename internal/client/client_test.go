@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -74,5 +75,59 @@ func TestListFollowsPagesAndErrors(t *testing.T) {
 	_, err = c.GetSandbox(context.Background(), "x")
 	if !IsNotFound(err) || !strings.Contains(err.Error(), `sandbox "x" not found`) {
 		t.Errorf("get unknown: %v", err)
+	}
+}
+
+func TestCreateSandboxAndErrorKinds(t *testing.T) {
+	var sent []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body wire.NewSandbox
+		json.NewDecoder(r.Body).Decode(&body)
+		sent = append(sent, r.Method+" "+r.URL.Path+" "+body.TemplateID)
+		switch {
+		case r.URL.Path == "/sandboxes" && body.TemplateID == "base":
+			w.WriteHeader(http.StatusCreated)
+			json.NewEncoder(w).Encode(wire.Sandbox{SandboxID: "sb1", TemplateID: "base"})
+		case r.URL.Path == "/sandboxes" && body.TemplateID == "empty":
+			w.WriteHeader(http.StatusCreated)
+			json.NewEncoder(w).Encode(wire.Sandbox{})
+		case r.URL.Path == "/sandboxes/x/snapshots":
+			w.WriteHeader(http.StatusNotImplemented)
+			json.NewEncoder(w).Encode(wire.Error{Code: 501, Message: "snapshots are not supported"})
+		case r.URL.Path == "/sandboxes/x/teapot":
+			w.WriteHeader(http.StatusBadGateway)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "k")
+	ctx := context.Background()
+
+	sb, err := c.CreateSandbox(ctx, wire.NewSandbox{TemplateID: "base"})
+	if err != nil || sb.SandboxID != "sb1" {
+		t.Fatalf("create = %+v, %v", sb, err)
+	}
+	if _, err := c.CreateSandbox(ctx, wire.NewSandbox{TemplateID: "empty"}); err == nil || !strings.Contains(err.Error(), "no sandboxID") {
+		t.Errorf("answer without an ID: %v", err)
+	}
+
+	// A JSON 501 and a route the router does not know both mean the
+	// server lacks the operation; only the JSON one is the server's word.
+	_, err = c.CreateSnapshot(ctx, "x", "")
+	var ae *APIError
+	if !Unsupported(err) || !errors.As(err, &ae) || ae.Raw || ae.RouteMissing() || ae.Method != "POST" || ae.Path != "/sandboxes/x/snapshots" {
+		t.Errorf("501: %+v", err)
+	}
+	_, err = c.ForkSandbox(ctx, "x", 1)
+	if !Unsupported(err) || !errors.As(err, &ae) || !ae.RouteMissing() || !IsNotFound(err) {
+		t.Errorf("unknown route: %#v", err)
+	}
+	if err.Error() != "server answered 404: 404 page not found" {
+		t.Errorf("unknown route reads %q", err)
+	}
+	_, err = c.Do(ctx, http.MethodGet, "/sandboxes/x/teapot", nil, nil, nil)
+	if Unsupported(err) || err.Error() != "server answered 502: Bad Gateway" {
+		t.Errorf("empty 502: %v", err)
 	}
 }

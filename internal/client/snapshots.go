@@ -120,6 +120,18 @@ func (c *Client) CloneSandbox(ctx context.Context, sandboxID string, o CloneOpti
 	return out, nil
 }
 
+// ForkSandbox is E2B's fork: count children of a running sandbox, for
+// servers without the clone route. Failed children are entries with Error
+// set, as in CloneSandbox.
+func (c *Client) ForkSandbox(ctx context.Context, sandboxID string, count int) ([]wire.ForkResult, error) {
+	var out []wire.ForkResult
+	path := "/sandboxes/" + url.PathEscape(sandboxID) + "/fork"
+	if _, err := c.Do(ctx, http.MethodPost, path, nil, wire.ForkRequest{Count: &count}, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // statusRecorder is a copy of a client that remembers the status of the
 // last answer, for the few calls whose meaning is in the status alone.
 type statusRecorder struct {

@@ -142,7 +142,7 @@ func TestPauseAndCloneBodies(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		sent = append(sent, r.Method+" "+r.URL.Path+" "+strings.TrimSpace(string(b)))
-		if strings.HasSuffix(r.URL.Path, "/clone") {
+		if strings.HasSuffix(r.URL.Path, "/clone") || strings.HasSuffix(r.URL.Path, "/fork") {
 			w.WriteHeader(http.StatusCreated)
 			json.NewEncoder(w).Encode([]wire.ForkResult{{Sandbox: &wire.Sandbox{SandboxID: "c1"}}, {Error: &wire.Error{Code: 503, Message: "busy"}}})
 			return
@@ -165,6 +165,9 @@ func TestPauseAndCloneBodies(t *testing.T) {
 	if _, err := c.CloneSandbox(ctx, "a", CloneOptions{Count: 5, Concurrency: 2, TimeoutSec: 30}); err != nil {
 		t.Fatal(err)
 	}
+	if res, err := c.ForkSandbox(ctx, "a", 3); err != nil || len(res) != 2 {
+		t.Errorf("fork = %+v, %v", res, err)
+	}
 	if err := c.DeleteSnapshot(ctx, "snap-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +176,7 @@ func TestPauseAndCloneBodies(t *testing.T) {
 		`POST /sandboxes/a/pause {"memory":false}`,
 		`POST /sandboxes/a/clone {"count":2}`,
 		`POST /sandboxes/a/clone {"count":5,"concurrency":2,"timeout":30}`,
+		`POST /sandboxes/a/fork {"count":3}`,
 		"DELETE /templates/snap-1 ",
 	}
 	if strings.Join(sent, "\n") != strings.Join(want, "\n") {
