@@ -3,12 +3,10 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -17,6 +15,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cube/internal/runtime"
+	"cube/internal/runtime/gvisor"
 )
 
 // BaselineConfig configures the raw-runsc baseline: the operations the
@@ -101,8 +102,8 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig, p RoundProgress) (rep 
 	} else if err := os.MkdirAll(work, 0o700); err != nil {
 		return nil, err
 	}
-	r := &runscDriver{cfg: cfg, root: filepath.Join(work, "root"), work: work}
-	if err := os.MkdirAll(r.root, 0o700); err != nil {
+	r := &runscDriver{cfg: cfg, rs: gvisor.Runsc{Path: cfg.Runsc, Root: filepath.Join(work, "root")}, work: work}
+	if err := os.MkdirAll(r.rs.Root, 0o700); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -185,7 +186,7 @@ dispatch:
 // density starts n idle containers (as fast as runsc allows, a few at a
 // time), then reads host memory and deletes them.
 func (r *runscDriver) density(ctx context.Context, n int) (*DensityPoint, error) {
-	base, err := measurePoint(0, r.root)
+	base, err := measurePoint(0, r.rs.Root)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +194,7 @@ func (r *runscDriver) density(ctx context.Context, n int) (*DensityPoint, error)
 	defer func() {
 		for _, id := range ids {
 			if id != "" {
-				r.runsc(context.Background(), "delete", "--force", id)
+				r.runsc(context.Background(), nil, "delete", "--force", id)
 				os.RemoveAll(filepath.Join(r.work, "bundles", id))
 			}
 		}
@@ -208,7 +209,7 @@ func (r *runscDriver) density(ctx context.Context, n int) (*DensityPoint, error)
 		return nil, err
 	}
 	time.Sleep(3 * time.Second)
-	pt, err := measurePoint(n, r.root)
+	pt, err := measurePoint(n, r.rs.Root)
 	if err != nil {
 		return nil, err
 	}
@@ -245,32 +246,28 @@ func WriteBaselineText(w io.Writer, rep *BaselineReport) {
 	}
 }
 
+// runscDriver runs the baseline's containers through the server's own
+// runsc command line (gvisor.Runsc), one runsc process per operation.
 type runscDriver struct {
-	cfg        BaselineConfig
-	root, work string
-	mu         sync.Mutex
-	made       []string // container IDs ever started
+	cfg  BaselineConfig
+	rs   gvisor.Runsc
+	work string
+	mu   sync.Mutex
+	made []string // container IDs ever started
 }
 
-func (r *runscDriver) globals() []string {
-	return []string{"--root", r.root, "--platform", "systrap", "--network", "none", "--overlay2", "root:memory"}
+// runsc runs one runsc command; spec is the container's for the commands
+// that start or save one (their global flags depend on it), else nil.
+func (r *runscDriver) runsc(ctx context.Context, spec *runtime.Spec, args ...string) error {
+	_, err := r.rs.Run(ctx, spec, args...)
+	return err
 }
 
-func (r *runscDriver) runsc(ctx context.Context, args ...string) error {
-	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(r.globals(), args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLineOf(string(out)))
-	}
-	return nil
-}
-
-func lastLineOf(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndex(s, "\n"); i >= 0 {
-		return s[i+1:]
-	}
-	return s
+// spec is container id's: the workload on the rootfs, with no network and
+// none of the service's agent.
+func (r *runscDriver) spec(id string) runtime.Spec {
+	return runtime.Spec{ID: id, Rootfs: r.cfg.Rootfs, Args: r.workload(),
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}}
 }
 
 // workload is the sandbox's program: optionally write DirtyMB, say
@@ -282,15 +279,7 @@ func (r *runscDriver) workload() []string {
 
 func (r *runscDriver) bundle(id string) (string, error) {
 	dir := filepath.Join(r.work, "bundles", id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
-	}
-	spec := baselineSpec(r.cfg.Rootfs, r.workload())
-	data, err := json.MarshalIndent(spec, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	return dir, os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600)
+	return dir, gvisor.WriteBareBundle(dir, r.spec(id))
 }
 
 func (r *runscDriver) remember(id string) {
@@ -309,7 +298,7 @@ func (r *runscDriver) iteration(ctx context.Context, tag string) (map[string]flo
 	id, id2 := base+"-a", base+"-b"
 	defer func() {
 		for _, c := range []string{id, id2} {
-			r.runsc(context.Background(), "delete", "--force", c)
+			r.runsc(context.Background(), nil, "delete", "--force", c)
 			os.RemoveAll(filepath.Join(r.work, "bundles", c))
 		}
 		os.RemoveAll(filepath.Join(r.work, "images", id))
@@ -325,8 +314,9 @@ func (r *runscDriver) iteration(ctx context.Context, tag string) (map[string]flo
 	if err := os.MkdirAll(img, 0o700); err != nil {
 		return nil, 0, err
 	}
+	spec, spec2 := r.spec(id), r.spec(id2)
 	if t["checkpoint"], err = timed(func() error {
-		return r.runsc(ctx, "checkpoint", "--image-path", img, "--compression=none", "--leave-running", id)
+		return r.runsc(ctx, &spec, "checkpoint", "--image-path", img, "--compression=none", "--leave-running", id)
 	}); err != nil {
 		return nil, 0, err
 	}
@@ -338,17 +328,17 @@ func (r *runscDriver) iteration(ctx context.Context, tag string) (map[string]flo
 	}
 	r.remember(id2)
 	if t["restore"], err = timed(func() error {
-		return r.detached(ctx, "restore", "--detach", "--image-path", img, "--bundle", b2, id2)
+		return r.detached(ctx, &spec2, "restore", "--detach", "--image-path", img, "--bundle", b2, id2)
 	}); err != nil {
 		return nil, 0, err
 	}
-	if t["pause"], err = timed(func() error { return r.runsc(ctx, "pause", id2) }); err != nil {
+	if t["pause"], err = timed(func() error { return r.runsc(ctx, nil, "pause", id2) }); err != nil {
 		return nil, 0, err
 	}
-	if t["resume"], err = timed(func() error { return r.runsc(ctx, "resume", id2) }); err != nil {
+	if t["resume"], err = timed(func() error { return r.runsc(ctx, nil, "resume", id2) }); err != nil {
 		return nil, 0, err
 	}
-	if t["delete"], err = timed(func() error { return r.runsc(ctx, "delete", "--force", id) }); err != nil {
+	if t["delete"], err = timed(func() error { return r.runsc(ctx, nil, "delete", "--force", id) }); err != nil {
 		return nil, 0, err
 	}
 	return t, size, nil
@@ -373,17 +363,18 @@ func (r *runscDriver) run(ctx context.Context, id string) (float64, error) {
 	}
 	defer logf.Close()
 	r.remember(id)
+	spec := r.spec(id)
 	start := time.Now()
 	// Both streams are files: the sandbox inherits them, and a pipe that
 	// exec copies from would never reach EOF while it lives.
-	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(r.globals(), "run", "--detach", "--bundle", b, id)...)
+	cmd := r.rs.Command(ctx, &spec, "run", "--detach", "--bundle", b, id)
 	cmd.Stdout = pw
 	cmd.Stderr = logf
 	err = cmd.Run()
 	pw.Close()
 	if err != nil {
 		msg, _ := os.ReadFile(logf.Name())
-		return 0, fmt.Errorf("runsc run: %w: %s", err, lastLineOf(string(msg)))
+		return 0, fmt.Errorf("runsc run: %w: %s", err, gvisor.Reason(string(msg)))
 	}
 	pr.SetReadDeadline(time.Now().Add(2 * time.Minute))
 	line, err := bufio.NewReader(pr).ReadString('\n')
@@ -395,18 +386,18 @@ func (r *runscDriver) run(ctx context.Context, id string) (float64, error) {
 
 // detached runs a runsc command that leaves a sandbox behind, with its
 // output in a file for the same reason as in run.
-func (r *runscDriver) detached(ctx context.Context, args ...string) error {
+func (r *runscDriver) detached(ctx context.Context, spec *runtime.Spec, args ...string) error {
 	f, err := os.CreateTemp(r.work, "runsc-*.log")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	cmd := exec.CommandContext(ctx, r.cfg.Runsc, append(r.globals(), args...)...)
+	cmd := r.rs.Command(ctx, spec, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Run(); err != nil {
 		msg, _ := os.ReadFile(f.Name())
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLineOf(string(msg)))
+		return fmt.Errorf("runsc %s: %w: %s", args[0], err, gvisor.Reason(string(msg)))
 	}
 	return nil
 }
@@ -438,7 +429,7 @@ func (r *runscDriver) cleanup() error {
 	ids := append([]string(nil), r.made...)
 	r.mu.Unlock()
 	for _, id := range ids {
-		r.runsc(context.Background(), "delete", "--force", id)
+		r.runsc(context.Background(), nil, "delete", "--force", id)
 	}
 	mounts, err := mountsUnder(r.work)
 	if err != nil {
@@ -499,33 +490,4 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// baselineSpec is the OCI spec of a baseline container: the shape of the
-// service's own sandboxes (same mounts and namespaces), without its agent.
-func baselineSpec(rootfs string, args []string) map[string]any {
-	caps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
-		"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}
-	return map[string]any{
-		"ociVersion": "1.0.2",
-		"process": map[string]any{
-			"user":         map[string]int{"uid": 0, "gid": 0},
-			"args":         args,
-			"env":          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
-			"cwd":          "/",
-			"capabilities": map[string]any{"bounding": caps, "effective": caps, "permitted": caps},
-		},
-		"root":     map[string]any{"path": rootfs, "readonly": false},
-		"hostname": "cube",
-		"mounts": []map[string]any{
-			{"destination": "/proc", "type": "proc", "source": "proc"},
-			{"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": []string{"nosuid", "noexec", "nodev", "ro"}},
-		},
-		"linux": map[string]any{
-			"namespaces": []map[string]string{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}},
-		},
-	}
 }

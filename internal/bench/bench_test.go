@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"cube/internal/client"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -201,14 +203,14 @@ func TestCreateErrorsSayWhatIsWrong(t *testing.T) {
 
 func TestAPIErrorMessages(t *testing.T) {
 	for _, c := range []struct {
-		err  *APIError
+		err  error
 		want []string
 		uns  bool
 	}{
-		{&APIError{Method: "POST", Path: "/sandboxes", Status: 401, Message: "invalid API key"}, []string{"401 Unauthorized", "E2B_API_KEY", "invalid API key"}, false},
-		{&APIError{Method: "POST", Path: "/sandboxes/x/snapshots", Status: 501, Message: "snapshots are not supported"}, []string{"501", "does not implement", "snapshots are not supported"}, true},
-		{&APIError{Method: "POST", Path: "/sandboxes/x/clone", Status: 404, Message: "404 page not found", RouteMissing: true}, []string{"no such route"}, true},
-		{&APIError{Method: "DELETE", Path: "/sandboxes/x", Status: 404, Message: "sandbox x not found"}, []string{"404 Not Found", "sandbox x not found"}, false},
+		{explain(&client.APIError{Method: "POST", Path: "/sandboxes", Status: 401, Message: "invalid API key"}), []string{"401 Unauthorized", "E2B_API_KEY", "invalid API key"}, false},
+		{explain(&client.APIError{Method: "POST", Path: "/sandboxes/x/snapshots", Status: 501, Message: "snapshots are not supported"}), []string{"501", "does not implement", "snapshots are not supported"}, true},
+		{explain(&client.APIError{Method: "POST", Path: "/sandboxes/x/clone", Status: 404, Message: "404 page not found", Raw: true}), []string{"no such route"}, true},
+		{explain(&client.APIError{Method: "DELETE", Path: "/sandboxes/x", Status: 404, Message: "sandbox x not found"}), []string{"404 Not Found", "sandbox x not found"}, false},
 	} {
 		msg := c.err.Error()
 		for _, w := range c.want {
@@ -216,7 +218,7 @@ func TestAPIErrorMessages(t *testing.T) {
 				t.Errorf("%q does not mention %q", msg, w)
 			}
 		}
-		if Unsupported(c.err) != c.uns {
+		if client.Unsupported(c.err) != c.uns {
 			t.Errorf("Unsupported(%q) = %v", msg, !c.uns)
 		}
 	}
@@ -226,7 +228,7 @@ func TestSnapshotOn501ServerReportsItAndCleansUp(t *testing.T) {
 	f, srv := newFakeAPI(t)
 	f.noSnapshots = true
 	_, err := RunSnapshot(context.Background(), fakeClient(t, srv, fakeKey), OpConfig{Template: "base", Concurrency: 3, Rounds: 2}, nil)
-	if err == nil || !Unsupported(err) || !strings.Contains(err.Error(), "does not implement") {
+	if err == nil || !client.Unsupported(err) || !strings.Contains(err.Error(), "does not implement") {
 		t.Fatalf("err = %v", err)
 	}
 	if live, _, creates, _, _ := f.counts(); live != 0 || creates != 3 {

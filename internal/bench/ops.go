@@ -232,11 +232,6 @@ func (f *fleet) Close() {
 	f.dropSnapshots(snaps)
 }
 
-func isNotFound(err error) bool {
-	var ae *APIError
-	return errors.As(err, &ae) && ae.Status == 404 && !ae.RouteMissing
-}
-
 // createN starts n sandboxes of the template, conc at a time (not measured).
 func (f *fleet) createN(ctx context.Context, template string, n, conc, timeout int) ([]*sandboxRef, error) {
 	out := make([]*sandboxRef, n)
