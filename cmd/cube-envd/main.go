@@ -26,6 +26,7 @@ import (
 
 	"cube/internal/envd"
 	"cube/internal/envd/codeinterp"
+	"cube/internal/envd/protocol"
 	"cube/internal/envd/reap"
 	"cube/internal/envd/startcmd"
 	"cube/internal/envd/users"
@@ -39,8 +40,8 @@ func main() {
 }
 
 func run() error {
-	port := flag.Int("port", envd.DefaultPort, "port of the envd protocol")
-	codePort := flag.Int("code-port", 49999, "port of the code interpreter (0: off)")
+	port := flag.Int("port", protocol.EnvdPort, "port of the envd protocol")
+	codePort := flag.Int("code-port", protocol.CodePort, "port of the code interpreter (0: off)")
 	contextsNeedToken := flag.Bool("code-contexts-need-token", false,
 		"require the access token on the code interpreter's context routes too (@e2b/code-interpreter up to 2.8.0 sends none there)")
 	startUser := flag.String("start-user", "", "account the start command runs as (default: envd's own)")
@@ -48,7 +49,7 @@ func run() error {
 	showVersion := flag.Bool("version", false, "print the envd protocol version and exit")
 	flag.Parse()
 	if *showVersion {
-		fmt.Println(envd.Version)
+		fmt.Println(protocol.Version)
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -87,7 +88,7 @@ func run() error {
 	httpSrv := srv.HTTPServer(ln.Addr().String())
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
-	log.Info("envd serving", "addr", ln.Addr().String(), "version", envd.Version, "pid", os.Getpid())
+	log.Info("envd serving", "addr", ln.Addr().String(), "version", protocol.Version, "pid", os.Getpid())
 
 	// The code interpreter listens beside envd and warms its default
 	// Python kernel at once, so a template snapshot holds a ready kernel.
@@ -147,7 +148,7 @@ func codeInterpreter(srv *envd.Server, reaper *reap.Reaper, log *slog.Logger) *c
 		Env:        srv.State.Env,
 		DefaultCwd: "/home/" + users.DefaultName,
 		Authorize: func(r *http.Request) bool {
-			return srv.State.Authorized(r.Header.Get("X-Access-Token"))
+			return srv.State.Authorized(r.Header.Get(protocol.HeaderAccessToken))
 		},
 		ContextsOpen: func() bool { return !srv.State.ContextsNeedToken() },
 		Logger:       log,

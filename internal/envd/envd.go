@@ -17,20 +17,11 @@ import (
 	"cube/internal/envd/files"
 	"cube/internal/envd/filesystem"
 	"cube/internal/envd/process"
+	"cube/internal/envd/protocol"
 	"cube/internal/envd/reap"
 	"cube/internal/envd/state"
 	"cube/internal/envd/users"
 )
-
-// Version is the envd protocol version whose features this envd really
-// implements; the control plane reports it to SDKs as envdVersion, and the
-// SDKs gate features on it (0.3.0 stdin choice, 0.4.0 default user, 0.5.2
-// closeStdin, 0.5.7 raw uploads, 0.6.2 file metadata, 0.6.3 entries in
-// watch events, 0.6.4 watching network mounts).
-const Version = "0.6.4"
-
-// DefaultPort is where SDKs expect envd.
-const DefaultPort = 49983
 
 // Options configure a Server.
 type Options struct {
@@ -175,7 +166,7 @@ func (s *Server) requireToken(mux *http.ServeMux, connectPrefixes map[string]boo
 		_, pattern := mux.Handler(r)
 		switch {
 		case PublicRoutes[pattern] != "":
-		case s.State.Authorized(r.Header.Get("X-Access-Token")):
+		case s.State.Authorized(r.Header.Get(protocol.HeaderAccessToken)):
 		case pattern == signedRoute && r.URL.Query().Has("signature"):
 		case connectPrefixes[pattern]:
 			w.Header().Set("Content-Type", "application/json")
@@ -198,7 +189,7 @@ var errNoToken = errors.New("missing or invalid access token: send the sandbox's
 type tokenInterceptor struct{ state *state.State }
 
 func (t *tokenInterceptor) check(h http.Header) error {
-	if !t.state.Authorized(h.Get("X-Access-Token")) {
+	if !t.state.Authorized(h.Get(protocol.HeaderAccessToken)) {
 		return connect.NewError(connect.CodeUnauthenticated, errNoToken)
 	}
 	return nil

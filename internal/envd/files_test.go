@@ -24,10 +24,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	"cube/internal/envd"
 	"cube/internal/envd/files"
 	fspb "cube/internal/envd/gen/filesystem"
 	pb "cube/internal/envd/gen/process"
+	"cube/internal/envd/protocol"
 )
 
 func randomBytes(n int) []byte {
@@ -239,7 +239,7 @@ func TestUploadOnFullDiskLeavesNothing(t *testing.T) {
 
 func TestAccessTokenAndInit(t *testing.T) {
 	s := newSandbox(t)
-	if st, _, hdr := s.do("GET", "/health", nil, nil); st != 204 || hdr.Get("X-Envd-Version") != envd.Version {
+	if st, _, hdr := s.do("GET", "/health", nil, nil); st != 204 || hdr.Get("X-Envd-Version") != protocol.Version {
 		t.Fatalf("health: %d %v", st, hdr)
 	}
 	if st := s.init(map[string]any{"accessToken": "secret-1", "timestamp": time.Now().Format(time.RFC3339)}, ""); st != 204 {

@@ -9,11 +9,12 @@ import (
 	"net/http"
 	"time"
 
+	"cube/internal/envd/protocol"
 	"cube/internal/envd/state"
 )
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Envd-Version", Version)
+	w.Header().Set(protocol.HeaderVersion, protocol.Version)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -31,8 +32,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 // are read from the kernel (crypto/rand) at the moment they are made, and
 // there is nothing left for /init to reseed.
 func (s *Server) init(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Envd-Version", Version)
-	if !s.State.Authorized(r.Header.Get("X-Access-Token")) { // requireToken checked too; re-keying merits both
+	w.Header().Set(protocol.HeaderVersion, protocol.Version)
+	if !s.State.Authorized(r.Header.Get(protocol.HeaderAccessToken)) { // requireToken checked too; re-keying merits both
 		writeError(w, http.StatusUnauthorized, "%v", errNoToken)
 		return
 	}
@@ -45,7 +46,7 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "init body larger than 1 MiB")
 		return
 	}
-	var in state.Init
+	var in protocol.Init
 	if len(bytes.TrimSpace(body)) > 0 {
 		// Unmarshal, unlike a Decoder, also refuses data after the object.
 		if err := json.Unmarshal(body, &in); err != nil {
@@ -85,5 +86,5 @@ func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) {
 func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"code": status, "message": fmt.Sprintf(format, args...)})
+	json.NewEncoder(w).Encode(protocol.Error{Code: status, Message: fmt.Sprintf(format, args...)})
 }

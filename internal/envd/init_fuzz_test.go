@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"cube/internal/envd"
+	"cube/internal/envd/protocol"
 	"cube/internal/envd/state"
 )
 
@@ -71,7 +72,7 @@ func FuzzInit(f *testing.F) {
 		if !withToken {
 			t.Fatalf("/init %q without the token was applied", body)
 		}
-		var in state.Init
+		var in protocol.Init
 		if len(strings.TrimSpace(string(body))) > 0 {
 			if err := json.Unmarshal(body, &in); err != nil {
 				t.Fatalf("/init %q applied although it is not valid JSON: %v", body, err)

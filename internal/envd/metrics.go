@@ -10,21 +10,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
 
-// Metrics is the resource usage GET /metrics reports, in E2B's field names.
-type Metrics struct {
-	Timestamp   int64   `json:"ts"`
-	CPUCount    int     `json:"cpu_count"`
-	CPUUsedPct  float64 `json:"cpu_used_pct"`
-	MemTotal    uint64  `json:"mem_total"`
-	MemUsed     uint64  `json:"mem_used"`
-	MemCache    uint64  `json:"mem_cache"`
-	MemTotalMiB uint64  `json:"mem_total_mib"`
-	MemUsedMiB  uint64  `json:"mem_used_mib"`
-	DiskUsed    uint64  `json:"disk_used"`
-	DiskTotal   uint64  `json:"disk_total"`
-}
+	"cube/internal/envd/protocol"
+)
 
 // metricsSampler remembers the previous CPU counters, so CPU use is the
 // share since the last request (since boot for the first).
@@ -33,8 +21,8 @@ type metricsSampler struct {
 	busy, idle uint64
 }
 
-func (m *metricsSampler) sample() (Metrics, error) {
-	out := Metrics{Timestamp: time.Now().Unix(), CPUCount: runtime.NumCPU()}
+func (m *metricsSampler) sample() (protocol.Metrics, error) {
+	out := protocol.Metrics{Timestamp: time.Now().Unix(), CPUCount: runtime.NumCPU()}
 	busy, idle, err := cpuTimes()
 	if err == nil {
 		m.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/netslot"
 	"cube/internal/node"
@@ -71,7 +72,7 @@ func New(t testing.TB, o Options) *Node {
 		t.Fatal(err)
 	}
 	n, err := node.New(node.Config{DataDir: dir, Envd: envdBin, Runtime: rt, Slots: slots, Store: st,
-		Logger: Logger(), EnvdVersion: "0.6.4", MaxSandboxes: o.MaxSandboxes, PoolSize: o.PoolSize,
+		Logger: Logger(), EnvdVersion: protocol.Version, MaxSandboxes: o.MaxSandboxes, PoolSize: o.PoolSize,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ var NoKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: tru
 // ProbeEnvd waits until envd answers /health at addr.
 func ProbeEnvd(ctx context.Context, addr netip.Addr) error {
 	for ctx.Err() == nil {
-		resp, err := NoKeepAlive.Get("http://" + addr.String() + ":49983/health")
+		resp, err := NoKeepAlive.Get("http://" + netip.AddrPortFrom(addr, protocol.EnvdPort).String() + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusNoContent {

@@ -11,6 +11,7 @@ import (
 
 	processpb "cube/internal/envd/gen/process"
 	"cube/internal/envd/gen/process/processpbconnect"
+	"cube/internal/envd/protocol"
 )
 
 // Result is what a process run in a sandbox printed and how it ended.
@@ -27,7 +28,7 @@ func Run(t testing.TB, addr, token, cmd string, args ...string) Result {
 	defer cancel()
 	client := processpbconnect.NewProcessClient(NoKeepAlive, "http://"+addr)
 	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: cmd, Args: args}})
-	req.Header().Set("X-Access-Token", token)
+	req.Header().Set(protocol.HeaderAccessToken, token)
 	req.Header().Set("Authorization", "Basic cm9vdDo=") // root:
 	stream, err := client.Start(ctx, req)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 
 	"cube/internal/api"
 	"cube/internal/egress"
-	"cube/internal/envd"
+	"cube/internal/envd/protocol"
 	"cube/internal/fault"
 	"cube/internal/netslot"
 	"cube/internal/node"
@@ -183,7 +183,7 @@ func Run(ctx context.Context, o Options) error {
 	var forget func(string)
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
-		MaxSandboxes: o.MaxSandboxes, EnvdVersion: envd.Version, Domain: o.Domain, PoolSize: o.PoolSize, Egress: filter,
+		MaxSandboxes: o.MaxSandboxes, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, Egress: filter,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		OnGone: func(containerID string) {
 			if forget != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"cube/internal/envd/filesystem"
+	"cube/internal/envd/protocol"
 	"cube/internal/envd/state"
 	"cube/internal/envd/users"
 )
@@ -73,7 +74,7 @@ type grant struct {
 // for this path, operation and user.
 func (h *Handler) authorize(r *http.Request, operation string) (grant, error) {
 	token := h.state.Token()
-	if token == "" || h.state.Authorized(r.Header.Get("X-Access-Token")) {
+	if token == "" || h.state.Authorized(r.Header.Get(protocol.HeaderAccessToken)) {
 		return grant{}, nil
 	}
 	q := r.URL.Query()
@@ -382,5 +383,5 @@ func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Del("Content-Encoding")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"code": status, "message": fmt.Sprintf(format, args...)})
+	json.NewEncoder(w).Encode(protocol.Error{Code: status, Message: fmt.Sprintf(format, args...)})
 }

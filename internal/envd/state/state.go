@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"cube/internal/envd/protocol"
 	"cube/internal/envd/users"
 )
 
@@ -47,20 +48,6 @@ func New(baseEnv []string, defaultUser, defaultWorkdir string) *State {
 	return &State{baseEnv: env, initEnv: map[string]string{}, defaultUser: defaultUser, defaultWorkdir: defaultWorkdir}
 }
 
-// Init is what the control plane may set; nil or empty fields keep their
-// current value.
-type Init struct {
-	EnvVars        map[string]string `json:"envVars,omitempty"`
-	AccessToken    *string           `json:"accessToken,omitempty"`
-	DefaultUser    string            `json:"defaultUser,omitempty"`
-	DefaultWorkdir string            `json:"defaultWorkdir,omitempty"`
-	Timestamp      *time.Time        `json:"timestamp,omitempty"`
-	// CodeContextsNeedToken (a Cube extension) sets whether the code
-	// interpreter's context routes require the access token; see
-	// ContextsNeedToken.
-	CodeContextsNeedToken *bool `json:"codeContextsNeedToken,omitempty"`
-}
-
 // MaxInitClockSkew is how far an /init timestamp may run ahead of this
 // sandbox's clock. The control plane stamps /init with the host's current
 // time and a sandbox (restored ones included) reads the host's clock, so
@@ -81,7 +68,7 @@ var ErrInitStale = errors.New("init timestamp is not newer than the last one app
 // token), whose stamp counts as no later than the moment it was applied;
 // otherwise nothing changes and the error, wrapping ErrInitFromFuture or
 // ErrInitStale, says which.
-func (s *State) Apply(in Init, now time.Time) error {
+func (s *State) Apply(in protocol.Init, now time.Time) error {
 	if in.DefaultUser != "" {
 		if _, err := users.Lookup(in.DefaultUser); err != nil {
 			return fmt.Errorf("default user: %w", err)
