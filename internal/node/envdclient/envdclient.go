@@ -1,0 +1,151 @@
+// Package envdclient is the node's typed client of the envd inside each
+// sandbox: handing it a sandbox's token and environment (/init), checking
+// the token took, and reading its resource sample (/metrics). It keeps the
+// wire details (ports, headers, bodies, retries) out of the sandbox
+// lifecycle code, and speaks only the envd protocol package, never the
+// agent itself.
+package envdclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"cube/internal/envd/protocol"
+)
+
+// initTimeout bounds Init's retries while a restored sandbox's network
+// comes up.
+const initTimeout = 15 * time.Second
+
+// metricsTimeout bounds a /metrics call: the sample only adds detail to
+// what the runtime reports, so a slow agent must not hold the answer up.
+const metricsTimeout = 2 * time.Second
+
+// Client talks to one sandbox's envd. It holds no state of its own, so
+// one may be made for each call.
+type Client struct {
+	hc   *http.Client
+	base string // "http://host:port"
+	// initTimeout is initTimeout but for tests.
+	initTimeout time.Duration
+}
+
+// New returns a client of the envd at addr, sending through hc.
+func New(hc *http.Client, addr netip.AddrPort) *Client {
+	return &Client{hc: hc, base: "http://" + addr.String(), initTimeout: initTimeout}
+}
+
+// At returns a client of the envd of the sandbox reached at host, on the
+// port every sandbox serves it on.
+func At(hc *http.Client, host netip.Addr) *Client {
+	return New(hc, netip.AddrPortFrom(host, protocol.EnvdPort))
+}
+
+// Init hands envd in, authorised by oldToken (the token inside the image,
+// empty when it had none), then confirms the new token, *in.AccessToken,
+// took. It retries while the restored sandbox's network comes up; each
+// attempt carries the current time as in.Timestamp, which envd requires
+// to be newer than the last /init it applied.
+func (c *Client) Init(ctx context.Context, in protocol.Init, oldToken string) error {
+	var token string
+	if in.AccessToken != nil {
+		token = *in.AccessToken
+	}
+	deadline := time.Now().Add(c.initTimeout)
+	var last error
+	for attempt := 0; time.Now().Before(deadline); attempt++ {
+		now := time.Now().UTC()
+		in.Timestamp = &now
+		body, _ := json.Marshal(in)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/init", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if oldToken != "" {
+			req.Header.Set(protocol.HeaderAccessToken, oldToken)
+		}
+		resp, err := c.hc.Do(req)
+		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return c.confirmToken(ctx, token, oldToken)
+			}
+			last = fmt.Errorf("envd /init answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+			if resp.StatusCode/100 == 4 {
+				// Refused. An earlier attempt whose answer was lost may
+				// have applied the token already; otherwise retrying the
+				// same request cannot help.
+				if c.confirmToken(ctx, token, oldToken) == nil {
+					return nil
+				}
+				return fmt.Errorf("sandbox agent refused its new access token: %w", last)
+			}
+		} else {
+			last = err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(time.Duration(min(5+attempt*5, 100)) * time.Millisecond)
+	}
+	return fmt.Errorf("sandbox agent did not answer: %w", last)
+}
+
+// confirmToken checks that envd serves requests with the sandbox's new
+// token and refuses the one it replaced (or no token, for a sandbox that
+// had none). An agent that answered /init but kept its old token, as one
+// tampered with from inside the sandbox would, must not be handed out:
+// its forks and clones would all answer to a token someone else knows.
+func (c *Client) confirmToken(ctx context.Context, token, old string) error {
+	if token == old {
+		return nil
+	}
+	// With no token envd serves every request, whatever it carries.
+	checkOld := token != ""
+	status := func(tok string) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/envs", nil)
+		if tok != "" {
+			req.Header.Set(protocol.HeaderAccessToken, tok)
+		}
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := status(token); err != nil || code != http.StatusOK {
+		return fmt.Errorf("sandbox agent does not accept its new access token (%d, %v)", code, err)
+	}
+	if !checkOld {
+		return nil
+	}
+	if code, err := status(old); err != nil || code != http.StatusUnauthorized {
+		return fmt.Errorf("sandbox agent still accepts the access token it had before (%d, %v)", code, err)
+	}
+	return nil
+}
+
+// Metrics reads envd's resource sample, authorised by token.
+func (c *Client) Metrics(ctx context.Context, token string) (*protocol.Metrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, metricsTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)
+	req.Header.Set(protocol.HeaderAccessToken, token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("envd /metrics: %s", resp.Status)
+	}
+	var m protocol.Metrics
+	return &m, json.NewDecoder(resp.Body).Decode(&m)
+}
