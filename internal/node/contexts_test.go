@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"cube/internal/envd/protocol"
 	"cube/internal/nodetest"
 )
 
@@ -17,7 +18,7 @@ func TestCodeContextsNeedToken(t *testing.T) {
 		n.TinyTemplate(t, "tiny")
 		f := &fixture{n}
 		sb := f.create(t, "tiny", time.Minute)
-		target, err := f.Resolve(ctx(t), sb.ID, 49999)
+		target, err := f.Resolve(ctx(t), sb.ID, protocol.CodePort)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cube/internal/api"
+	"cube/internal/envd/protocol"
 	"cube/internal/node"
 	"cube/internal/nodetest"
 	"cube/internal/runtime/gvisor"
@@ -27,7 +28,7 @@ import (
 // prober runs the holder test program inside a sandbox.
 func (f *fixture) prober(t *testing.T, sb *api.Sandbox, args ...string) nodetest.Result {
 	t.Helper()
-	target, err := f.Resolve(ctx(t), sb.ID, node.EnvdPort)
+	target, err := f.Resolve(ctx(t), sb.ID, protocol.EnvdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestEscapeSuite(t *testing.T) {
 		{"host's own address", net.JoinHostPort(hostIP(t), itoa(port))},
 		{"host loopback", net.JoinHostPort("127.0.0.1", itoa(port))},
 		{"another sandbox", net.JoinHostPort(recB.HostAddr, itoa(nodetest.HolderPort))},
-		{"another sandbox's envd", net.JoinHostPort(recB.HostAddr, itoa(node.EnvdPort))},
+		{"another sandbox's envd", net.JoinHostPort(recB.HostAddr, itoa(protocol.EnvdPort))},
 		{"cloud metadata", out.metadata.String()},
 		{"another slot's host side", net.JoinHostPort(netip.MustParseAddr(recB.HostAddr).Prev().String(), itoa(port))},
 	}

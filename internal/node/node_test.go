@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"cube/internal/api"
+	"cube/internal/envd/protocol"
 	"cube/internal/id"
-	"cube/internal/node"
 	"cube/internal/nodetest"
 )
 
@@ -45,7 +45,7 @@ func (f *fixture) create(t *testing.T, tpl string, timeout time.Duration) *api.S
 // envd sends a request to a sandbox's envd through the node's routing.
 func (f *fixture) envd(t *testing.T, sb *api.Sandbox, method, path string, body []byte, token string) (int, string) {
 	t.Helper()
-	target, err := f.Resolve(ctx(t), sb.ID, node.EnvdPort)
+	target, err := f.Resolve(ctx(t), sb.ID, protocol.EnvdPort)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,12 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,17 +15,13 @@ import (
 
 	"cube/internal/api"
 	"cube/internal/egress"
+	"cube/internal/envd/protocol"
 	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/netslot"
+	"cube/internal/node/envdclient"
 	"cube/internal/proxy"
 	"cube/internal/store"
-)
-
-// Ports inside every sandbox.
-const (
-	EnvdPort = 49983
-	CodePort = 49999
 )
 
 // cleanup collects undo steps, run in reverse when an operation fails.
@@ -188,7 +181,15 @@ func (n *Node) ready(ctx context.Context, l *live, rec *store.Sandbox, oldToken 
 	if err := n.applyPolicy(l.slot, rec); err != nil {
 		return err
 	}
-	return n.initEnvd(ctx, l.slot.HostAddr, rec, oldToken)
+	token, need := rec.EnvdToken, n.cfg.CodeContextsNeedToken
+	return envdclient.At(n.client, l.slot.HostAddr).Init(ctx, protocol.Init{
+		EnvVars:        rec.EnvVars,
+		AccessToken:    &token,
+		DefaultUser:    "user",
+		DefaultWorkdir: "/home/user",
+		// A Cube extension; agents that predate it ignore it.
+		CodeContextsNeedToken: &need,
+	}, oldToken)
 }
 
 // restore starts image as container cid in a fresh network slot.
@@ -235,94 +236,6 @@ func (n *Node) verifyImage(tpl *store.Template, image string) error {
 			}
 			return api.Errorf(http.StatusUnprocessableEntity, "the snapshot image of %s is damaged (checksum mismatch); delete it with `cubemastercli snapshot delete %s`", tpl.ID, tpl.ID)
 		}
-	}
-	return nil
-}
-
-// initEnvd hands envd the sandbox's token, environment and default user,
-// then confirms the new token took. It retries while the restored
-// sandbox's network comes up; each attempt carries the current time, which
-// envd requires to be newer than the last /init it applied.
-func (n *Node) initEnvd(ctx context.Context, host netip.Addr, rec *store.Sandbox, oldToken string) error {
-	url := "http://" + net.JoinHostPort(host.String(), strconv.Itoa(EnvdPort)) + "/init"
-	deadline := time.Now().Add(15 * time.Second)
-	var last error
-	for attempt := 0; time.Now().Before(deadline); attempt++ {
-		body, _ := json.Marshal(map[string]any{
-			"envVars":        rec.EnvVars,
-			"accessToken":    rec.EnvdToken,
-			"defaultUser":    "user",
-			"defaultWorkdir": "/home/user",
-			"timestamp":      time.Now().UTC(),
-			// A Cube extension; agents that predate it ignore it.
-			"codeContextsNeedToken": n.cfg.CodeContextsNeedToken,
-		})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if oldToken != "" {
-			req.Header.Set("X-Access-Token", oldToken)
-		}
-		resp, err := n.client.Do(req)
-		if err == nil {
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				return n.confirmToken(ctx, host, rec.EnvdToken, oldToken)
-			}
-			last = fmt.Errorf("envd /init answered %s: %s", resp.Status, bytes.TrimSpace(msg))
-			if resp.StatusCode/100 == 4 {
-				// Refused. An earlier attempt whose answer was lost may
-				// have applied the token already; otherwise retrying the
-				// same request cannot help.
-				if n.confirmToken(ctx, host, rec.EnvdToken, oldToken) == nil {
-					return nil
-				}
-				return fmt.Errorf("sandbox agent refused its new access token: %w", last)
-			}
-		} else {
-			last = err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(time.Duration(min(5+attempt*5, 100)) * time.Millisecond)
-	}
-	return fmt.Errorf("sandbox agent did not answer: %w", last)
-}
-
-// confirmToken checks that envd serves requests with the sandbox's new
-// token and refuses the one it replaced (or no token, for a sandbox that
-// had none). An agent that answered /init but kept its old token, as one
-// tampered with from inside the sandbox would, must not be handed out:
-// its forks and clones would all answer to a token someone else knows.
-func (n *Node) confirmToken(ctx context.Context, host netip.Addr, token, old string) error {
-	if token == old {
-		return nil
-	}
-	// With no token envd serves every request, whatever it carries.
-	checkOld := token != ""
-	status := func(tok string) (int, error) {
-		url := "http://" + net.JoinHostPort(host.String(), strconv.Itoa(EnvdPort)) + "/envs"
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if tok != "" {
-			req.Header.Set("X-Access-Token", tok)
-		}
-		resp, err := n.client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
-	if code, err := status(token); err != nil || code != http.StatusOK {
-		return fmt.Errorf("sandbox agent does not accept its new access token (%d, %v)", code, err)
-	}
-	if !checkOld {
-		return nil
-	}
-	if code, err := status(old); err != nil || code != http.StatusUnauthorized {
-		return fmt.Errorf("sandbox agent still accepts the access token it had before (%d, %v)", code, err)
 	}
 	return nil
 }
@@ -594,38 +507,13 @@ func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end 
 		DiskTotal: int64(rec.DiskSizeMB) << 20,
 	}
 	// The writable layer lives in the sandbox's memory; envd sees its use.
-	if d, err := n.envdMetrics(ctx, l.slot.HostAddr, rec.EnvdToken); err == nil {
+	if d, err := envdclient.At(n.client, l.slot.HostAddr).Metrics(ctx, rec.EnvdToken); err == nil {
 		m.DiskUsed, m.DiskTotal, m.MemCache = int64(d.DiskUsed), int64(d.DiskTotal), int64(d.MemCache)
 	}
 	if (!start.IsZero() && now.Before(start)) || (!end.IsZero() && now.After(end.Add(time.Second))) {
 		return []api.Metric{}, nil
 	}
 	return []api.Metric{m}, nil
-}
-
-// envdSample is the part of envd's /metrics the node reports.
-type envdSample struct {
-	MemCache  uint64 `json:"mem_cache"`
-	DiskUsed  uint64 `json:"disk_used"`
-	DiskTotal uint64 `json:"disk_total"`
-}
-
-func (n *Node) envdMetrics(ctx context.Context, host netip.Addr, token string) (*envdSample, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	url := "http://" + net.JoinHostPort(host.String(), strconv.Itoa(EnvdPort)) + "/metrics"
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	req.Header.Set("X-Access-Token", token)
-	resp, err := n.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("envd /metrics: %s", resp.Status)
-	}
-	var s envdSample
-	return &s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
 // policyOf is the egress policy a sandbox's network settings ask for.

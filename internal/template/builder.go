@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"cube/internal/api"
+	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/node"
 	"cube/internal/oci"
@@ -35,7 +36,7 @@ const (
 	// DefaultProbePort is envd's port; its GET /health answers 204 as soon
 	// as the agent runs. Templates that must be warm before their snapshot
 	// (the code interpreter on 49999) name their own probe port.
-	DefaultProbePort    = node.EnvdPort
+	DefaultProbePort    = protocol.EnvdPort
 	DefaultProbePath    = "/health"
 	DefaultCPUCount     = 2
 	DefaultMemoryMB     = 512

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"cube/internal/api"
+	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/netslot"
 	"cube/internal/node"
@@ -127,7 +128,7 @@ func (r *realNode) build(t *testing.T, req api.BuildRequest) *api.BuildJob {
 // envdGet reads a file of a sandbox through envd's /files.
 func (r *realNode) envdGet(t *testing.T, sb *api.Sandbox, path string) (int, string) {
 	t.Helper()
-	target, err := r.n.Resolve(context.Background(), sb.ID, node.EnvdPort)
+	target, err := r.n.Resolve(context.Background(), sb.ID, protocol.EnvdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
