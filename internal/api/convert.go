@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 )
 
 func (s *Server) domain() *string {
@@ -14,7 +15,7 @@ func (s *Server) domain() *string {
 	return &d
 }
 
-func (s *Server) wireSandbox(sb *Sandbox) wire.Sandbox {
+func (s *Server) wireSandbox(sb *cube.Sandbox) wire.Sandbox {
 	out := wire.Sandbox{
 		TemplateID:      sb.TemplateID,
 		SandboxID:       sb.ID,
@@ -31,7 +32,7 @@ func (s *Server) wireSandbox(sb *Sandbox) wire.Sandbox {
 	return out
 }
 
-func wireNetwork(n Network) *wire.NetworkConfig {
+func wireNetwork(n cube.Network) *wire.NetworkConfig {
 	if len(n.AllowOut) == 0 && len(n.DenyOut) == 0 && n.AllowPublicTraffic == nil && n.MaskRequestHost == "" {
 		return nil
 	}
@@ -43,7 +44,7 @@ func wireNetwork(n Network) *wire.NetworkConfig {
 	}
 }
 
-func (s *Server) wireDetail(sb *Sandbox) wire.SandboxDetail {
+func (s *Server) wireDetail(sb *cube.Sandbox) wire.SandboxDetail {
 	onTimeout := "kill"
 	if sb.AutoPause {
 		onTimeout = "pause"
@@ -71,7 +72,7 @@ func (s *Server) wireDetail(sb *Sandbox) wire.SandboxDetail {
 
 // wireListedAll answers a page of sandboxes for both list routes; it is
 // never nil, so an empty page is [] rather than null.
-func (s *Server) wireListedAll(items []Sandbox) []wire.ListedSandbox {
+func (s *Server) wireListedAll(items []cube.Sandbox) []wire.ListedSandbox {
 	out := make([]wire.ListedSandbox, 0, len(items))
 	for i := range items {
 		out = append(out, s.wireListed(&items[i]))
@@ -79,7 +80,7 @@ func (s *Server) wireListedAll(items []Sandbox) []wire.ListedSandbox {
 	return out
 }
 
-func (s *Server) wireListed(sb *Sandbox) wire.ListedSandbox {
+func (s *Server) wireListed(sb *cube.Sandbox) wire.ListedSandbox {
 	return wire.ListedSandbox{
 		TemplateID:  sb.TemplateID,
 		SandboxID:   sb.ID,
@@ -96,7 +97,7 @@ func (s *Server) wireListed(sb *Sandbox) wire.ListedSandbox {
 	}
 }
 
-func wireMetric(m Metric) wire.SandboxMetric {
+func wireMetric(m cube.Metric) wire.SandboxMetric {
 	return wire.SandboxMetric{
 		Timestamp:     m.Time.UTC(),
 		TimestampUnix: m.Time.Unix(),
@@ -110,14 +111,14 @@ func wireMetric(m Metric) wire.SandboxMetric {
 	}
 }
 
-func wireLogEntry(e LogEntry) wire.SandboxLogEntry {
+func wireLogEntry(e cube.LogEntry) wire.SandboxLogEntry {
 	fields := e.Fields
 	if fields == nil {
 		fields = map[string]string{}
 	}
 	level := e.Level
 	if level == "" {
-		level = LevelInfo
+		level = cube.LevelInfo
 	}
 	return wire.SandboxLogEntry{Timestamp: e.Time.UTC(), Level: string(level), Message: e.Message, Fields: fields}
 }
@@ -137,7 +138,7 @@ func nonNil(xs []string) []string {
 	return xs
 }
 
-func wireTemplate(t *Template) wire.Template {
+func wireTemplate(t *cube.Template) wire.Template {
 	status := t.BuildStatus
 	if status == "" {
 		status = "ready"
@@ -161,7 +162,7 @@ func wireTemplate(t *Template) wire.Template {
 	}
 }
 
-func wireTemplateWithBuilds(t *Template) wire.TemplateWithBuilds {
+func wireTemplateWithBuilds(t *cube.Template) wire.TemplateWithBuilds {
 	status := t.BuildStatus
 	if status == "" {
 		status = "ready"
@@ -196,7 +197,7 @@ func wireTemplateWithBuilds(t *Template) wire.TemplateWithBuilds {
 	}
 }
 
-func wireSnapshot(sn *Snapshot) wire.SnapshotInfo {
+func wireSnapshot(sn *cube.Snapshot) wire.SnapshotInfo {
 	return wire.SnapshotInfo{
 		SnapshotID: sn.ID,
 		Names:      nonNil(sn.Names),

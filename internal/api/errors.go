@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"cube/internal/cube"
 )
 
-// Error is an error that knows the HTTP answer it deserves. Backends return
-// it so that the control plane can tell users precisely why a call failed
-// (404 unknown sandbox, 409 wrong state, 429 too many sandboxes, 507 disk
-// full, ...); any other error becomes a 500 whose message is the error text.
+// Error is an error of the HTTP layer itself, which knows the answer it
+// deserves: a request refused before it reaches the backend (malformed
+// body, unknown route, missing API key, rate limit). Backends report
+// failures as cube error kinds instead, mapped to statuses in kindStatus.
 type Error struct {
 	Status  int
 	Message string
@@ -40,11 +42,15 @@ func (e *Error) WithRetryAfter(d time.Duration) *Error {
 }
 
 // StatusOf is the HTTP status err maps to: the Status of the first *Error in
-// its chain, 504 for a deadline that ran out, 500 otherwise.
+// its chain, else the status of its cube kind (kindStatus), 504 for a
+// deadline that ran out, 500 otherwise.
 func StatusOf(err error) int {
 	var ae *Error
 	if errors.As(err, &ae) && ae.Status >= 400 && ae.Status <= 599 {
 		return ae.Status
+	}
+	if status, ok := kindStatus[cube.KindOf(err)]; ok {
+		return status
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return http.StatusGatewayTimeout
@@ -52,6 +58,16 @@ func StatusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// ErrNotSupported is what a backend may return (wrapped or not) for an
-// operation it does not implement yet; the answer is 501.
-var ErrNotSupported = &Error{Status: http.StatusNotImplemented, Message: "operation not supported by this server"}
+// retryAfter is how long the client is told to wait before retrying err;
+// zero sends no Retry-After.
+func retryAfter(err error) time.Duration {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae.RetryAfter
+	}
+	var ce *cube.Error
+	if errors.As(err, &ce) && ce.Kind == cube.Capacity {
+		return ce.RetryAfter
+	}
+	return 0
+}

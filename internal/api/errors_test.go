@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"net/http"
 	"testing"
+
+	"cube/internal/cube"
 )
 
 func TestErrorStatus(t *testing.T) {
@@ -23,7 +25,7 @@ func TestErrorStatus(t *testing.T) {
 		{fmt.Errorf("boot: %w", context.DeadlineExceeded), 504},
 		{errors.New("runsc exploded"), 500},
 		{&Error{Status: 42, Message: "nonsense"}, 500},
-		{ErrNotSupported, 501},
+		{cube.ErrNotSupported, 501},
 	}
 	for _, c := range cases {
 		if got := StatusOf(c.err); got != c.want {
@@ -43,10 +45,10 @@ func TestBackendErrorsReachTheUser(t *testing.T) {
 // runs out of time.
 type failing struct{ *fakeBackend }
 
-func (failing) CreateSandbox(context.Context, CreateRequest) (*Sandbox, error) {
+func (failing) CreateSandbox(context.Context, cube.CreateRequest) (*cube.Sandbox, error) {
 	return nil, errors.New("runsc: exit status 1")
 }
 
-func (failing) GetSandbox(context.Context, string) (*Sandbox, error) {
+func (failing) GetSandbox(context.Context, string) (*cube.Sandbox, error) {
 	return nil, fmt.Errorf("waiting for envd: %w", context.DeadlineExceeded)
 }

@@ -3,13 +3,12 @@ package api
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
-	"cube/internal/proxy"
+	"cube/internal/cube"
 )
 
 // fakeBackend is an in-memory node: enough state to check that handlers
@@ -18,31 +17,31 @@ type fakeBackend struct {
 	mu        sync.Mutex
 	now       time.Time
 	seq       int
-	sandboxes map[string]*Sandbox
-	templates []Template
-	snapshots []Snapshot
-	logs      map[string][]LogEntry
+	sandboxes map[string]*cube.Sandbox
+	templates []cube.Template
+	snapshots []cube.Snapshot
+	logs      map[string][]cube.LogEntry
 	upstream  string // Resolve's answer for every running sandbox
 	resolves  map[string]int
 	maxCount  int
 
-	lastCreate  CreateRequest
+	lastCreate  cube.CreateRequest
 	lastTimeout struct {
 		id         string
 		d          time.Duration
 		extendOnly bool
 	}
-	lastConnect ConnectRequest
-	lastNetwork Network
+	lastConnect cube.ConnectRequest
+	lastNetwork cube.Network
 }
 
 func newFake() *fakeBackend {
 	return &fakeBackend{
 		now:       time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-		sandboxes: map[string]*Sandbox{},
-		logs:      map[string][]LogEntry{},
+		sandboxes: map[string]*cube.Sandbox{},
+		logs:      map[string][]cube.LogEntry{},
 		resolves:  map[string]int{},
-		templates: []Template{{
+		templates: []cube.Template{{
 			ID: "base0000000000000000", Aliases: []string{"base", "code-interpreter-v1"}, BuildID: "b1",
 			CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdVersion: "0.5.7",
 			CreatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), UpdatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
@@ -51,7 +50,7 @@ func newFake() *fakeBackend {
 	}
 }
 
-func (f *fakeBackend) template(idOrAlias string) *Template {
+func (f *fakeBackend) template(idOrAlias string) *cube.Template {
 	for i := range f.templates {
 		t := &f.templates[i]
 		if t.ID == idOrAlias {
@@ -66,59 +65,59 @@ func (f *fakeBackend) template(idOrAlias string) *Template {
 	return nil
 }
 
-func (f *fakeBackend) sandbox(id string) (*Sandbox, error) {
+func (f *fakeBackend) sandbox(id string) (*cube.Sandbox, error) {
 	sb, ok := f.sandboxes[id]
 	if !ok {
-		return nil, Errorf(http.StatusNotFound, "sandbox %q not found", id)
+		return nil, cube.Errorf(cube.NotFound, "sandbox %q not found", id)
 	}
 	return sb, nil
 }
 
-// Resolve answers like the node: unknown → proxy.NotFound, paused with
+// Resolve answers like the node: unknown → cube.NotFound, paused with
 // auto-resume → a Paused target, paused without → an error.
-func (f *fakeBackend) Resolve(ctx context.Context, id string, port int) (proxy.Target, error) {
+func (f *fakeBackend) Resolve(ctx context.Context, id string, port int) (cube.Target, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.resolves[id]++
 	sb, ok := f.sandboxes[id]
 	switch {
 	case !ok:
-		return proxy.Target{}, proxy.NotFound{SandboxID: id}
-	case sb.State == StatePaused && sb.AutoResume:
-		return proxy.Target{Paused: true, TrafficAccessToken: sb.TrafficAccessToken}, nil
-	case sb.State == StatePaused:
-		return proxy.Target{}, fmt.Errorf("sandbox %q is paused", id)
+		return cube.Target{}, cube.Errorf(cube.NotFound, "sandbox %q not found", id)
+	case sb.State == cube.StatePaused && sb.AutoResume:
+		return cube.Target{Paused: true, TrafficAccessToken: sb.TrafficAccessToken}, nil
+	case sb.State == cube.StatePaused:
+		return cube.Target{}, fmt.Errorf("sandbox %q is paused", id)
 	}
-	return proxy.Target{Addr: f.upstream, TrafficAccessToken: sb.TrafficAccessToken}, nil
+	return cube.Target{Addr: f.upstream, TrafficAccessToken: sb.TrafficAccessToken}, nil
 }
 
-func (f *fakeBackend) Resume(ctx context.Context, id string, port int) (proxy.Target, error) {
+func (f *fakeBackend) Resume(ctx context.Context, id string, port int) (cube.Target, error) {
 	f.mu.Lock()
-	if sb, ok := f.sandboxes[id]; ok && sb.State == StatePaused && sb.AutoResume {
-		sb.State = StateRunning
+	if sb, ok := f.sandboxes[id]; ok && sb.State == cube.StatePaused && sb.AutoResume {
+		sb.State = cube.StateRunning
 	}
 	f.mu.Unlock()
 	return f.Resolve(ctx, id, port)
 }
 
-func (f *fakeBackend) CreateSandbox(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+func (f *fakeBackend) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastCreate = req
 	t := f.template(req.Template)
 	if t == nil {
-		return nil, Errorf(http.StatusNotFound, "template %q not found", req.Template)
+		return nil, cube.Errorf(cube.NotFound, "template %q not found", req.Template)
 	}
 	if len(f.sandboxes) >= f.maxCount {
-		return nil, Errorf(http.StatusTooManyRequests, "sandbox limit of %d reached", f.maxCount).WithRetryAfter(2 * time.Second)
+		return nil, cube.Errorf(cube.Capacity, "sandbox limit of %d reached", f.maxCount).WithRetryAfter(2 * time.Second)
 	}
 	f.seq++
 	// Each sandbox starts a second after the previous one so lists sort.
 	started := f.now.Add(time.Duration(f.seq) * time.Second)
-	sb := &Sandbox{
+	sb := &cube.Sandbox{
 		ID: "sb" + strconv.Itoa(f.seq), TemplateID: t.ID, EnvdVersion: t.EnvdVersion,
 		EnvdAccessToken: "envd-token-" + strconv.Itoa(f.seq),
-		State:           StateRunning, StartedAt: started, EndAt: started.Add(req.Timeout),
+		State:           cube.StateRunning, StartedAt: started, EndAt: started.Add(req.Timeout),
 		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
 		Metadata: req.Metadata, Network: req.Network, AutoPause: req.AutoPause, AutoResume: req.AutoResume,
 	}
@@ -129,16 +128,16 @@ func (f *fakeBackend) CreateSandbox(ctx context.Context, req CreateRequest) (*Sa
 		sb.TrafficAccessToken = "traffic-token-" + strconv.Itoa(f.seq)
 	}
 	f.sandboxes[sb.ID] = sb
-	f.logs[sb.ID] = []LogEntry{
-		{Time: started, Level: LevelInfo, Message: "sandbox created", Fields: map[string]string{"template": t.ID}},
-		{Time: started.Add(time.Second), Level: LevelDebug, Message: "process started", Fields: map[string]string{"pid": "7"}},
-		{Time: started.Add(2 * time.Second), Level: LevelError, Message: "process exited", Fields: map[string]string{"exit": "1"}},
+	f.logs[sb.ID] = []cube.LogEntry{
+		{Time: started, Level: cube.LevelInfo, Message: "sandbox created", Fields: map[string]string{"template": t.ID}},
+		{Time: started.Add(time.Second), Level: cube.LevelDebug, Message: "process started", Fields: map[string]string{"pid": "7"}},
+		{Time: started.Add(2 * time.Second), Level: cube.LevelError, Message: "process exited", Fields: map[string]string{"exit": "1"}},
 	}
 	cp := *sb
 	return &cp, nil
 }
 
-func (f *fakeBackend) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
+func (f *fakeBackend) GetSandbox(ctx context.Context, id string) (*cube.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	sb, err := f.sandbox(id)
@@ -149,10 +148,10 @@ func (f *fakeBackend) GetSandbox(ctx context.Context, id string) (*Sandbox, erro
 	return &cp, nil
 }
 
-func (f *fakeBackend) ListSandboxes(ctx context.Context, flt ListFilter) ([]Sandbox, error) {
+func (f *fakeBackend) ListSandboxes(ctx context.Context, flt cube.ListFilter) ([]cube.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []Sandbox
+	var out []cube.Sandbox
 	for _, sb := range f.sandboxes {
 		if flt.Matches(sb) {
 			out = append(out, *sb)
@@ -188,7 +187,7 @@ func (f *fakeBackend) SetTimeout(ctx context.Context, id string, d time.Duration
 	return nil
 }
 
-func (f *fakeBackend) ConnectSandbox(ctx context.Context, id string, req ConnectRequest) (*Sandbox, bool, error) {
+func (f *fakeBackend) ConnectSandbox(ctx context.Context, id string, req cube.ConnectRequest) (*cube.Sandbox, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastConnect = req
@@ -197,10 +196,10 @@ func (f *fakeBackend) ConnectSandbox(ctx context.Context, id string, req Connect
 		return nil, false, err
 	}
 	resumed := false
-	if sb.State == StatePaused {
-		sb.State, resumed = StateRunning, true
+	if sb.State == cube.StatePaused {
+		sb.State, resumed = cube.StateRunning, true
 	} else if req.RequirePaused {
-		return nil, false, Errorf(http.StatusConflict, "sandbox %q is already running", id)
+		return nil, false, cube.Errorf(cube.Conflict, "sandbox %q is already running", id)
 	}
 	if end := f.now.Add(req.Timeout); end.After(sb.EndAt) {
 		sb.EndAt = end
@@ -216,14 +215,14 @@ func (f *fakeBackend) PauseSandbox(ctx context.Context, id string, keepMemory bo
 	if err != nil {
 		return err
 	}
-	if sb.State == StatePaused {
-		return Errorf(http.StatusConflict, "sandbox %q is already paused", id)
+	if sb.State == cube.StatePaused {
+		return cube.Errorf(cube.Conflict, "sandbox %q is already paused", id)
 	}
-	sb.State = StatePaused
+	sb.State = cube.StatePaused
 	return nil
 }
 
-func (f *fakeBackend) UpdateNetwork(ctx context.Context, id string, n Network) error {
+func (f *fakeBackend) UpdateNetwork(ctx context.Context, id string, n cube.Network) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.sandbox(id); err != nil {
@@ -233,42 +232,42 @@ func (f *fakeBackend) UpdateNetwork(ctx context.Context, id string, n Network) e
 	return nil
 }
 
-func (f *fakeBackend) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]Metric, error) {
+func (f *fakeBackend) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]cube.Metric, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.sandbox(id); err != nil {
 		return nil, err
 	}
-	m := Metric{Time: f.now, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 100 << 20, MemTotal: 512 << 20, MemCache: 10 << 20, DiskUsed: 1 << 20, DiskTotal: 1 << 30}
+	m := cube.Metric{Time: f.now, CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 100 << 20, MemTotal: 512 << 20, MemCache: 10 << 20, DiskUsed: 1 << 20, DiskTotal: 1 << 30}
 	if start.IsZero() && end.IsZero() {
-		return []Metric{m}, nil
+		return []cube.Metric{m}, nil
 	}
 	m2 := m
 	m2.Time = m.Time.Add(5 * time.Second)
-	return []Metric{m, m2}, nil
+	return []cube.Metric{m, m2}, nil
 }
 
-func (f *fakeBackend) SandboxLogs(ctx context.Context, id string) ([]LogEntry, error) {
+func (f *fakeBackend) SandboxLogs(ctx context.Context, id string) ([]cube.LogEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.sandbox(id); err != nil {
 		return nil, err
 	}
-	return append([]LogEntry(nil), f.logs[id]...), nil
+	return append([]cube.LogEntry(nil), f.logs[id]...), nil
 }
 
-func (f *fakeBackend) ListTemplates(ctx context.Context) ([]Template, error) {
+func (f *fakeBackend) ListTemplates(ctx context.Context) ([]cube.Template, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]Template(nil), f.templates...), nil
+	return append([]cube.Template(nil), f.templates...), nil
 }
 
-func (f *fakeBackend) GetTemplate(ctx context.Context, idOrAlias string) (*Template, error) {
+func (f *fakeBackend) GetTemplate(ctx context.Context, idOrAlias string) (*cube.Template, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.template(idOrAlias)
 	if t == nil {
-		return nil, Errorf(http.StatusNotFound, "template %q not found", idOrAlias)
+		return nil, cube.Errorf(cube.NotFound, "template %q not found", idOrAlias)
 	}
 	cp := *t
 	return &cp, nil
@@ -289,27 +288,27 @@ func (f *fakeBackend) DeleteTemplate(ctx context.Context, idOrAlias string) erro
 			return nil
 		}
 	}
-	return Errorf(http.StatusNotFound, "template %q not found", idOrAlias)
+	return cube.Errorf(cube.NotFound, "template %q not found", idOrAlias)
 }
 
-func (f *fakeBackend) CountSandboxes(ctx context.Context) (map[SandboxState]int, error) {
+func (f *fakeBackend) CountSandboxes(ctx context.Context) (map[cube.SandboxState]int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[SandboxState]int{}
+	out := map[cube.SandboxState]int{}
 	for _, sb := range f.sandboxes {
 		out[sb.State]++
 	}
 	return out, nil
 }
 
-func (f *fakeBackend) CreateSnapshot(ctx context.Context, id, name string) (*Snapshot, error) {
+func (f *fakeBackend) CreateSnapshot(ctx context.Context, id, name string) (*cube.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.sandbox(id); err != nil {
 		return nil, err
 	}
 	f.seq++
-	sn := Snapshot{ID: fmt.Sprintf("snap-%d", f.seq), SandboxID: id, CreatedAt: f.now.Add(time.Duration(f.seq) * time.Second)}
+	sn := cube.Snapshot{ID: fmt.Sprintf("snap-%d", f.seq), SandboxID: id, CreatedAt: f.now.Add(time.Duration(f.seq) * time.Second)}
 	if name != "" {
 		sn.Names = []string{name}
 	}
@@ -317,10 +316,10 @@ func (f *fakeBackend) CreateSnapshot(ctx context.Context, id, name string) (*Sna
 	return &sn, nil
 }
 
-func (f *fakeBackend) ListSnapshots(ctx context.Context, flt SnapshotFilter) ([]Snapshot, error) {
+func (f *fakeBackend) ListSnapshots(ctx context.Context, flt cube.SnapshotFilter) ([]cube.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []Snapshot
+	var out []cube.Snapshot
 	for _, sn := range f.snapshots {
 		if flt.SandboxID != "" && sn.SandboxID != flt.SandboxID {
 			continue
@@ -330,7 +329,7 @@ func (f *fakeBackend) ListSnapshots(ctx context.Context, flt SnapshotFilter) ([]
 	return out, nil
 }
 
-func (f *fakeBackend) ForkSandbox(ctx context.Context, id string, req ForkRequest) ([]ForkResult, error) {
+func (f *fakeBackend) ForkSandbox(ctx context.Context, id string, req cube.ForkRequest) ([]cube.ForkResult, error) {
 	f.mu.Lock()
 	if _, err := f.sandbox(id); err != nil {
 		f.mu.Unlock()
@@ -338,20 +337,20 @@ func (f *fakeBackend) ForkSandbox(ctx context.Context, id string, req ForkReques
 	}
 	tpl := f.sandboxes[id].TemplateID
 	f.mu.Unlock()
-	var out []ForkResult
+	var out []cube.ForkResult
 	for i := 0; i < req.Count; i++ {
 		if i == 1 {
 			// The second child always fails, to check per-child errors.
-			out = append(out, ForkResult{Err: Errorf(http.StatusInsufficientStorage, "no space left for child %d", i)})
+			out = append(out, cube.ForkResult{Err: cube.Errorf(cube.DiskFull, "no space left for child %d", i)})
 			continue
 		}
-		sb, err := f.CreateSandbox(ctx, CreateRequest{Template: tpl, Timeout: req.Timeout})
-		out = append(out, ForkResult{Sandbox: sb, Err: err})
+		sb, err := f.CreateSandbox(ctx, cube.CreateRequest{Template: tpl, Timeout: req.Timeout})
+		out = append(out, cube.ForkResult{Sandbox: sb, Err: err})
 	}
 	return out, nil
 }
 
-func (f *fakeBackend) RollbackSandbox(ctx context.Context, id, snapshotID string) (*Rollback, error) {
+func (f *fakeBackend) RollbackSandbox(ctx context.Context, id, snapshotID string) (*cube.Rollback, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.sandbox(id); err != nil {
@@ -360,13 +359,13 @@ func (f *fakeBackend) RollbackSandbox(ctx context.Context, id, snapshotID string
 	for _, sn := range f.snapshots {
 		if sn.ID == snapshotID {
 			if sn.SandboxID != id {
-				return nil, Errorf(http.StatusForbidden, "snapshot %q was not taken by sandbox %q", snapshotID, id)
+				return nil, cube.Errorf(cube.Forbidden, "snapshot %q was not taken by sandbox %q", snapshotID, id)
 			}
-			return &Rollback{OperationID: "op1", Status: "completed"}, nil
+			return &cube.Rollback{OperationID: "op1", Status: "completed"}, nil
 		}
 	}
-	return nil, Errorf(http.StatusNotFound, "snapshot %q not found", snapshotID)
+	return nil, cube.Errorf(cube.NotFound, "snapshot %q not found", snapshotID)
 }
 
 // coreOnly hides the optional interfaces of a backend.
-type coreOnly struct{ Backend }
+type coreOnly struct{ cube.Backend }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"cube/internal/cube"
 )
 
 type metrics struct {
@@ -17,7 +19,7 @@ type metrics struct {
 	handler  http.Handler
 }
 
-func newMetrics(reg *prometheus.Registry, b Backend) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, b cube.Backend) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cube_http_requests_total",
@@ -62,7 +64,7 @@ var sandboxesDesc = prometheus.NewDesc("cube_sandboxes", "Sandboxes by state.", 
 
 // stateCollector asks the backend for its counts at scrape time, so the
 // gauge can never drift from what the node holds.
-type stateCollector struct{ b Backend }
+type stateCollector struct{ b cube.Backend }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sandboxesDesc }
 
@@ -74,11 +76,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(sandboxesDesc, err)
 		return
 	}
-	for _, st := range []SandboxState{StateRunning, StatePaused} {
+	for _, st := range []cube.SandboxState{cube.StateRunning, cube.StatePaused} {
 		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
 	}
 	for st, n := range counts {
-		if st != StateRunning && st != StatePaused {
+		if st != cube.StateRunning && st != cube.StatePaused {
 			ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), string(st))
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 )
 
 // headerEcho stands in for a web server in a sandbox: it answers with the
@@ -55,11 +56,11 @@ func TestProxyKeepsAPIKeysFromSandboxes(t *testing.T) {
 	}
 }
 
-func (e *testEnv) state(id string) SandboxState {
+func (e *testEnv) state(id string) cube.SandboxState {
 	e.t.Helper()
 	var d wire.SandboxDetail
 	e.do("GET", "/sandboxes/"+id, nil).decode(e.t, http.StatusOK, &d)
-	return SandboxState(d.State)
+	return cube.SandboxState(d.State)
 }
 
 // A paused private sandbox is woken only by a request that carries its
@@ -77,13 +78,13 @@ func TestProxiedRequestWithoutTokenLeavesSandboxPaused(t *testing.T) {
 	for _, tok := range []string{"", "wrong"} {
 		r := e.do("GET", "/", nil, append(route, "E2b-Traffic-Access-Token", tok)...)
 		wantProxyError(t, r, http.StatusForbidden, sb.SandboxID, "e2b-traffic-access-token")
-		if st := e.state(sb.SandboxID); st != StatePaused {
+		if st := e.state(sb.SandboxID); st != cube.StatePaused {
 			t.Fatalf("after a request with token %q the sandbox is %s, want paused", tok, st)
 		}
 	}
 	r := e.do("GET", "/", nil, append(route, "E2b-Traffic-Access-Token", *sb.TrafficAccessToken)...)
 	r.decode(t, http.StatusOK, nil)
-	if st := e.state(sb.SandboxID); st != StateRunning {
+	if st := e.state(sb.SandboxID); st != cube.StateRunning {
 		t.Errorf("after a request with the token the sandbox is %s, want running", st)
 	}
 }

@@ -23,9 +23,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeError answers err in the E2B error shape.
 func writeError(w http.ResponseWriter, err error) {
 	status := StatusOf(err)
-	var ae *Error
-	if errors.As(err, &ae) && ae.RetryAfter > 0 {
-		secs := int((ae.RetryAfter + time.Second - 1) / time.Second)
+	if d := retryAfter(err); d > 0 {
+		secs := int((d + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	msg := err.Error()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 	"cube/internal/version"
 )
 
@@ -51,10 +52,10 @@ func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
 	}
 }
 
-func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (CreateRequest, error) {
+func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (cube.CreateRequest, error) {
 	tpl := strings.TrimSpace(b.TemplateID)
 	if tpl == "" {
-		return CreateRequest{}, badRequest("templateID is required")
+		return cube.CreateRequest{}, badRequest("templateID is required")
 	}
 	def := defaultTimeoutV1
 	if v2 {
@@ -62,22 +63,22 @@ func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (CreateRequest, erro
 	}
 	timeout, err := seconds("timeout", b.Timeout, def, time.Second, s.cfg.MaxTimeout)
 	if err != nil {
-		return CreateRequest{}, err
+		return cube.CreateRequest{}, err
 	}
 	for k := range b.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return CreateRequest{}, badRequest("envVars: invalid variable name %q", k)
+			return cube.CreateRequest{}, badRequest("envVars: invalid variable name %q", k)
 		}
 	}
 	cpus, err := positive("cpuCount", b.CPUCount, 64)
 	if err != nil {
-		return CreateRequest{}, err
+		return cube.CreateRequest{}, err
 	}
 	mem, err := positive("memoryMB", b.MemoryMB, 1<<20)
 	if err != nil {
-		return CreateRequest{}, err
+		return cube.CreateRequest{}, err
 	}
-	req := CreateRequest{
+	req := cube.CreateRequest{
 		CPUCount:        cpus,
 		MemoryMB:        mem,
 		Template:        tpl,
@@ -88,7 +89,7 @@ func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (CreateRequest, erro
 		AutoPauseMemory: b.AutoPauseMemory == nil || *b.AutoPauseMemory,
 		AutoResume:      b.AutoResume != nil && b.AutoResume.Enabled,
 		Secure:          v2 || (b.Secure != nil && *b.Secure),
-		Network:         Network{AllowInternetAccess: b.AllowInternetAccess},
+		Network:         cube.Network{AllowInternetAccess: b.AllowInternetAccess},
 	}
 	if n := b.Network; n != nil {
 		req.Network.AllowOut = n.AllowOut
@@ -159,12 +160,12 @@ func unescapeOnce(s string) string {
 }
 
 // parseStates reads the state filter: a comma list, possibly repeated.
-func parseStates(r *http.Request) ([]SandboxState, error) {
-	var out []SandboxState
+func parseStates(r *http.Request) ([]cube.SandboxState, error) {
+	var out []cube.SandboxState
 	for _, v := range r.URL.Query()["state"] {
 		for _, part := range strings.Split(v, ",") {
-			switch st := SandboxState(strings.TrimSpace(part)); st {
-			case StateRunning, StatePaused:
+			switch st := cube.SandboxState(strings.TrimSpace(part)); st {
+			case cube.StateRunning, cube.StatePaused:
 				out = append(out, st)
 			case "":
 			default:
@@ -181,7 +182,7 @@ func (s *Server) listSandboxesV1(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	items, err := s.backend.ListSandboxes(r.Context(), ListFilter{States: []SandboxState{StateRunning}, Metadata: md})
+	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{States: []cube.SandboxState{cube.StateRunning}, Metadata: md})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -190,7 +191,7 @@ func (s *Server) listSandboxesV1(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.wireListedAll(items))
 }
 
-func sandboxKey(sb *Sandbox) (time.Time, string) { return sb.StartedAt, sb.ID }
+func sandboxKey(sb *cube.Sandbox) (time.Time, string) { return sb.StartedAt, sb.ID }
 
 func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -225,7 +226,7 @@ func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	items, err := s.backend.ListSandboxes(r.Context(), ListFilter{States: states, Metadata: md, Template: q.Get("template")})
+	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{States: states, Metadata: md, Template: q.Get("template")})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -319,7 +320,7 @@ func (s *Server) connect(v2 bool) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		req := ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory}
+		req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory}
 		s.answerConnect(w, r.Context(), id, req, false)
 	}
 }
@@ -342,11 +343,11 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	req := ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, RequirePaused: true, AutoPause: body.AutoPause}
+	req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, RequirePaused: true, AutoPause: body.AutoPause}
 	s.answerConnect(w, r.Context(), id, req, true)
 }
 
-func (s *Server) answerConnect(w http.ResponseWriter, ctx context.Context, id string, req ConnectRequest, always201 bool) {
+func (s *Server) answerConnect(w http.ResponseWriter, ctx context.Context, id string, req cube.ConnectRequest, always201 bool) {
 	sb, resumed, err := s.backend.ConnectSandbox(ctx, id, req)
 	if err != nil {
 		writeError(w, err)
@@ -370,7 +371,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	p, ok := s.backend.(Pauser)
+	p, ok := s.backend.(cube.Pauser)
 	if !ok {
 		writeError(w, Errorf(http.StatusNotImplemented, "pausing sandboxes is not supported by this server"))
 		return
@@ -393,12 +394,12 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	nu, ok := s.backend.(NetworkUpdater)
+	nu, ok := s.backend.(cube.NetworkUpdater)
 	if !ok {
 		writeError(w, Errorf(http.StatusNotImplemented, "network updates are not supported by this server"))
 		return
 	}
-	n := Network{AllowInternetAccess: body.AllowInternetAccess, AllowOut: body.AllowOut, DenyOut: body.DenyOut}
+	n := cube.Network{AllowInternetAccess: body.AllowInternetAccess, AllowOut: body.AllowOut, DenyOut: body.DenyOut}
 	if err := nu.UpdateNetwork(r.Context(), id, n); err != nil {
 		writeError(w, err)
 		return
@@ -481,7 +482,7 @@ func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-var levelRank = map[LogLevel]int{LevelDebug: 0, LevelInfo: 1, LevelWarn: 2, LevelError: 3}
+var levelRank = map[cube.LogLevel]int{cube.LevelDebug: 0, cube.LevelInfo: 1, cube.LevelWarn: 2, cube.LevelError: 3}
 
 func (s *Server) logsV1(w http.ResponseWriter, r *http.Request) {
 	id, err := sandboxID(r)
@@ -548,7 +549,7 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
 	}
 	minLevel := 0
 	if lv := q.Get("level"); lv != "" {
-		rank, ok := levelRank[LogLevel(lv)]
+		rank, ok := levelRank[cube.LogLevel(lv)]
 		if !ok {
 			writeError(w, badRequest("invalid level %q: want debug, info, warn or error", lv))
 			return
@@ -576,7 +577,7 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
 		}
 		lv := e.Level
 		if lv == "" {
-			lv = LevelInfo
+			lv = cube.LevelInfo
 		}
 		if levelRank[lv] < minLevel {
 			continue

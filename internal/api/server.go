@@ -1,7 +1,8 @@
 // Package api is Cube's control plane over HTTP: the E2B-compatible REST API
 // (plus Cube's extensions), its authentication, errors, metrics and access
 // logs, with the sandbox proxy mounted on the same listener. The work is done
-// by a Backend (the node); this package validates, translates and answers.
+// by a cube.Backend (the node); this package validates, translates and
+// answers, and it alone turns the core's error kinds into status codes.
 package api
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"cube/internal/api/ratelimit"
+	"cube/internal/cube"
 	"cube/internal/proxy"
 	"cube/internal/version"
 )
@@ -75,7 +77,7 @@ const (
 // Server is the control plane's http.Handler.
 type Server struct {
 	cfg     Config
-	backend Backend
+	backend cube.Backend
 	mux     *http.ServeMux
 	proxy   *proxy.Proxy
 	metrics *metrics
@@ -87,7 +89,7 @@ type Server struct {
 // NewServer returns the handler for the whole listener: sandbox traffic
 // (E2b-Sandbox-Id/-Port headers or <port>-<id>.<domain> Host) goes to the
 // proxy, everything else to the API.
-func NewServer(cfg Config, b Backend) (*Server, error) {
+func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 	if b == nil {
 		return nil, errors.New("api: nil backend")
 	}
@@ -249,7 +251,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 // API's JSON limit.
 func (s *Server) bodyLimit(pattern string) int64 {
 	if pattern == "POST "+ImportsPath {
-		if imp, ok := s.backend.(ArchiveImporter); ok {
+		if imp, ok := s.backend.(cube.ArchiveImporter); ok {
 			return imp.MaxImportBytes()
 		}
 	}

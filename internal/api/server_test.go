@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 )
 
 const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
@@ -46,7 +47,7 @@ func newEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
 	return newEnvWith(t, newFake(), nil, mutate...)
 }
 
-func newEnvWith(t *testing.T, fake *fakeBackend, b Backend, mutate ...func(*Config)) *testEnv {
+func newEnvWith(t *testing.T, fake *fakeBackend, b cube.Backend, mutate ...func(*Config)) *testEnv {
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg := Config{

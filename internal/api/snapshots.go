@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 )
 
 // MaxForkCount bounds the children of one fork or clone.
 const MaxForkCount = 100
 
-func (s *Server) snapshotter(w http.ResponseWriter) (Snapshotter, bool) {
-	sn, ok := s.backend.(Snapshotter)
+func (s *Server) snapshotter(w http.ResponseWriter) (cube.Snapshotter, bool) {
+	sn, ok := s.backend.(cube.Snapshotter)
 	if !ok {
 		writeError(w, Errorf(http.StatusNotImplemented, "snapshots are not supported by this server"))
 	}
@@ -57,12 +58,12 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	items, err := sn.ListSnapshots(r.Context(), SnapshotFilter{SandboxID: q.Get("sandboxID"), Name: q.Get("name")})
+	items, err := sn.ListSnapshots(r.Context(), cube.SnapshotFilter{SandboxID: q.Get("sandboxID"), Name: q.Get("name")})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	items, next, err := page(items, func(s *Snapshot) (time.Time, string) { return s.CreatedAt, s.ID }, false, limit, token)
+	items, next, err := page(items, func(s *cube.Snapshot) (time.Time, string) { return s.CreatedAt, s.ID }, false, limit, token)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -114,8 +115,8 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	s.answerFork(w, r, id, req)
 }
 
-func (s *Server) forkRequest(count, timeout, concurrency *int, def time.Duration) (ForkRequest, error) {
-	req := ForkRequest{Count: 1}
+func (s *Server) forkRequest(count, timeout, concurrency *int, def time.Duration) (cube.ForkRequest, error) {
+	req := cube.ForkRequest{Count: 1}
 	if count != nil {
 		if *count < 1 || *count > MaxForkCount {
 			return req, badRequest("count must be between 1 and %d, got %d", MaxForkCount, *count)
@@ -133,7 +134,7 @@ func (s *Server) forkRequest(count, timeout, concurrency *int, def time.Duration
 	return req, err
 }
 
-func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, id string, req ForkRequest) {
+func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, id string, req cube.ForkRequest) {
 	sn, ok := s.snapshotter(w)
 	if !ok {
 		return

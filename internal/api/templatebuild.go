@@ -1,9 +1,7 @@
 package api
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,80 +9,9 @@ import (
 	"time"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 	"cube/internal/id"
 )
-
-// TemplateBuilder is implemented by backends that build templates from OCI
-// images (POST /templates and GET /templates/jobs/{jobID}; without it they
-// answer 501). It also enriches GET /templates and GET /templates/{id}
-// with each template's build facts.
-type TemplateBuilder interface {
-	// BuildTemplate records a build job and its template (status building)
-	// and starts the build in the background; it returns at once. Template
-	// id or alias already taken → 409.
-	BuildTemplate(ctx context.Context, req BuildRequest) (*BuildJob, error)
-	// BuildJob returns one build job; unknown → 404.
-	BuildJob(ctx context.Context, jobID string) (*BuildJob, error)
-	// TemplateDetails returns the build facts of every stored template
-	// (snapshots included), keyed by template ID.
-	TemplateDetails(ctx context.Context) (map[string]TemplateDetail, error)
-}
-
-// BuildRequest is a validated request to build a template from an image.
-// Zero values mean the builder's defaults.
-type BuildRequest struct {
-	Image string
-	// TemplateID is empty (generate one) or satisfies id.ValidName.
-	TemplateID string
-	// Aliases each satisfy id.ValidName and are distinct.
-	Aliases    []string
-	CPUCount   int
-	MemoryMB   int
-	DiskSizeMB int
-	// ExposedPorts are 1-65535; empty takes the image's EXPOSE ports.
-	ExposedPorts []int
-	ProbePort    int
-	// ProbePath starts with "/".
-	ProbePath string
-	// Cmd replaces the image's ENTRYPOINT and CMD; Args replaces its CMD.
-	Cmd  []string
-	Args []string
-	// Env adds to or overrides the image's ENV.
-	Env       map[string]string
-	Cwd, User string
-
-	RegistryUsername, RegistryPassword string
-	InsecureRegistry                   bool
-}
-
-// BuildJob is a template build as the control plane reports it.
-type BuildJob struct {
-	ID         string
-	TemplateID string
-	// Phase is PULLING, UNPACKING, BOOTING, PROBING, SNAPSHOTTING, READY
-	// or FAILED.
-	Phase     string
-	Progress  int
-	Error     string
-	CreatedAt time.Time
-	UpdatedAt time.Time
-}
-
-// TemplateDetail is what operators see of a template beyond E2B's fields.
-type TemplateDetail struct {
-	// Status is building, ready or failed.
-	Status       string
-	Error        string
-	Image        string
-	ImageDigest  string
-	SizeBytes    int64
-	ExposedPorts []int
-	ProbePort    int
-	ProbePath    string
-	StartCmd     []string
-	Cwd, User    string
-	JobID        string
-}
 
 // Limits of a build request.
 const (
@@ -124,8 +51,8 @@ func ParseSize(s string) (int, error) {
 }
 
 // buildRequest validates the body of POST /templates.
-func buildRequest(body wire.TemplateBuildRequest) (BuildRequest, error) {
-	req := BuildRequest{
+func buildRequest(body wire.TemplateBuildRequest) (cube.BuildRequest, error) {
+	req := cube.BuildRequest{
 		Image: strings.TrimSpace(body.Image), TemplateID: body.TemplateID,
 		MemoryMB: body.MemoryMB, ProbePort: body.ProbePort, ProbePath: body.ProbePath,
 		Cmd: body.Cmd, Args: body.Args, Env: body.Env, Cwd: body.Cwd, User: body.User,
@@ -215,14 +142,14 @@ func buildRequest(body wire.TemplateBuildRequest) (BuildRequest, error) {
 	return req, nil
 }
 
-func wireBuildJob(j *BuildJob) wire.TemplateBuildJob {
+func wireBuildJob(j *cube.BuildJob) wire.TemplateBuildJob {
 	return wire.TemplateBuildJob{
 		JobID: j.ID, TemplateID: j.TemplateID, Phase: j.Phase, Progress: j.Progress,
 		Error: j.Error, CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(),
 	}
 }
 
-func wireBuildInfo(d TemplateDetail) wire.TemplateBuildInfo {
+func wireBuildInfo(d cube.TemplateDetail) wire.TemplateBuildInfo {
 	return wire.TemplateBuildInfo{
 		Status: d.Status, Error: d.Error, Image: d.Image, ImageDigest: d.ImageDigest,
 		SizeBytes: d.SizeBytes, ExposedPorts: d.ExposedPorts, ProbePort: d.ProbePort,
@@ -230,8 +157,8 @@ func wireBuildInfo(d TemplateDetail) wire.TemplateBuildInfo {
 	}
 }
 
-func (s *Server) builder(w http.ResponseWriter) (TemplateBuilder, bool) {
-	b, ok := s.backend.(TemplateBuilder)
+func (s *Server) builder(w http.ResponseWriter) (cube.TemplateBuilder, bool) {
+	b, ok := s.backend.(cube.TemplateBuilder)
 	if !ok {
 		writeError(w, Errorf(http.StatusNotImplemented, "building templates is not supported by this server"))
 	}
@@ -283,7 +210,7 @@ func (s *Server) getBuildJob(w http.ResponseWriter, r *http.Request) {
 // listTemplatesDetailed answers GET /templates, adding build facts when
 // the backend builds templates.
 func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) {
-	b, ok := s.backend.(TemplateBuilder)
+	b, ok := s.backend.(cube.TemplateBuilder)
 	if !ok {
 		s.listTemplates(w, r)
 		return
@@ -298,7 +225,7 @@ func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	ts, _, _ = page(ts, func(t *Template) (time.Time, string) { return t.CreatedAt, t.ID }, true, len(ts), "")
+	ts, _, _ = page(ts, func(t *cube.Template) (time.Time, string) { return t.CreatedAt, t.ID }, true, len(ts), "")
 	out := make([]wire.TemplateListed, 0, len(ts))
 	for i := range ts {
 		out = append(out, wire.TemplateListed{Template: wireTemplate(&ts[i]), TemplateBuildInfo: wireBuildInfo(details[ts[i].ID])})
@@ -309,7 +236,7 @@ func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) {
 // getTemplateDetailed answers GET /templates/{id}, adding build facts when
 // the backend builds templates.
 func (s *Server) getTemplateDetailed(w http.ResponseWriter, r *http.Request) {
-	b, ok := s.backend.(TemplateBuilder)
+	b, ok := s.backend.(cube.TemplateBuilder)
 	if !ok {
 		s.getTemplate(w, r)
 		return
@@ -332,17 +259,6 @@ func (s *Server) getTemplateDetailed(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.TemplateDetail{TemplateWithBuilds: wireTemplateWithBuilds(t), TemplateBuildInfo: wireBuildInfo(details[t.ID])})
 }
 
-// ArchiveImporter is implemented by backends that take image archives
-// uploaded to POST /templates/imports, for clients whose archive is not in
-// the server's import directory (another machine, or another directory).
-type ArchiveImporter interface {
-	// ImportArchive stores body, an archive of kind (oci-archive or
-	// docker-archive), and returns the image reference that builds from
-	// it. Larger than MaxImportBytes → 413.
-	ImportArchive(ctx context.Context, kind string, body io.Reader) (image string, err error)
-	MaxImportBytes() int64
-}
-
 // ImportsPath is the route of archive uploads.
 const ImportsPath = "/templates/imports"
 
@@ -358,7 +274,7 @@ type ImportedArchive struct {
 // answered 201 with an ImportedArchive. Its body limit is the importer's
 // (see bodyLimit), not the API's, which fits JSON and not images.
 func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
-	imp, ok := s.backend.(ArchiveImporter)
+	imp, ok := s.backend.(cube.ArchiveImporter)
 	if !ok {
 		writeError(w, Errorf(http.StatusNotImplemented, "uploading image archives is not supported by this server"))
 		return

@@ -8,23 +8,24 @@ import (
 	"time"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 )
 
 // fakeBuilder adds template builds to the in-memory backend.
 type fakeBuilder struct {
 	*fakeBackend
-	last BuildRequest
-	jobs map[string]*BuildJob
+	last cube.BuildRequest
+	jobs map[string]*cube.BuildJob
 }
 
-func (b *fakeBuilder) BuildTemplate(ctx context.Context, req BuildRequest) (*BuildJob, error) {
+func (b *fakeBuilder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cube.BuildJob, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if req.TemplateID == "taken" {
-		return nil, Errorf(http.StatusConflict, "template %q already exists", req.TemplateID)
+		return nil, cube.Errorf(cube.Conflict, "template %q already exists", req.TemplateID)
 	}
 	b.last = req
-	j := &BuildJob{ID: "job1", TemplateID: req.TemplateID, Phase: "PULLING", CreatedAt: b.now, UpdatedAt: b.now}
+	j := &cube.BuildJob{ID: "job1", TemplateID: req.TemplateID, Phase: "PULLING", CreatedAt: b.now, UpdatedAt: b.now}
 	if j.TemplateID == "" {
 		j.TemplateID = "generated"
 	}
@@ -32,25 +33,25 @@ func (b *fakeBuilder) BuildTemplate(ctx context.Context, req BuildRequest) (*Bui
 	return j, nil
 }
 
-func (b *fakeBuilder) BuildJob(ctx context.Context, jobID string) (*BuildJob, error) {
+func (b *fakeBuilder) BuildJob(ctx context.Context, jobID string) (*cube.BuildJob, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	j, ok := b.jobs[jobID]
 	if !ok {
-		return nil, Errorf(http.StatusNotFound, "build job %q not found", jobID)
+		return nil, cube.Errorf(cube.NotFound, "build job %q not found", jobID)
 	}
 	return j, nil
 }
 
-func (b *fakeBuilder) TemplateDetails(ctx context.Context) (map[string]TemplateDetail, error) {
-	return map[string]TemplateDetail{
+func (b *fakeBuilder) TemplateDetails(ctx context.Context) (map[string]cube.TemplateDetail, error) {
+	return map[string]cube.TemplateDetail{
 		"base0000000000000000": {Status: "ready", Image: "oci-archive:/cache/default.tar", SizeBytes: 4 << 20, ExposedPorts: []int{49983, 49999}, ProbePort: 49999, ProbePath: "/health", JobID: "job0"},
 	}, nil
 }
 
 func newBuilderEnv(t *testing.T) (*testEnv, *fakeBuilder) {
 	fake := newFake()
-	b := &fakeBuilder{fakeBackend: fake, jobs: map[string]*BuildJob{}}
+	b := &fakeBuilder{fakeBackend: fake, jobs: map[string]*cube.BuildJob{}}
 	return newEnvWith(t, fake, b), b
 }
 
@@ -118,7 +119,7 @@ func TestBuildTemplateRejects(t *testing.T) {
 
 func TestBuildJobStatus(t *testing.T) {
 	e, b := newBuilderEnv(t)
-	b.jobs["j9"] = &BuildJob{ID: "j9", TemplateID: "app", Phase: "FAILED", Progress: 80, Error: "probe: no answer",
+	b.jobs["j9"] = &cube.BuildJob{ID: "j9", TemplateID: "app", Phase: "FAILED", Progress: 80, Error: "probe: no answer",
 		CreatedAt: b.now, UpdatedAt: b.now.Add(time.Minute)}
 	var j wire.TemplateBuildJob
 	e.do("GET", "/templates/jobs/j9", nil).decode(t, http.StatusOK, &j)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"cube/internal/cube"
 )
 
 // fakeImporter stores uploads in memory.
@@ -28,13 +30,13 @@ func (f *fakeImporter) ImportArchive(ctx context.Context, kind string, body io.R
 		return "", err
 	}
 	if int64(len(b)) > f.max {
-		return "", Errorf(http.StatusRequestEntityTooLarge, "too large")
+		return "", cube.Errorf(cube.TooLarge, "too large")
 	}
 	f.got, f.kind = string(b), kind
 	return kind + ":/imports/upload-1.tar", nil
 }
 
-func importEnv(t *testing.T, b Backend) *testEnv {
+func importEnv(t *testing.T, b cube.Backend) *testEnv {
 	t.Helper()
 	logs := &syncBuffer{}
 	s, err := NewServer(Config{

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 )
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
@@ -13,7 +14,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	ts, _, _ = page(ts, func(t *Template) (time.Time, string) { return t.CreatedAt, t.ID }, true, len(ts), "")
+	ts, _, _ = page(ts, func(t *cube.Template) (time.Time, string) { return t.CreatedAt, t.ID }, true, len(ts), "")
 	out := make([]wire.Template, 0, len(ts))
 	for i := range ts {
 		out = append(out, wireTemplate(&ts[i]))

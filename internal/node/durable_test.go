@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/nodetest"
 )
 
@@ -58,11 +58,11 @@ func TestDamagedPauseImageIsDetected(t *testing.T) {
 	img := filepath.Join(rec.PauseImage, "checkpoint.img")
 	restore := corrupt(t, img)
 
-	_, _, err := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute})
-	if api.StatusOf(err) != 422 || !strings.Contains(err.Error(), "damaged") {
+	_, _, err := f.ConnectSandbox(ctx(t), sb.ID, cube.ConnectRequest{Timeout: time.Minute})
+	if cube.KindOf(err) != cube.Damaged || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("resume from a damaged image: %v", err)
 	}
-	if got, err := f.GetSandbox(ctx(t), sb.ID); err != nil || got.State != api.StatePaused {
+	if got, err := f.GetSandbox(ctx(t), sb.ID); err != nil || got.State != cube.StatePaused {
 		t.Fatalf("after the refused resume: %+v %v", got, err)
 	}
 	if _, err := os.Stat(img); err != nil {
@@ -73,7 +73,7 @@ func TestDamagedPauseImageIsDetected(t *testing.T) {
 	}
 
 	restore()
-	if _, resumed, err := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute}); err != nil || !resumed {
+	if _, resumed, err := f.ConnectSandbox(ctx(t), sb.ID, cube.ConnectRequest{Timeout: time.Minute}); err != nil || !resumed {
 		t.Fatalf("resume from the repaired image: %v %v", resumed, err)
 	}
 	if got := f.holderToken(t, sb); got != tok {
@@ -99,8 +99,8 @@ func TestDamagedTemplateIsDetected(t *testing.T) {
 		t.Fatal("built template has no checksum")
 	}
 	restore := corrupt(t, filepath.Join(tpl.Checkpoint, "checkpoint.img"))
-	_, err = f.CreateSandbox(ctx(t), api.CreateRequest{Template: "tiny", Timeout: time.Minute})
-	if api.StatusOf(err) != 422 || !strings.Contains(err.Error(), "damaged") {
+	_, err = f.CreateSandbox(ctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute})
+	if cube.KindOf(err) != cube.Damaged || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("create from a damaged template: %v", err)
 	}
 	restore()

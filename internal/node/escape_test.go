@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/envd/protocol"
 	"cube/internal/node"
 	"cube/internal/nodetest"
@@ -26,7 +26,7 @@ import (
 )
 
 // prober runs the holder test program inside a sandbox.
-func (f *fixture) prober(t *testing.T, sb *api.Sandbox, args ...string) nodetest.Result {
+func (f *fixture) prober(t *testing.T, sb *cube.Sandbox, args ...string) nodetest.Result {
 	t.Helper()
 	target, err := f.Resolve(ctx(t), sb.ID, protocol.EnvdPort)
 	if err != nil {
@@ -330,7 +330,7 @@ func TestEscapeMisbehavingSandboxesAreContained(t *testing.T) {
 // floodConsole writes 100 MiB of forged process records to the console
 // of sb's PID 1: at most gvisor.ConsoleLimit of it stays on the host's
 // disk, and the sandbox's logs still hold the node's own events.
-func (f *fixture) floodConsole(t *testing.T, sb *api.Sandbox, containerID string) {
+func (f *fixture) floodConsole(t *testing.T, sb *cube.Sandbox, containerID string) {
 	t.Helper()
 	forged := fmt.Sprintf("time=%s level=INFO msg=%q pid=666 cmd=forged", time.Now().UTC().Format(time.RFC3339Nano), "process started")
 	if r := f.prober(t, sb, "flood", "/proc/1/fd/1", "100", forged); r.ExitCode != 0 || !strings.Contains(r.Stdout, "flooded") {

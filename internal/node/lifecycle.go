@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/fault"
 	"cube/internal/store"
 )
@@ -130,7 +129,7 @@ func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bo
 		return err
 	}
 	if rec.State == store.Paused {
-		return api.Errorf(http.StatusConflict, "sandbox %q is already paused", sandboxID)
+		return cube.Errorf(cube.Conflict, "sandbox %q is already paused", sandboxID)
 	}
 	if err := n.pause(ctx, rec); err != nil {
 		return err
@@ -146,7 +145,7 @@ func (n *Node) pause(ctx context.Context, rec *store.Sandbox) error {
 	l := n.live[rec.ID]
 	n.mu.Unlock()
 	if l == nil || rec.State != store.Running {
-		return api.Errorf(http.StatusConflict, "sandbox %q is %s, not running", rec.ID, rec.State)
+		return cube.Errorf(cube.Conflict, "sandbox %q is %s, not running", rec.ID, rec.State)
 	}
 	if err := l.sb.Pause(ctx); err != nil {
 		return fmt.Errorf("pause: %w", err)
@@ -244,10 +243,10 @@ func (n *Node) writeOut(sandboxID string, pausedAt time.Time) error {
 	return nil
 }
 
-// diskError turns a full disk into a 507 the user can act on.
+// diskError turns a full disk into a DiskFull error the user can act on.
 func diskError(op string, err error) error {
 	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left on device") {
-		return api.Errorf(http.StatusInsufficientStorage, "%s: the host's disk is full: free space in the data directory or delete snapshots", op)
+		return cube.Errorf(cube.DiskFull, "%s: the host's disk is full: free space in the data directory or delete snapshots", op)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
@@ -322,13 +321,13 @@ func (n *Node) resume(ctx context.Context, rec *store.Sandbox) error {
 // taken when it was written.
 func verifyPauseImage(rec *store.Sandbox) error {
 	if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err != nil {
-		return api.Errorf(http.StatusInternalServerError, "the pause image of sandbox %q is missing on disk; it cannot be resumed: kill it with `cubemastercli rm %s`", rec.ID, rec.ID)
+		return fmt.Errorf("the pause image of sandbox %q is missing on disk; it cannot be resumed: kill it with `cubemastercli rm %s`", rec.ID, rec.ID)
 	}
 	if rec.PauseChecksum == "" {
 		return nil // written before pause images had checksums
 	}
 	if !imageIntact(rec.PauseImage, rec.PauseChecksum) {
-		return api.Errorf(http.StatusUnprocessableEntity, "the pause image of sandbox %q is damaged (checksum mismatch); it stays paused and its image is kept in %s: kill it with `cubemastercli rm %s`", rec.ID, rec.PauseImage, rec.ID)
+		return cube.Errorf(cube.Damaged, "the pause image of sandbox %q is damaged (checksum mismatch); it stays paused and its image is kept in %s: kill it with `cubemastercli rm %s`", rec.ID, rec.PauseImage, rec.ID)
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 )
 
 // maxProcessRecords caps the process records one logs answer takes from
@@ -31,7 +31,7 @@ const (
 // runtime keeps just its newest part, records from before the sandbox
 // existed or from the future are dropped, and at most maxProcessRecords
 // are taken.
-func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]api.LogEntry, error) {
+func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]cube.LogEntry, error) {
 	rec, err := n.record(ctx, sandboxID)
 	if err != nil {
 		return nil, err
@@ -40,9 +40,9 @@ func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]api.LogEntr
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.LogEntry, 0, len(ev))
+	out := make([]cube.LogEntry, 0, len(ev))
 	for _, e := range ev {
-		out = append(out, api.LogEntry{Time: e.Time, Level: api.LogLevel(e.Level), Message: e.Message})
+		out = append(out, cube.LogEntry{Time: e.Time, Level: cube.LogLevel(e.Level), Message: e.Message})
 	}
 	n.mu.Lock()
 	l := n.live[sandboxID]
@@ -61,8 +61,8 @@ func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]api.LogEntr
 // `time=... level=INFO msg="process exited" pid=7 exit_code=0`): the
 // newest maxProcessRecords of those timed between from and to, each
 // marked as the sandbox's.
-func processRecords(console []byte, from, to time.Time) []api.LogEntry {
-	var out []api.LogEntry
+func processRecords(console []byte, from, to time.Time) []cube.LogEntry {
+	var out []cube.LogEntry
 	// Line by line, however long: a scanner would stop at the first line
 	// over its limit, and the sandbox chooses the lines.
 	for b := range bytes.Lines(console) {
@@ -77,7 +77,7 @@ func processRecords(console []byte, from, to time.Time) []api.LogEntry {
 		if err != nil || t.Before(from) || t.After(to) {
 			continue
 		}
-		e := api.LogEntry{Time: t, Level: api.LevelInfo, Message: kv["msg"], Fields: map[string]string{}}
+		e := cube.LogEntry{Time: t, Level: cube.LevelInfo, Message: kv["msg"], Fields: map[string]string{}}
 		for k, v := range kv {
 			if k != "time" && k != "level" && k != "msg" {
 				e.Fields[k] = v

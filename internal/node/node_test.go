@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/nodetest"
@@ -33,9 +33,9 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func (f *fixture) create(t *testing.T, tpl string, timeout time.Duration) *api.Sandbox {
+func (f *fixture) create(t *testing.T, tpl string, timeout time.Duration) *cube.Sandbox {
 	t.Helper()
-	sb, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: tpl, Timeout: timeout, EnvVars: map[string]string{"GREETING": "hi"}})
+	sb, err := f.CreateSandbox(ctx(t), cube.CreateRequest{Template: tpl, Timeout: timeout, EnvVars: map[string]string{"GREETING": "hi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func (f *fixture) create(t *testing.T, tpl string, timeout time.Duration) *api.S
 }
 
 // envd sends a request to a sandbox's envd through the node's routing.
-func (f *fixture) envd(t *testing.T, sb *api.Sandbox, method, path string, body []byte, token string) (int, string) {
+func (f *fixture) envd(t *testing.T, sb *cube.Sandbox, method, path string, body []byte, token string) (int, string) {
 	t.Helper()
 	target, err := f.Resolve(ctx(t), sb.ID, protocol.EnvdPort)
 	if err != nil {
@@ -92,7 +92,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Fatalf("envs: %d %s", code, body)
 	}
 
-	list, err := f.ListSandboxes(ctx(t), api.ListFilter{})
+	list, err := f.ListSandboxes(ctx(t), cube.ListFilter{})
 	if err != nil || len(list) != 2 {
 		t.Fatalf("list = %v, %v", list, err)
 	}
@@ -105,10 +105,10 @@ func TestSandboxLifecycle(t *testing.T) {
 	if err := f.KillSandbox(ctx(t), a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.KillSandbox(ctx(t), a.ID); api.StatusOf(err) != 404 {
+	if err := f.KillSandbox(ctx(t), a.ID); cube.KindOf(err) != cube.NotFound {
 		t.Fatalf("second kill: %v", err)
 	}
-	if _, err := f.GetSandbox(ctx(t), a.ID); api.StatusOf(err) != 404 {
+	if _, err := f.GetSandbox(ctx(t), a.ID); cube.KindOf(err) != cube.NotFound {
 		t.Fatalf("get after kill: %v", err)
 	}
 	// The freed slot is reused, clean, by the next sandbox.
@@ -116,7 +116,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if code, _ := f.envd(t, c, "GET", "/files?path=/tmp/note", nil, c.EnvdAccessToken); code != 404 {
 		t.Fatalf("new sandbox sees a killed sandbox's file: %d", code)
 	}
-	if _, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: "nope", Timeout: time.Minute}); api.StatusOf(err) != 404 || !strings.Contains(err.Error(), "nope") {
+	if _, err := f.CreateSandbox(ctx(t), cube.CreateRequest{Template: "nope", Timeout: time.Minute}); cube.KindOf(err) != cube.NotFound || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("unknown template: %v", err)
 	}
 }
@@ -126,12 +126,12 @@ func TestTimeoutEndsSandbox(t *testing.T) {
 	sb := f.create(t, "tiny", time.Second)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := f.GetSandbox(ctx(t), sb.ID); api.StatusOf(err) == 404 {
+		if _, err := f.GetSandbox(ctx(t), sb.ID); cube.KindOf(err) == cube.NotFound {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if _, err := f.GetSandbox(ctx(t), sb.ID); api.StatusOf(err) != 404 {
+	if _, err := f.GetSandbox(ctx(t), sb.ID); cube.KindOf(err) != cube.NotFound {
 		t.Fatal("sandbox outlived its timeout")
 	}
 	// The sandbox reads as gone once its end is recorded; its container
@@ -161,14 +161,14 @@ func TestPauseAndResumeKeepFiles(t *testing.T) {
 			if err := f.PauseSandbox(ctx(t), sb.ID, true); err != nil {
 				t.Fatal(err)
 			}
-			if err := f.PauseSandbox(ctx(t), sb.ID, true); api.StatusOf(err) != 409 {
+			if err := f.PauseSandbox(ctx(t), sb.ID, true); cube.KindOf(err) != cube.Conflict {
 				t.Fatalf("second pause: %v", err)
 			}
 			got, _ := f.GetSandbox(ctx(t), sb.ID)
-			if got.State != api.StatePaused {
+			if got.State != cube.StatePaused {
 				t.Fatalf("state %s", got.State)
 			}
-			if _, err := f.CreateSnapshot(ctx(t), sb.ID, ""); api.StatusOf(err) != 409 {
+			if _, err := f.CreateSnapshot(ctx(t), sb.ID, ""); cube.KindOf(err) != cube.Conflict {
 				t.Fatalf("snapshot of a paused sandbox: %v", err)
 			}
 			if tc.delay == 0 {
@@ -183,8 +183,8 @@ func TestPauseAndResumeKeepFiles(t *testing.T) {
 					t.Fatalf("written-out sandbox still holds a container: %v", ids)
 				}
 			}
-			again, resumed, err := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute})
-			if err != nil || !resumed || again.State != api.StateRunning {
+			again, resumed, err := f.ConnectSandbox(ctx(t), sb.ID, cube.ConnectRequest{Timeout: time.Minute})
+			if err != nil || !resumed || again.State != cube.StateRunning {
 				t.Fatalf("connect: %+v %v %v", again, resumed, err)
 			}
 			if got := f.read(t, sb, "/tmp/kept"); got != "still here" {
@@ -193,7 +193,7 @@ func TestPauseAndResumeKeepFiles(t *testing.T) {
 			if got := f.holderToken(t, sb); got != tok {
 				t.Fatalf("memory after resume: %s, want %s", got, tok)
 			}
-			if _, resumed, _ := f.ConnectSandbox(ctx(t), sb.ID, api.ConnectRequest{Timeout: time.Minute}); resumed {
+			if _, resumed, _ := f.ConnectSandbox(ctx(t), sb.ID, cube.ConnectRequest{Timeout: time.Minute}); resumed {
 				t.Fatal("connect to a running sandbox reported a resume")
 			}
 		})
@@ -205,15 +205,15 @@ func TestCapacityLimit(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		f.create(t, "tiny", time.Minute)
 	}
-	_, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: "tiny", Timeout: time.Minute})
-	if api.StatusOf(err) != 429 {
+	_, err := f.CreateSandbox(ctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute})
+	if cube.KindOf(err) != cube.Capacity {
 		t.Fatalf("seventh sandbox: %v", err)
 	}
 }
 
 // holderToken reads the in-memory token of the start command of a sandbox
 // made from the tiny template.
-func (f *fixture) holderToken(t *testing.T, sb *api.Sandbox) string {
+func (f *fixture) holderToken(t *testing.T, sb *cube.Sandbox) string {
 	t.Helper()
 	target, err := f.Resolve(ctx(t), sb.ID, nodetest.HolderPort)
 	if err != nil {
@@ -236,7 +236,7 @@ func (f *fixture) holderToken(t *testing.T, sb *api.Sandbox) string {
 	return ""
 }
 
-func (f *fixture) read(t *testing.T, sb *api.Sandbox, path string) string {
+func (f *fixture) read(t *testing.T, sb *cube.Sandbox, path string) string {
 	t.Helper()
 	code, body := f.envd(t, sb, "GET", "/files?path="+path, nil, sb.EnvdAccessToken)
 	if code != 200 {
@@ -245,7 +245,7 @@ func (f *fixture) read(t *testing.T, sb *api.Sandbox, path string) string {
 	return body
 }
 
-func (f *fixture) write(t *testing.T, sb *api.Sandbox, path, data string) {
+func (f *fixture) write(t *testing.T, sb *cube.Sandbox, path, data string) {
 	t.Helper()
 	if code, body := f.envd(t, sb, "POST", "/files?path="+path, []byte(data), sb.EnvdAccessToken); code != 200 {
 		t.Fatalf("write %s in %s: %d %s", path, sb.ID, code, body)
@@ -300,11 +300,11 @@ func TestSnapshotCreateFromSnapshotAndRollback(t *testing.T) {
 	}
 	// Only to its own snapshots.
 	other, _ := f.CreateSnapshot(ctx(t), b.ID, "")
-	if _, err := f.RollbackSandbox(ctx(t), a.ID, other.ID); api.StatusOf(err) != 403 {
+	if _, err := f.RollbackSandbox(ctx(t), a.ID, other.ID); cube.KindOf(err) != cube.Forbidden {
 		t.Fatalf("rollback to another sandbox's snapshot: %v", err)
 	}
 
-	list, err := f.ListSnapshots(ctx(t), api.SnapshotFilter{SandboxID: a.ID})
+	list, err := f.ListSnapshots(ctx(t), cube.SnapshotFilter{SandboxID: a.ID})
 	if err != nil || len(list) != 1 || list[0].ID != snap.ID {
 		t.Fatalf("list snapshots of a = %+v, %v", list, err)
 	}
@@ -315,7 +315,7 @@ func TestSnapshotCreateFromSnapshotAndRollback(t *testing.T) {
 	if got := f.read(t, b, "/tmp/state"); got != "v1" {
 		t.Fatalf("child after snapshot delete: %q", got)
 	}
-	if _, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: snap.ID, Timeout: time.Minute}); api.StatusOf(err) != 404 {
+	if _, err := f.CreateSandbox(ctx(t), cube.CreateRequest{Template: snap.ID, Timeout: time.Minute}); cube.KindOf(err) != cube.NotFound {
 		t.Fatalf("create from deleted snapshot: %v", err)
 	}
 }
@@ -325,7 +325,7 @@ func TestForkChildrenDiverge(t *testing.T) {
 	a := f.create(t, "tiny", time.Minute)
 	tokA := f.holderToken(t, a)
 	f.write(t, a, "/tmp/state", "parent")
-	res, err := f.ForkSandbox(ctx(t), a.ID, api.ForkRequest{Count: 3, Timeout: time.Minute})
+	res, err := f.ForkSandbox(ctx(t), a.ID, cube.ForkRequest{Count: 3, Timeout: time.Minute})
 	if err != nil || len(res) != 3 {
 		t.Fatalf("fork: %v %v", res, err)
 	}
@@ -361,8 +361,8 @@ func TestDamagedSnapshotIsDetected(t *testing.T) {
 	data[len(data)/2] ^= 0xff
 	os.WriteFile(img, data, 0o600)
 	before, _ := f.Runtime.List(ctx(t))
-	_, err = f.CreateSandbox(ctx(t), api.CreateRequest{Template: snap.ID, Timeout: time.Minute})
-	if api.StatusOf(err) != 422 || !strings.Contains(err.Error(), "damaged") {
+	_, err = f.CreateSandbox(ctx(t), cube.CreateRequest{Template: snap.ID, Timeout: time.Minute})
+	if cube.KindOf(err) != cube.Damaged || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("create from damaged snapshot: %v", err)
 	}
 	after, _ := f.Runtime.List(ctx(t))
@@ -421,7 +421,7 @@ func TestDeadSandboxIsRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 200; i++ {
-		if _, err := f.GetSandbox(ctx(t), sb.ID); api.StatusOf(err) == 404 {
+		if _, err := f.GetSandbox(ctx(t), sb.ID); cube.KindOf(err) == cube.NotFound {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -431,7 +431,7 @@ func TestDeadSandboxIsRemoved(t *testing.T) {
 
 func TestPerSandboxLimits(t *testing.T) {
 	f := newFixture(t)
-	sb, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: "tiny", Timeout: time.Minute, MemoryMB: 256, CPUCount: 1})
+	sb, err := f.CreateSandbox(ctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute, MemoryMB: 256, CPUCount: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestSnapshotOnFullDisk(t *testing.T) {
 	}
 	defer exec.Command("umount", "-l", snaps).Run()
 	_, err := f.CreateSnapshot(ctx(t), sb.ID, "")
-	if api.StatusOf(err) != 507 {
+	if cube.KindOf(err) != cube.DiskFull {
 		t.Fatalf("snapshot on a full disk: %v", err)
 	}
 	if got := f.holderToken(t, sb); got != tok {
@@ -475,7 +475,7 @@ func TestSnapshotOnFullDisk(t *testing.T) {
 	if entries, _ := os.ReadDir(snaps); len(entries) != 0 {
 		t.Fatalf("failed snapshot left %d entries", len(entries))
 	}
-	if list, _ := f.ListSnapshots(ctx(t), api.SnapshotFilter{}); len(list) != 0 {
+	if list, _ := f.ListSnapshots(ctx(t), cube.SnapshotFilter{}); len(list) != 0 {
 		t.Fatalf("failed snapshot listed: %+v", list)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 )
 
 // TestForgedInitDoesNotSurviveSnapshot: code in a sandbox re-initialises
@@ -27,7 +27,7 @@ func TestForgedInitDoesNotSurviveSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	child, err := f.CreateSandbox(ctx(t), api.CreateRequest{Template: snap.ID, Timeout: time.Minute})
+	child, err := f.CreateSandbox(ctx(t), cube.CreateRequest{Template: snap.ID, Timeout: time.Minute})
 	if err != nil {
 		if !strings.Contains(err.Error(), "access token") {
 			t.Fatalf("create from the snapshot failed without saying why: %v", err)

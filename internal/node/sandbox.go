@@ -6,21 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/egress"
 	"cube/internal/envd/protocol"
 	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/netslot"
 	"cube/internal/node/envdclient"
-	"cube/internal/proxy"
 	"cube/internal/store"
 )
 
@@ -51,21 +49,21 @@ func (n *Node) Template(ctx context.Context, idOrAlias string) (*store.Template,
 			return t, nil
 		}
 	}
-	return nil, api.Errorf(http.StatusNotFound, "template %q not found: list templates with `cubemastercli tpl list`", idOrAlias)
+	return nil, cube.Errorf(cube.NotFound, "template %q not found: list templates with `cubemastercli tpl list`", idOrAlias)
 }
 
 // CreateSandbox restores a template's snapshot into a fresh network slot,
 // hands envd its token and environment, and returns once envd answers.
-func (n *Node) CreateSandbox(ctx context.Context, req api.CreateRequest) (*api.Sandbox, error) {
+func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube.Sandbox, error) {
 	tpl, err := n.Template(ctx, req.Template)
 	if err != nil {
 		return nil, err
 	}
 	if tpl.Status != store.TemplateReady {
-		return nil, api.Errorf(http.StatusConflict, "template %q is %s, not ready", req.Template, tpl.Status)
+		return nil, cube.Errorf(cube.Conflict, "template %q is %s, not ready", req.Template, tpl.Status)
 	}
 	if err := egress.Validate(policyOf(req.Network)); err != nil {
-		return nil, api.Errorf(http.StatusBadRequest, "network: %v", err)
+		return nil, cube.Errorf(cube.Invalid, "network: %v", err).WithField("network")
 	}
 	if err := n.checkCapacity(ctx); err != nil {
 		return nil, err
@@ -199,7 +197,7 @@ func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid stri
 	}
 	slot, err := n.slots.Acquire(ctx)
 	if errors.Is(err, netslot.ErrExhausted) {
-		return nil, api.Errorf(http.StatusTooManyRequests, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
+		return nil, cube.Errorf(cube.Capacity, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("network slot: %w", err)
@@ -226,15 +224,15 @@ func containerID(sandboxID string) string {
 // restore is attempted, so a damaged image is reported as such.
 func (n *Node) verifyImage(tpl *store.Template, image string) error {
 	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
-		return api.Errorf(http.StatusInternalServerError, "the snapshot image of %s is missing on disk: rebuild or delete it", tpl.ID)
+		return fmt.Errorf("the snapshot image of %s is missing on disk: rebuild or delete it", tpl.ID)
 	}
 	if tpl.Checksum != "" && image == tpl.Checkpoint {
 		sum, err := imageChecksum(image)
 		if err != nil || sum != tpl.Checksum {
 			if tpl.SourceSandbox == "" {
-				return api.Errorf(http.StatusUnprocessableEntity, "the snapshot image of template %s is damaged (checksum mismatch); delete it with `cubemastercli tpl delete --template-id %s` and build it again", tpl.ID, tpl.ID)
+				return cube.Errorf(cube.Damaged, "the snapshot image of template %s is damaged (checksum mismatch); delete it with `cubemastercli tpl delete --template-id %s` and build it again", tpl.ID, tpl.ID)
 			}
-			return api.Errorf(http.StatusUnprocessableEntity, "the snapshot image of %s is damaged (checksum mismatch); delete it with `cubemastercli snapshot delete %s`", tpl.ID, tpl.ID)
+			return cube.Errorf(cube.Damaged, "the snapshot image of %s is damaged (checksum mismatch); delete it with `cubemastercli snapshot delete %s`", tpl.ID, tpl.ID)
 		}
 	}
 	return nil
@@ -246,28 +244,28 @@ func (n *Node) checkCapacity(ctx context.Context) error {
 		return err
 	}
 	if len(all) >= n.cfg.MaxSandboxes {
-		return api.Errorf(http.StatusTooManyRequests, "sandbox limit of %d reached: kill sandboxes or raise --max-sandboxes", n.cfg.MaxSandboxes).WithRetryAfter(time.Second)
+		return cube.Errorf(cube.Capacity, "sandbox limit of %d reached: kill sandboxes or raise --max-sandboxes", n.cfg.MaxSandboxes).WithRetryAfter(time.Second)
 	}
 	return nil
 }
 
-// record loads a sandbox's record; unknown → 404.
+// record loads a sandbox's record; unknown → NotFound.
 func (n *Node) record(ctx context.Context, sandboxID string) (*store.Sandbox, error) {
 	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.State == store.Creating || rec.State == store.Killing)) {
-		return nil, api.Errorf(http.StatusNotFound, "sandbox %q not found", sandboxID)
+		return nil, cube.Errorf(cube.NotFound, "sandbox %q not found", sandboxID)
 	}
 	return rec, err
 }
 
 // view is the API's picture of a record.
-func (n *Node) view(rec *store.Sandbox) *api.Sandbox {
-	state := api.StateRunning
+func (n *Node) view(rec *store.Sandbox) *cube.Sandbox {
+	state := cube.StateRunning
 	if rec.State == store.Paused || rec.State == store.Pausing {
-		state = api.StatePaused
+		state = cube.StatePaused
 	}
 	netw := network(rec)
-	return &api.Sandbox{
+	return &cube.Sandbox{
 		ID: rec.ID, TemplateID: rec.TemplateID, Alias: rec.Alias, EnvdVersion: n.cfg.EnvdVersion,
 		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
 		StartedAt: rec.StartedAt, EndAt: rec.EndAt, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB,
@@ -277,7 +275,7 @@ func (n *Node) view(rec *store.Sandbox) *api.Sandbox {
 }
 
 // GetSandbox returns one sandbox.
-func (n *Node) GetSandbox(ctx context.Context, sandboxID string) (*api.Sandbox, error) {
+func (n *Node) GetSandbox(ctx context.Context, sandboxID string) (*cube.Sandbox, error) {
 	rec, err := n.record(ctx, sandboxID)
 	if err != nil {
 		return nil, err
@@ -286,12 +284,12 @@ func (n *Node) GetSandbox(ctx context.Context, sandboxID string) (*api.Sandbox, 
 }
 
 // ListSandboxes returns the sandboxes matching f.
-func (n *Node) ListSandboxes(ctx context.Context, f api.ListFilter) ([]api.Sandbox, error) {
+func (n *Node) ListSandboxes(ctx context.Context, f cube.ListFilter) ([]cube.Sandbox, error) {
 	all, err := n.store.Sandboxes().List(ctx, string(store.Running), string(store.Paused), string(store.Pausing), string(store.Resuming))
 	if err != nil {
 		return nil, err
 	}
-	var out []api.Sandbox
+	var out []cube.Sandbox
 	for _, rec := range all {
 		v := n.view(rec)
 		if f.Matches(v) {
@@ -302,12 +300,12 @@ func (n *Node) ListSandboxes(ctx context.Context, f api.ListFilter) ([]api.Sandb
 }
 
 // CountSandboxes feeds the by-state gauge.
-func (n *Node) CountSandboxes(ctx context.Context) (map[api.SandboxState]int, error) {
-	list, err := n.ListSandboxes(ctx, api.ListFilter{})
+func (n *Node) CountSandboxes(ctx context.Context) (map[cube.SandboxState]int, error) {
+	list, err := n.ListSandboxes(ctx, cube.ListFilter{})
 	if err != nil {
 		return nil, err
 	}
-	out := map[api.SandboxState]int{api.StateRunning: 0, api.StatePaused: 0}
+	out := map[cube.SandboxState]int{cube.StateRunning: 0, cube.StatePaused: 0}
 	for _, s := range list {
 		out[s.State]++
 	}
@@ -372,7 +370,7 @@ func (n *Node) SetTimeout(ctx context.Context, sandboxID string, timeout time.Du
 }
 
 // ConnectSandbox returns a running sandbox and extends its end time.
-func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req api.ConnectRequest) (*api.Sandbox, bool, error) {
+func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req cube.ConnectRequest) (*cube.Sandbox, bool, error) {
 	unlock := n.lock(sandboxID)
 	defer unlock()
 	rec, err := n.record(ctx, sandboxID)
@@ -383,7 +381,7 @@ func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req api.Con
 	switch rec.State {
 	case store.Running:
 		if req.RequirePaused {
-			return nil, false, api.Errorf(http.StatusConflict, "sandbox %q is already running", sandboxID)
+			return nil, false, cube.Errorf(cube.Conflict, "sandbox %q is already running", sandboxID)
 		}
 	case store.Paused:
 		if err := n.resume(ctx, rec); err != nil {
@@ -391,7 +389,7 @@ func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req api.Con
 		}
 		resumed = true
 	default:
-		return nil, false, api.Errorf(http.StatusConflict, "sandbox %q is %s", sandboxID, rec.State)
+		return nil, false, cube.Errorf(cube.Conflict, "sandbox %q is %s", sandboxID, rec.State)
 	}
 	if req.AutoPause != nil {
 		rec.AutoPause = *req.AutoPause
@@ -410,11 +408,11 @@ func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req api.Con
 // store is read only for the others. Resolve changes nothing: a paused
 // sandbox that may auto-resume is reported as such, with its traffic token,
 // and woken by Resume once the proxy has checked the request.
-func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.Target, error) {
+func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Target, error) {
 	n.mu.Lock()
 	l := n.live[sandboxID]
 	if l != nil && !l.frozen {
-		t := proxy.Target{
+		t := cube.Target{
 			Addr:               net.JoinHostPort(l.slot.HostAddr.String(), strconv.Itoa(port)),
 			Upstream:           l.sb.ID(),
 			TrafficAccessToken: l.trafficToken,
@@ -426,19 +424,19 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.T
 	n.mu.Unlock()
 	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
 	if errors.Is(err, store.ErrNotFound) {
-		return proxy.Target{}, proxy.NotFound{SandboxID: sandboxID}
+		return cube.Target{}, cube.Errorf(cube.NotFound, "sandbox %q not found", sandboxID)
 	}
 	if err != nil {
-		return proxy.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
+		return cube.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
 	}
 	switch {
 	case rec.State == store.Paused && rec.AutoResume:
-		return proxy.Target{Paused: true, TrafficAccessToken: rec.TrafficToken}, nil
+		return cube.Target{Paused: true, TrafficAccessToken: rec.TrafficToken}, nil
 	case rec.State != store.Running:
-		return proxy.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
+		return cube.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
 	}
 	netw := network(rec)
-	return proxy.Target{
+	return cube.Target{
 		Addr:               net.JoinHostPort(rec.HostAddr, strconv.Itoa(port)),
 		Upstream:           rec.ContainerID,
 		TrafficAccessToken: rec.TrafficToken,
@@ -448,32 +446,32 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (proxy.T
 
 // Resume wakes a paused sandbox whose lifecycle allows auto-resume, for a
 // proxied request the proxy has authorised, and resolves the port again.
-func (n *Node) Resume(ctx context.Context, sandboxID string, port int) (proxy.Target, error) {
+func (n *Node) Resume(ctx context.Context, sandboxID string, port int) (cube.Target, error) {
 	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
 	if errors.Is(err, store.ErrNotFound) {
-		return proxy.Target{}, proxy.NotFound{SandboxID: sandboxID}
+		return cube.Target{}, cube.Errorf(cube.NotFound, "sandbox %q not found", sandboxID)
 	}
 	if err != nil {
-		return proxy.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
+		return cube.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
 	}
 	if rec.State == store.Paused {
 		if !rec.AutoResume {
-			return proxy.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
+			return cube.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
 		}
-		if _, _, err := n.ConnectSandbox(ctx, sandboxID, api.ConnectRequest{Timeout: max(rec.Timeout, time.Minute)}); err != nil {
-			return proxy.Target{}, err
+		if _, _, err := n.ConnectSandbox(ctx, sandboxID, cube.ConnectRequest{Timeout: max(rec.Timeout, time.Minute)}); err != nil {
+			return cube.Target{}, err
 		}
 	}
 	t, err := n.Resolve(ctx, sandboxID, port)
 	if err == nil && t.Paused {
 		// Paused again before the request got through.
-		return proxy.Target{}, fmt.Errorf("sandbox %q is paused", sandboxID)
+		return cube.Target{}, fmt.Errorf("sandbox %q is paused", sandboxID)
 	}
 	return t, err
 }
 
 // SandboxMetrics returns a current resource sample of a running sandbox.
-func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end time.Time) ([]api.Metric, error) {
+func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end time.Time) ([]cube.Metric, error) {
 	rec, err := n.record(ctx, sandboxID)
 	if err != nil {
 		return nil, err
@@ -482,7 +480,7 @@ func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end 
 	l := n.live[sandboxID]
 	n.mu.Unlock()
 	if l == nil {
-		return []api.Metric{}, nil
+		return []cube.Metric{}, nil
 	}
 	st, err := l.sb.Stats(ctx)
 	if err != nil {
@@ -501,7 +499,7 @@ func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end 
 	l.cpuAt, l.cpuTime = now, st.CPUTime
 	n.mu.Unlock()
 	cpus := max(rec.CPUCount, 1)
-	m := api.Metric{
+	m := cube.Metric{
 		Time: now.UTC(), CPUCount: cpus, CPUUsedPct: min(pct/float64(cpus), 100),
 		MemUsed: int64(st.MemoryBytes), MemTotal: int64(rec.MemoryMB) << 20,
 		DiskTotal: int64(rec.DiskSizeMB) << 20,
@@ -511,13 +509,13 @@ func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end 
 		m.DiskUsed, m.DiskTotal, m.MemCache = int64(d.DiskUsed), int64(d.DiskTotal), int64(d.MemCache)
 	}
 	if (!start.IsZero() && now.Before(start)) || (!end.IsZero() && now.After(end.Add(time.Second))) {
-		return []api.Metric{}, nil
+		return []cube.Metric{}, nil
 	}
-	return []api.Metric{m}, nil
+	return []cube.Metric{m}, nil
 }
 
 // policyOf is the egress policy a sandbox's network settings ask for.
-func policyOf(nw api.Network) egress.Policy {
+func policyOf(nw cube.Network) egress.Policy {
 	return egress.Policy{
 		AllowInternet: nw.AllowInternetAccess == nil || *nw.AllowInternetAccess,
 		AllowOut:      nw.AllowOut,
@@ -526,8 +524,8 @@ func policyOf(nw api.Network) egress.Policy {
 }
 
 // network is the network settings recorded with a sandbox.
-func network(rec *store.Sandbox) api.Network {
-	var nw api.Network
+func network(rec *store.Sandbox) cube.Network {
+	var nw cube.Network
 	json.Unmarshal(rec.Network, &nw)
 	return nw
 }
@@ -545,9 +543,9 @@ func (n *Node) applyPolicy(slot *netslot.Slot, rec *store.Sandbox) error {
 }
 
 // UpdateNetwork replaces a running sandbox's egress policy, live.
-func (n *Node) UpdateNetwork(ctx context.Context, sandboxID string, nw api.Network) error {
+func (n *Node) UpdateNetwork(ctx context.Context, sandboxID string, nw cube.Network) error {
 	if err := egress.Validate(policyOf(nw)); err != nil {
-		return api.Errorf(http.StatusBadRequest, "network: %v", err)
+		return cube.Errorf(cube.Invalid, "network: %v", err).WithField("network")
 	}
 	unlock := n.lock(sandboxID)
 	defer unlock()

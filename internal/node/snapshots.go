@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/store"
@@ -26,7 +25,7 @@ func (n *Node) running(rec *store.Sandbox) (*live, error) {
 	l := n.live[rec.ID]
 	n.mu.Unlock()
 	if l == nil || rec.State != store.Running {
-		return nil, api.Errorf(http.StatusConflict, "sandbox %q is %s, not running", rec.ID, rec.State)
+		return nil, cube.Errorf(cube.Conflict, "sandbox %q is %s, not running", rec.ID, rec.State)
 	}
 	return l, nil
 }
@@ -84,14 +83,14 @@ func snapshotTemplate(rec *store.Sandbox, snapID, dir string, names []string) *s
 // naming its directory) before the checkpoint, its checksum once the image
 // is written, and it is ready once the image is durable under its final
 // name; the reconciler finishes or drops one a crash interrupted.
-func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*api.Snapshot, error) {
+func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cube.Snapshot, error) {
 	var names []string
 	if name != "" {
 		if !id.ValidName(name) {
-			return nil, api.Errorf(http.StatusBadRequest, "snapshot name %q: use lowercase letters, digits, '-' and '_'", name)
+			return nil, cube.Errorf(cube.Invalid, "snapshot name %q: use lowercase letters, digits, '-' and '_'", name).WithField("name")
 		}
 		if _, err := n.Template(ctx, name); err == nil {
-			return nil, api.Errorf(http.StatusConflict, "a template or snapshot named %q exists already", name)
+			return nil, cube.Errorf(cube.Conflict, "a template or snapshot named %q exists already", name)
 		}
 		names = []string{name}
 	}
@@ -147,17 +146,17 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*api
 	return snapshotView(t), nil
 }
 
-func snapshotView(t *store.Template) *api.Snapshot {
-	return &api.Snapshot{ID: t.ID, Names: t.Aliases, SandboxID: t.SourceSandbox, CreatedAt: t.CreatedAt, SizeBytes: t.SizeBytes}
+func snapshotView(t *store.Template) *cube.Snapshot {
+	return &cube.Snapshot{ID: t.ID, Names: t.Aliases, SandboxID: t.SourceSandbox, CreatedAt: t.CreatedAt, SizeBytes: t.SizeBytes}
 }
 
 // ListSnapshots returns the snapshots matching f.
-func (n *Node) ListSnapshots(ctx context.Context, f api.SnapshotFilter) ([]api.Snapshot, error) {
+func (n *Node) ListSnapshots(ctx context.Context, f cube.SnapshotFilter) ([]cube.Snapshot, error) {
 	all, err := n.store.Templates().List(ctx, string(store.TemplateReady))
 	if err != nil {
 		return nil, err
 	}
-	var out []api.Snapshot
+	var out []cube.Snapshot
 	for _, t := range all {
 		if t.SourceSandbox == "" || (f.SandboxID != "" && f.SandboxID != t.SourceSandbox) {
 			continue
@@ -173,7 +172,7 @@ func (n *Node) ListSnapshots(ctx context.Context, f api.SnapshotFilter) ([]api.S
 // ForkSandbox checkpoints a sandbox once and starts req.Count children
 // from that image, req.Concurrency at a time. The parent keeps running
 // with its id and end time. A failed child does not fail the others.
-func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req api.ForkRequest) ([]api.ForkResult, error) {
+func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req cube.ForkRequest) ([]cube.ForkResult, error) {
 	unlock := n.lock(sandboxID)
 	rec, err := n.record(ctx, sandboxID)
 	if err != nil {
@@ -199,7 +198,7 @@ func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req api.ForkRe
 	if conc <= 0 {
 		conc = 4
 	}
-	results := make([]api.ForkResult, req.Count)
+	results := make([]cube.ForkResult, req.Count)
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	for i := range results {
@@ -209,7 +208,7 @@ func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req api.ForkRe
 			defer wg.Done()
 			defer func() { <-sem }()
 			child, err := n.startChild(ctx, rec, dir, req.Timeout)
-			results[i] = api.ForkResult{Sandbox: child, Err: err}
+			results[i] = cube.ForkResult{Sandbox: child, Err: err}
 		}(i)
 	}
 	wg.Wait()
@@ -219,7 +218,7 @@ func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req api.ForkRe
 
 // startChild starts a copy of parent from its checkpoint image, with its
 // own id, tokens and slot.
-func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image string, timeout time.Duration) (*api.Sandbox, error) {
+func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image string, timeout time.Duration) (*cube.Sandbox, error) {
 	if err := n.checkCapacity(ctx); err != nil {
 		return nil, err
 	}
@@ -247,7 +246,7 @@ func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image stri
 // id, tokens, metadata, end time and address stay. The current container
 // is replaced only once the snapshot's is running, so a failed rollback
 // leaves the sandbox as it was.
-func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string) (*api.Rollback, error) {
+func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string) (*cube.Rollback, error) {
 	unlock := n.lock(sandboxID)
 	defer unlock()
 	rec, err := n.record(ctx, sandboxID)
@@ -259,13 +258,13 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 		return nil, err
 	}
 	if snap.Status != store.TemplateReady {
-		return nil, api.Errorf(http.StatusConflict, "snapshot %q is %s, not ready", snapshotID, snap.Status)
+		return nil, cube.Errorf(cube.Conflict, "snapshot %q is %s, not ready", snapshotID, snap.Status)
 	}
 	if snap.SourceSandbox != sandboxID {
-		return nil, api.Errorf(http.StatusForbidden, "snapshot %q was not taken from sandbox %q; a sandbox rolls back only to its own snapshots", snapshotID, sandboxID)
+		return nil, cube.Errorf(cube.Forbidden, "snapshot %q was not taken from sandbox %q; a sandbox rolls back only to its own snapshots", snapshotID, sandboxID)
 	}
 	if rec.State != store.Running {
-		return nil, api.Errorf(http.StatusConflict, "sandbox %q is %s; connect to it first", sandboxID, rec.State)
+		return nil, cube.Errorf(cube.Conflict, "sandbox %q is %s; connect to it first", sandboxID, rec.State)
 	}
 	l, err := n.launch(ctx, rec, snap, snap.Checkpoint, snap.EnvdToken)
 	if err != nil {
@@ -281,5 +280,5 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 		n.retire(old)
 	}
 	n.event(sandboxID, "info", "rolled back to %s", snap.ID)
-	return &api.Rollback{OperationID: id.New("op-", 12), Status: "completed"}, nil
+	return &cube.Rollback{OperationID: id.New("op-", 12), Status: "completed"}, nil
 }

@@ -2,16 +2,15 @@ package node
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/fault"
 	"cube/internal/store"
 )
 
-func (n *Node) templateView(t *store.Template) api.Template {
+func (n *Node) templateView(t *store.Template) cube.Template {
 	status := "ready"
 	switch t.Status {
 	case store.TemplateBuilding:
@@ -19,7 +18,7 @@ func (n *Node) templateView(t *store.Template) api.Template {
 	case store.TemplateFailed:
 		status = "error"
 	}
-	return api.Template{
+	return cube.Template{
 		ID: t.ID, Aliases: t.Aliases, BuildID: t.ID, BuildStatus: status, BuildCount: 1,
 		CPUCount: max(t.CPUCount, 1), MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
 		EnvdVersion: n.cfg.EnvdVersion, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
@@ -27,12 +26,12 @@ func (n *Node) templateView(t *store.Template) api.Template {
 }
 
 // ListTemplates returns every template, snapshots included.
-func (n *Node) ListTemplates(ctx context.Context) ([]api.Template, error) {
+func (n *Node) ListTemplates(ctx context.Context) ([]cube.Template, error) {
 	all, err := n.store.Templates().List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.Template, 0, len(all))
+	out := make([]cube.Template, 0, len(all))
 	for _, t := range all {
 		out = append(out, n.templateView(t))
 	}
@@ -40,7 +39,7 @@ func (n *Node) ListTemplates(ctx context.Context) ([]api.Template, error) {
 }
 
 // GetTemplate returns one template by id or alias.
-func (n *Node) GetTemplate(ctx context.Context, idOrAlias string) (*api.Template, error) {
+func (n *Node) GetTemplate(ctx context.Context, idOrAlias string) (*cube.Template, error) {
 	t, err := n.Template(ctx, idOrAlias)
 	if err != nil {
 		return nil, err
@@ -60,7 +59,7 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 		return err
 	}
 	if t.Status == store.TemplateBuilding {
-		return api.Errorf(http.StatusConflict, "template %q is still building", idOrAlias)
+		return cube.Errorf(cube.Conflict, "template %q is still building", idOrAlias)
 	}
 	t.Status = store.TemplateDeleting
 	if err := n.store.Templates().Put(ctx, t); err != nil {

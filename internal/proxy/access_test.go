@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"cube/internal/cube"
 )
 
 // headerEcho stands in for a web server in a sandbox: it answers with the
@@ -87,7 +89,7 @@ func (p *pausable) Resolve(ctx context.Context, id string, port int) (Target, er
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if id != "sb1" {
-		return Target{}, NotFound{SandboxID: id}
+		return Target{}, cube.Errorf(cube.NotFound, "sandbox %q not found", id)
 	}
 	if p.paused {
 		return Target{Paused: true, TrafficAccessToken: p.token}, nil
@@ -165,7 +167,7 @@ func (c *counting) Resolve(ctx context.Context, id string, port int) (Target, er
 	if id == "paused" {
 		return Target{}, fmt.Errorf("sandbox %q is paused", id)
 	}
-	return Target{}, NotFound{SandboxID: id}
+	return Target{}, cube.Errorf(cube.NotFound, "sandbox %q not found", id)
 }
 
 func (c *counting) Resume(ctx context.Context, id string, port int) (Target, error) {
@@ -222,7 +224,7 @@ func TestUnknownSandboxesBounded(t *testing.T) {
 	var u unknownIDs
 	now := time.Unix(1000, 0)
 	for i := 0; i < 3*unknownSize; i++ {
-		u.add("id"+strconv.Itoa(i), NotFound{}, now)
+		u.add("id"+strconv.Itoa(i), cube.Errorf(cube.NotFound, "sandbox %q not found", ""), now)
 		if len(u.ids) > unknownSize {
 			t.Fatalf("%d IDs held, want at most %d", len(u.ids), unknownSize)
 		}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/websocket"
 
 	"cube/internal/api/wire"
+	"cube/internal/cube"
 )
 
 func TestMatch(t *testing.T) {
@@ -74,7 +75,7 @@ type resolver map[string]Target
 func (r resolver) Resolve(ctx context.Context, id string, port int) (Target, error) {
 	t, ok := r[id]
 	if !ok {
-		return Target{}, NotFound{SandboxID: id}
+		return Target{}, cube.Errorf(cube.NotFound, "sandbox %q not found", id)
 	}
 	return t, nil
 }

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,7 +22,7 @@ import (
 	"sync"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/node"
@@ -83,7 +82,7 @@ type Config struct {
 	InsecureRegistries []string
 }
 
-// Builder runs template builds. It implements api.TemplateBuilder.
+// Builder runs template builds. It implements cube.TemplateBuilder.
 type Builder struct {
 	cfg Config
 	log *slog.Logger
@@ -107,7 +106,7 @@ type Builder struct {
 	wg     sync.WaitGroup
 }
 
-var _ api.TemplateBuilder = (*Builder)(nil)
+var _ cube.TemplateBuilder = (*Builder)(nil)
 
 // New returns a Builder. Call Recover before the first build.
 func New(cfg Config) (*Builder, error) {
@@ -225,20 +224,20 @@ func (b *Builder) removeTemplateDir(tplID string) {
 	}
 }
 
-// BuildTemplate implements api.TemplateBuilder. The template ID and aliases
+// BuildTemplate implements cube.TemplateBuilder. The template ID and aliases
 // must be free: a building or ready template with the same ID, or any
-// other template holding one of the names, is a 409. A failed template of
+// other template holding one of the names, is a Conflict. A failed template of
 // the same ID is replaced, and failed templates give up aliases the new
 // build claims.
-func (b *Builder) BuildTemplate(ctx context.Context, req api.BuildRequest) (*api.BuildJob, error) {
+func (b *Builder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cube.BuildJob, error) {
 	src, err := oci.ParseSource(req.Image)
 	if err != nil {
-		return nil, api.Errorf(http.StatusBadRequest, "%v", err)
+		return nil, cube.Errorf(cube.Invalid, "%v", err).WithField("image")
 	}
 	switch src.Kind {
 	case oci.KindRegistry:
 		if host := src.RegistryHost(); req.InsecureRegistry && !oci.InsecureAllowed(b.cfg.InsecureRegistries, host) {
-			return nil, api.Errorf(http.StatusBadRequest, "registry %s is not listed as insecure: cube-server reaches registries over verified HTTPS only, except those it is started with --insecure-registry for (add --insecure-registry %s if you trust it)", host, host)
+			return nil, cube.Errorf(cube.Invalid, "registry %s is not listed as insecure: cube-server reaches registries over verified HTTPS only, except those it is started with --insecure-registry for (add --insecure-registry %s if you trust it)", host, host)
 		}
 	default:
 		p, err := b.localPath(src)
@@ -248,18 +247,18 @@ func (b *Builder) BuildTemplate(ctx context.Context, req api.BuildRequest) (*api
 		src.Path = p
 	}
 	if req.TemplateID != "" && !id.ValidName(req.TemplateID) {
-		return nil, api.Errorf(http.StatusBadRequest, "invalid template ID %q", req.TemplateID)
+		return nil, cube.Errorf(cube.Invalid, "invalid template ID %q", req.TemplateID).WithField("templateID")
 	}
 	for _, a := range req.Aliases {
 		if !id.ValidName(a) {
-			return nil, api.Errorf(http.StatusBadRequest, "invalid alias %q", a)
+			return nil, cube.Errorf(cube.Invalid, "invalid alias %q", a).WithField("aliases")
 		}
 	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, api.Errorf(http.StatusServiceUnavailable, "the server is shutting down")
+		return nil, cube.Errorf(cube.Unavailable, "the server is shutting down")
 	}
 	all, err := b.st.Templates().List(ctx)
 	if err != nil {
@@ -273,7 +272,7 @@ func (b *Builder) BuildTemplate(ctx context.Context, req api.BuildRequest) (*api
 	for _, t := range all {
 		if t.ID == tplID {
 			if t.Status != store.TemplateFailed {
-				return nil, api.Errorf(http.StatusConflict, "template %q already exists (%s): delete it first with `cubemastercli tpl delete --template-id %s`", tplID, t.Status, tplID)
+				return nil, cube.Errorf(cube.Conflict, "template %q already exists (%s): delete it first with `cubemastercli tpl delete --template-id %s`", tplID, t.Status, tplID)
 			}
 			continue
 		}
@@ -284,11 +283,11 @@ func (b *Builder) BuildTemplate(ctx context.Context, req api.BuildRequest) (*api
 			continue
 		}
 		if slices.Contains(t.Aliases, tplID) {
-			return nil, api.Errorf(http.StatusConflict, "template ID %q is an alias of template %s", tplID, t.ID)
+			return nil, cube.Errorf(cube.Conflict, "template ID %q is an alias of template %s", tplID, t.ID)
 		}
 		for _, a := range req.Aliases {
 			if a == t.ID || slices.Contains(t.Aliases, a) {
-				return nil, api.Errorf(http.StatusConflict, "alias %q is taken by template %s", a, t.ID)
+				return nil, cube.Errorf(cube.Conflict, "alias %q is taken by template %s", a, t.ID)
 			}
 		}
 	}
@@ -335,11 +334,11 @@ func or(v, def int) int {
 	return def
 }
 
-// BuildJob implements api.TemplateBuilder.
-func (b *Builder) BuildJob(ctx context.Context, jobID string) (*api.BuildJob, error) {
+// BuildJob implements cube.TemplateBuilder.
+func (b *Builder) BuildJob(ctx context.Context, jobID string) (*cube.BuildJob, error) {
 	j, err := b.st.Jobs().Get(ctx, jobID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, api.Errorf(http.StatusNotFound, "build job %q not found", jobID)
+		return nil, cube.Errorf(cube.NotFound, "build job %q not found", jobID)
 	}
 	if err != nil {
 		return nil, err
@@ -347,15 +346,15 @@ func (b *Builder) BuildJob(ctx context.Context, jobID string) (*api.BuildJob, er
 	return jobView(j), nil
 }
 
-// TemplateDetails implements api.TemplateBuilder.
-func (b *Builder) TemplateDetails(ctx context.Context) (map[string]api.TemplateDetail, error) {
+// TemplateDetails implements cube.TemplateBuilder.
+func (b *Builder) TemplateDetails(ctx context.Context) (map[string]cube.TemplateDetail, error) {
 	all, err := b.st.Templates().List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]api.TemplateDetail, len(all))
+	out := make(map[string]cube.TemplateDetail, len(all))
 	for _, t := range all {
-		out[t.ID] = api.TemplateDetail{
+		out[t.ID] = cube.TemplateDetail{
 			Status: string(t.Status), Error: t.Error, Image: t.Image, ImageDigest: t.ImageDigest,
 			SizeBytes: t.SizeBytes, ExposedPorts: t.ExposedPorts, ProbePort: t.ProbePort,
 			ProbePath: t.ProbePath, StartCmd: t.StartCmd, Cwd: t.Cwd, User: t.User, JobID: t.BuildJob,
@@ -364,8 +363,8 @@ func (b *Builder) TemplateDetails(ctx context.Context) (map[string]api.TemplateD
 	return out, nil
 }
 
-func jobView(j *store.Job) *api.BuildJob {
-	return &api.BuildJob{ID: j.ID, TemplateID: j.TemplateID, Phase: string(j.Phase), Progress: j.Progress,
+func jobView(j *store.Job) *cube.BuildJob {
+	return &cube.BuildJob{ID: j.ID, TemplateID: j.TemplateID, Phase: string(j.Phase), Progress: j.Progress,
 		Error: j.Error, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
 }
 

@@ -22,7 +22,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/store"
 )
 
@@ -33,7 +33,7 @@ func TestBuildFromLayoutReady(t *testing.T) {
 		during, _ = f.st.Jobs().Get(context.Background(), tpl.BuildJob)
 	}
 	dir := f.writeLayout(t, testImage(t))
-	job := f.build(t, api.BuildRequest{Image: "oci:" + dir, TemplateID: "web", Aliases: []string{"w1", "w2"}, CPUCount: 1, MemoryMB: 256, DiskSizeMB: 2048})
+	job := f.build(t, cube.BuildRequest{Image: "oci:" + dir, TemplateID: "web", Aliases: []string{"w1", "w2"}, CPUCount: 1, MemoryMB: 256, DiskSizeMB: 2048})
 	if job.TemplateID != "web" || job.Phase != "PULLING" || job.ID == "" {
 		t.Fatalf("started job = %+v", job)
 	}
@@ -92,7 +92,7 @@ func TestBuildFromLayoutReady(t *testing.T) {
 func TestOverridesAndDefaults(t *testing.T) {
 	f := newFixture(t)
 	dir := f.writeLayout(t, testImage(t))
-	job := f.build(t, api.BuildRequest{Image: "oci:" + dir, Cmd: []string{"/bin/sh", "-c"}, Env: map[string]string{"GREETING": "over", "NEW": "x", "A": "1"},
+	job := f.build(t, cube.BuildRequest{Image: "oci:" + dir, Cmd: []string{"/bin/sh", "-c"}, Env: map[string]string{"GREETING": "over", "NEW": "x", "A": "1"},
 		Cwd: "/tmp", User: "root", ExposedPorts: []int{49983, 49999}, ProbePath: "/ready"})
 	if !id16(job.TemplateID) {
 		t.Errorf("generated template ID %q", job.TemplateID)
@@ -115,7 +115,7 @@ func TestOverridesAndDefaults(t *testing.T) {
 	}
 
 	// --arg alone keeps the ENTRYPOINT and replaces CMD.
-	job = f.build(t, api.BuildRequest{Image: "oci:" + dir, Args: []string{"--port", "9"}})
+	job = f.build(t, cube.BuildRequest{Image: "oci:" + dir, Args: []string{"--port", "9"}})
 	f.wait(t, job.ID)
 	if got := f.template(t, job.TemplateID).StartCmd; !slices.Equal(got, []string{"/srv/app", "--port", "9"}) {
 		t.Errorf("--arg: start command %q", got)
@@ -129,7 +129,7 @@ func id16(s string) bool {
 // failedBuild checks what every failure must leave: a FAILED job and a
 // failed template carrying a reason that mentions want, and no checkpoint
 // or template directory.
-func failedBuild(t *testing.T, f *fixture, req api.BuildRequest, want ...string) *api.BuildJob {
+func failedBuild(t *testing.T, f *fixture, req cube.BuildRequest, want ...string) *cube.BuildJob {
 	t.Helper()
 	job := f.build(t, req)
 	j := f.wait(t, job.ID)
@@ -155,7 +155,7 @@ func TestProbeNeverAnswers(t *testing.T) {
 	f := newFixture(t)
 	f.setStatus(http.StatusServiceUnavailable)
 	dir := f.writeLayout(t, testImage(t))
-	failedBuild(t, f, api.BuildRequest{Image: "oci:" + dir, TemplateID: "sick"}, "probe", "/health", "503 Service Unavailable", "--probe")
+	failedBuild(t, f, cube.BuildRequest{Image: "oci:" + dir, TemplateID: "sick"}, "probe", "/health", "503 Service Unavailable", "--probe")
 	if f.hits < 2 {
 		t.Errorf("probe tried %d times, want retries", f.hits)
 	}
@@ -170,20 +170,20 @@ func TestProbeNothingListening(t *testing.T) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	failedBuild(t, f, api.BuildRequest{Image: "oci:" + dir, ProbePort: port}, "probe", "refused", "port "+portStr(port))
+	failedBuild(t, f, cube.BuildRequest{Image: "oci:" + dir, ProbePort: port}, "probe", "refused", "port "+portStr(port))
 }
 
 func TestSnapshotFailureLeavesNothing(t *testing.T) {
 	f := newFixture(t)
 	f.snap.failAfterProbe = errors.New("snapshot: disk on fire")
 	dir := f.writeLayout(t, testImage(t))
-	failedBuild(t, f, api.BuildRequest{Image: "oci:" + dir, TemplateID: "burnt"}, "disk on fire")
+	failedBuild(t, f, cube.BuildRequest{Image: "oci:" + dir, TemplateID: "burnt"}, "disk on fire")
 }
 
 func TestMissingLocalImage(t *testing.T) {
 	f := newFixture(t)
 	missing := filepath.Join(f.b.importDir, "nope.tar")
-	failedBuild(t, f, api.BuildRequest{Image: "oci-archive:" + missing}, "image not found", missing)
+	failedBuild(t, f, cube.BuildRequest{Image: "oci-archive:" + missing}, "image not found", missing)
 	if len(f.snap.calls) != 0 {
 		t.Error("the node was asked to boot an image that was never read")
 	}
@@ -204,7 +204,7 @@ func TestCorruptLayer(t *testing.T) {
 	if err := os.WriteFile(blob, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	failedBuild(t, f, api.BuildRequest{Image: "oci:" + dir}, "corrupt")
+	failedBuild(t, f, cube.BuildRequest{Image: "oci:" + dir}, "corrupt")
 	ents, _ := os.ReadDir(filepath.Join(f.dataDir, "rootfs"))
 	if len(ents) != 0 {
 		t.Errorf("rootfs/ holds %d entries after a corrupt unpack", len(ents))
@@ -245,7 +245,7 @@ func TestRegistryFailures(t *testing.T) {
 		})
 	})
 	t.Run("ready", func(t *testing.T) {
-		j := f.wait(t, f.build(t, api.BuildRequest{Image: host + "/demo/app:v1"}).ID)
+		j := f.wait(t, f.build(t, cube.BuildRequest{Image: host + "/demo/app:v1"}).ID)
 		if j.Phase != "READY" {
 			t.Fatalf("job = %+v", j)
 		}
@@ -256,13 +256,13 @@ func TestRegistryFailures(t *testing.T) {
 		}
 	})
 	t.Run("missing tag", func(t *testing.T) {
-		failedBuild(t, f, api.BuildRequest{Image: host + "/demo/app:nope"}, "image not found", "check the repository name and tag")
+		failedBuild(t, f, cube.BuildRequest{Image: host + "/demo/app:nope"}, "image not found", "check the repository name and tag")
 	})
 	t.Run("unauthorized", func(t *testing.T) {
 		locked.Store(true)
 		defer locked.Store(false)
-		failedBuild(t, f, api.BuildRequest{Image: host + "/demo/app:v1"}, "unauthorized", "--registry-username")
-		j := f.wait(t, f.build(t, api.BuildRequest{Image: host + "/demo/app:v1", RegistryUsername: "alice", RegistryPassword: "secret"}).ID)
+		failedBuild(t, f, cube.BuildRequest{Image: host + "/demo/app:v1"}, "unauthorized", "--registry-username")
+		j := f.wait(t, f.build(t, cube.BuildRequest{Image: host + "/demo/app:v1", RegistryUsername: "alice", RegistryPassword: "secret"}).ID)
 		if j.Phase != "READY" {
 			t.Errorf("with credentials: %+v", j)
 		}
@@ -274,16 +274,16 @@ func TestRegistryFailures(t *testing.T) {
 		}
 		addr := l.Addr().String()
 		l.Close()
-		failedBuild(t, f, api.BuildRequest{Image: addr + "/demo/app:v1"}, "registry unreachable", addr)
+		failedBuild(t, f, cube.BuildRequest{Image: addr + "/demo/app:v1"}, "registry unreachable", addr)
 	})
 }
 
 func TestBadReferenceIs400(t *testing.T) {
 	f := newFixture(t)
 	for _, ref := range []string{"", "ftp://x/y", "oci-archive:", "UPPER/Case:tag"} {
-		_, err := f.b.BuildTemplate(context.Background(), api.BuildRequest{Image: ref})
-		if api.StatusOf(err) != http.StatusBadRequest {
-			t.Errorf("%q: %v, want 400", ref, err)
+		_, err := f.b.BuildTemplate(context.Background(), cube.BuildRequest{Image: ref})
+		if cube.KindOf(err) != cube.Invalid {
+			t.Errorf("%q: %v, want Invalid", ref, err)
 		}
 	}
 	jobs, _ := f.st.Jobs().List(context.Background())
@@ -296,34 +296,34 @@ func TestNamesAreUnique(t *testing.T) {
 	f := newFixture(t)
 	dir := f.writeLayout(t, testImage(t))
 	img := "oci:" + dir
-	if j := f.wait(t, f.build(t, api.BuildRequest{Image: img, TemplateID: "one", Aliases: []string{"base"}}).ID); j.Phase != "READY" {
+	if j := f.wait(t, f.build(t, cube.BuildRequest{Image: img, TemplateID: "one", Aliases: []string{"base"}}).ID); j.Phase != "READY" {
 		t.Fatal(j)
 	}
-	conflict := func(req api.BuildRequest, want string) {
+	conflict := func(req cube.BuildRequest, want string) {
 		t.Helper()
 		req.ProbePort = f.port
 		_, err := f.b.BuildTemplate(context.Background(), req)
-		if api.StatusOf(err) != http.StatusConflict || !strings.Contains(err.Error(), want) {
-			t.Errorf("%+v: %v, want 409 mentioning %q", req, err, want)
+		if cube.KindOf(err) != cube.Conflict || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v, want Conflict mentioning %q", req, err, want)
 		}
 	}
-	conflict(api.BuildRequest{Image: img, TemplateID: "one"}, "already exists")
-	conflict(api.BuildRequest{Image: img, TemplateID: "two", Aliases: []string{"base"}}, `alias "base" is taken by template one`)
-	conflict(api.BuildRequest{Image: img, TemplateID: "base"}, "is an alias of template one")
-	conflict(api.BuildRequest{Image: img, TemplateID: "three", Aliases: []string{"one"}}, `alias "one" is taken`)
+	conflict(cube.BuildRequest{Image: img, TemplateID: "one"}, "already exists")
+	conflict(cube.BuildRequest{Image: img, TemplateID: "two", Aliases: []string{"base"}}, `alias "base" is taken by template one`)
+	conflict(cube.BuildRequest{Image: img, TemplateID: "base"}, "is an alias of template one")
+	conflict(cube.BuildRequest{Image: img, TemplateID: "three", Aliases: []string{"one"}}, `alias "one" is taken`)
 
 	// A failed template gives its ID and aliases to the next build.
 	f.setStatus(http.StatusInternalServerError)
-	failed := failedBuild(t, f, api.BuildRequest{Image: img, TemplateID: "flaky", Aliases: []string{"nightly"}}, "probe")
+	failed := failedBuild(t, f, cube.BuildRequest{Image: img, TemplateID: "flaky", Aliases: []string{"nightly"}}, "probe")
 	f.setStatus(http.StatusOK)
-	j := f.wait(t, f.build(t, api.BuildRequest{Image: img, TemplateID: "other", Aliases: []string{"nightly"}}).ID)
+	j := f.wait(t, f.build(t, cube.BuildRequest{Image: img, TemplateID: "other", Aliases: []string{"nightly"}}).ID)
 	if j.Phase != "READY" {
 		t.Fatal(j)
 	}
 	if a := f.template(t, "flaky").Aliases; len(a) != 0 {
 		t.Errorf("failed template kept aliases %v", a)
 	}
-	j = f.wait(t, f.build(t, api.BuildRequest{Image: img, TemplateID: "flaky"}).ID)
+	j = f.wait(t, f.build(t, cube.BuildRequest{Image: img, TemplateID: "flaky"}).ID)
 	if j.Phase != "READY" || j.ID == failed.ID {
 		t.Fatalf("rebuild of a failed template: %+v", j)
 	}
@@ -334,7 +334,7 @@ func TestNamesAreUnique(t *testing.T) {
 	if old, _ := f.b.BuildJob(context.Background(), failed.ID); old == nil || old.Phase != "FAILED" {
 		t.Errorf("old job = %+v", old)
 	}
-	if _, err := f.b.BuildJob(context.Background(), "nosuchjob"); api.StatusOf(err) != http.StatusNotFound {
+	if _, err := f.b.BuildJob(context.Background(), "nosuchjob"); cube.KindOf(err) != cube.NotFound {
 		t.Errorf("unknown job: %v", err)
 	}
 }
@@ -343,7 +343,7 @@ func TestShutdownFailsRunningBuild(t *testing.T) {
 	f := newFixture(t)
 	f.snap.block = true
 	dir := f.writeLayout(t, testImage(t))
-	job := f.build(t, api.BuildRequest{Image: "oci:" + dir, TemplateID: "cut"})
+	job := f.build(t, cube.BuildRequest{Image: "oci:" + dir, TemplateID: "cut"})
 	for {
 		j, _ := f.b.BuildJob(context.Background(), job.ID)
 		if j.Phase == "BOOTING" {
@@ -359,7 +359,7 @@ func TestShutdownFailsRunningBuild(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(f.dataDir, "templates", "cut")); !os.IsNotExist(err) {
 		t.Errorf("template directory left: %v", err)
 	}
-	if _, err := f.b.BuildTemplate(context.Background(), api.BuildRequest{Image: "oci:" + dir}); api.StatusOf(err) != http.StatusServiceUnavailable {
+	if _, err := f.b.BuildTemplate(context.Background(), cube.BuildRequest{Image: "oci:" + dir}); cube.KindOf(err) != cube.Unavailable {
 		t.Errorf("build after Close: %v", err)
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/node"
 	"cube/internal/store"
 )
@@ -249,7 +249,7 @@ func (f *fixture) setStatus(code int) {
 }
 
 // build starts a build with the probe aimed at the fixture's target.
-func (f *fixture) build(t *testing.T, req api.BuildRequest) *api.BuildJob {
+func (f *fixture) build(t *testing.T, req cube.BuildRequest) *cube.BuildJob {
 	t.Helper()
 	if req.ProbePort == 0 {
 		req.ProbePort = f.port
@@ -263,7 +263,7 @@ func (f *fixture) build(t *testing.T, req api.BuildRequest) *api.BuildJob {
 
 // wait polls a job until it is READY or FAILED. The bound only keeps a
 // broken build from hanging the suite.
-func (f *fixture) wait(t *testing.T, jobID string) *api.BuildJob {
+func (f *fixture) wait(t *testing.T, jobID string) *cube.BuildJob {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

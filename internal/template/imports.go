@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/id"
 	"cube/internal/oci"
 )
@@ -73,7 +72,7 @@ func (b *Builder) outsideError(src oci.Source, link string) error {
 	if link != "" {
 		what += " (a link to " + link + ")"
 	}
-	return api.Errorf(http.StatusBadRequest, "%s: %s is outside cube-server's import directory %s, the only place it reads local images from: put it there (a hard link or a rename is enough on the same file system) and name it by its path there, or let cubemastercli upload it (give `tpl create-from-image` the path on the machine cubemastercli runs on)",
+	return cube.Errorf(cube.Invalid, "%s: %s is outside cube-server's import directory %s, the only place it reads local images from: put it there (a hard link or a rename is enough on the same file system) and name it by its path there, or let cubemastercli upload it (give `tpl create-from-image` the path on the machine cubemastercli runs on)",
 		src, what, b.importDir)
 }
 
@@ -82,11 +81,11 @@ func (b *Builder) isUpload(p string) bool {
 	return filepath.Dir(p) == b.importDir && strings.HasPrefix(filepath.Base(p), uploadPrefix)
 }
 
-// MaxImportBytes implements api.ArchiveImporter: an archive larger than
+// MaxImportBytes implements cube.ArchiveImporter: an archive larger than
 // the unpack limit could not become a template anyway.
 func (b *Builder) MaxImportBytes() int64 { return b.cfg.Limits.MaxBytes }
 
-// ImportArchive implements api.ArchiveImporter: it stores body as an
+// ImportArchive implements cube.ArchiveImporter: it stores body as an
 // archive of kind (oci-archive or docker-archive) in the import directory
 // and returns the image reference that builds from it. The file appears
 // under its name only once complete; the first build from it removes it
@@ -95,14 +94,14 @@ func (b *Builder) ImportArchive(ctx context.Context, kind string, body io.Reader
 	switch oci.Kind(kind) {
 	case oci.KindOCIArchive, oci.KindDockerArchive:
 	default:
-		return "", api.Errorf(http.StatusBadRequest, "archive kind %q: want oci-archive or docker-archive (send an OCI layout directory as a tar of it, kind oci-archive)", kind)
+		return "", cube.Errorf(cube.Invalid, "archive kind %q: want oci-archive or docker-archive (send an OCI layout directory as a tar of it, kind oci-archive)", kind).WithField("kind")
 	}
 	// Each upload may take up to MaxImportBytes of disk until it ends.
 	select {
 	case b.uploading <- struct{}{}:
 		defer func() { <-b.uploading }()
 	default:
-		return "", api.Errorf(http.StatusTooManyRequests, "%d archive uploads are already under way; retry when one has finished", cap(b.uploading)).WithRetryAfter(10 * time.Second)
+		return "", cube.Errorf(cube.Capacity, "%d archive uploads are already under way; retry when one has finished", cap(b.uploading)).WithRetryAfter(10 * time.Second)
 	}
 	b.sweepUploads(staleUpload)
 	tmp, err := os.CreateTemp(b.importDir, ".tmp-"+uploadPrefix+"*")
@@ -119,10 +118,10 @@ func (b *Builder) ImportArchive(ctx context.Context, kind string, body io.Reader
 		return "", fmt.Errorf("receiving the archive: %w", err)
 	}
 	if n > max {
-		return "", api.Errorf(http.StatusRequestEntityTooLarge, "the archive is larger than %s, the most an image may unpack to: raise it with cube-server --max-image-bytes", oci.HumanBytes(max))
+		return "", cube.Errorf(cube.TooLarge, "the archive is larger than %s, the most an image may unpack to: raise it with cube-server --max-image-bytes", oci.HumanBytes(max))
 	}
 	if n == 0 {
-		return "", api.Errorf(http.StatusBadRequest, "the archive is empty")
+		return "", cube.Errorf(cube.Invalid, "the archive is empty")
 	}
 	final := filepath.Join(b.importDir, uploadPrefix+id.New("", 20)+".tar")
 	if err := os.Rename(tmp.Name(), final); err != nil {

@@ -16,19 +16,19 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 )
 
 // refused checks that a build request is answered 400 with every part of
 // want in the message.
-func refused(t *testing.T, f *fixture, req api.BuildRequest, want ...string) {
+func refused(t *testing.T, f *fixture, req cube.BuildRequest, want ...string) {
 	t.Helper()
 	if req.ProbePort == 0 {
 		req.ProbePort = f.port
 	}
 	_, err := f.b.BuildTemplate(context.Background(), req)
-	if api.StatusOf(err) != http.StatusBadRequest {
-		t.Fatalf("BuildTemplate(%s) = %v, want a 400", req.Image, err)
+	if cube.KindOf(err) != cube.Invalid {
+		t.Fatalf("BuildTemplate(%s) = %v, want Invalid", req.Image, err)
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
@@ -46,20 +46,20 @@ func TestLocalSourcesOnlyFromImportDir(t *testing.T) {
 	if err := os.Rename(f.writeLayout(t, testImage(t)), outside); err != nil {
 		t.Fatal(err)
 	}
-	refused(t, f, api.BuildRequest{Image: "oci:" + outside}, outside, "outside cube-server's import directory "+f.b.importDir, "let cubemastercli upload it")
-	refused(t, f, api.BuildRequest{Image: "oci-archive:/etc/passwd"}, "/etc/passwd", "import directory")
-	refused(t, f, api.BuildRequest{Image: "docker-archive:../../../../../../etc/passwd"}, "import directory")
-	refused(t, f, api.BuildRequest{Image: "oci-archive:/nonexistent/dir/x.tar"}, "import directory")
+	refused(t, f, cube.BuildRequest{Image: "oci:" + outside}, outside, "outside cube-server's import directory "+f.b.importDir, "let cubemastercli upload it")
+	refused(t, f, cube.BuildRequest{Image: "oci-archive:/etc/passwd"}, "/etc/passwd", "import directory")
+	refused(t, f, cube.BuildRequest{Image: "docker-archive:../../../../../../etc/passwd"}, "import directory")
+	refused(t, f, cube.BuildRequest{Image: "oci-archive:/nonexistent/dir/x.tar"}, "import directory")
 	// A link in the import directory to a file outside it is outside.
 	link := filepath.Join(f.b.importDir, "link")
 	if err := os.Symlink(outside, link); err != nil {
 		t.Fatal(err)
 	}
-	refused(t, f, api.BuildRequest{Image: "oci:" + link}, "a link to "+outside)
+	refused(t, f, cube.BuildRequest{Image: "oci:" + link}, "a link to "+outside)
 
 	// Inside, by absolute path or relative to the import directory.
 	for _, ref := range []string{"oci:" + inside, "oci:" + filepath.Base(inside)} {
-		if j := f.wait(t, f.build(t, api.BuildRequest{Image: ref}).ID); j.Phase != "READY" {
+		if j := f.wait(t, f.build(t, cube.BuildRequest{Image: ref}).ID); j.Phase != "READY" {
 			t.Fatalf("%s: %+v", ref, j)
 		}
 	}
@@ -95,7 +95,7 @@ func TestImportArchive(t *testing.T) {
 	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("upload %s: %v %v", path, st, err)
 	}
-	if j := f.wait(t, f.build(t, api.BuildRequest{Image: image}).ID); j.Phase != "READY" {
+	if j := f.wait(t, f.build(t, cube.BuildRequest{Image: image}).ID); j.Phase != "READY" {
 		t.Fatalf("build from the upload: %+v", j)
 	}
 	// The upload served its build and is gone.
@@ -104,7 +104,7 @@ func TestImportArchive(t *testing.T) {
 	}
 
 	_, err = f.b.ImportArchive(context.Background(), "oci", strings.NewReader("x"))
-	if api.StatusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "oci-archive or docker-archive") {
+	if cube.KindOf(err) != cube.Invalid || !strings.Contains(err.Error(), "oci-archive or docker-archive") {
 		t.Errorf("kind oci: %v", err)
 	}
 }
@@ -112,8 +112,8 @@ func TestImportArchive(t *testing.T) {
 func TestImportArchiveTooLarge(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Limits.MaxBytes = 1 << 10 })
 	_, err := f.b.ImportArchive(context.Background(), "oci-archive", io.LimitReader(zeros{}, 4<<10))
-	if api.StatusOf(err) != http.StatusRequestEntityTooLarge || !strings.Contains(err.Error(), "--max-image-bytes") {
-		t.Fatalf("oversized upload: %v, want 413 naming --max-image-bytes", err)
+	if cube.KindOf(err) != cube.TooLarge || !strings.Contains(err.Error(), "--max-image-bytes") {
+		t.Fatalf("oversized upload: %v, want TooLarge naming --max-image-bytes", err)
 	}
 	if ents, _ := os.ReadDir(f.b.importDir); len(ents) != 0 {
 		t.Errorf("import directory holds %v after a refused upload", ents)
@@ -145,7 +145,7 @@ func bombLayer(t *testing.T, n int64) v1.Layer {
 func TestUnpackLimitFailsBuild(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Limits.MaxFileBytes = 1 << 20 })
 	dir := f.writeLayout(t, testImage(t, bombLayer(t, 32<<20)))
-	failedBuild(t, f, api.BuildRequest{Image: "oci:" + dir, TemplateID: "bomb"}, "/srv/bomb", "32 MiB, over the per-file limit of 1 MiB", "cube-server --max-file-bytes")
+	failedBuild(t, f, cube.BuildRequest{Image: "oci:" + dir, TemplateID: "bomb"}, "/srv/bomb", "32 MiB, over the per-file limit of 1 MiB", "cube-server --max-file-bytes")
 	if ents, _ := os.ReadDir(filepath.Join(f.dataDir, "rootfs")); len(ents) != 0 {
 		t.Errorf("rootfs holds %v after a refused image", ents)
 	}
@@ -156,17 +156,17 @@ func TestUnpackLimitFailsBuild(t *testing.T) {
 	// The image limit names its own flag.
 	g := newFixture(t, func(c *Config) { c.Limits.MaxBytes = 16 << 20 })
 	dir = g.writeLayout(t, testImage(t, bombLayer(t, 32<<20)))
-	failedBuild(t, g, api.BuildRequest{Image: "oci:" + dir}, "more than the limit of 16 MiB", "/srv/bomb", "cube-server --max-image-bytes")
+	failedBuild(t, g, cube.BuildRequest{Image: "oci:" + dir}, "more than the limit of 16 MiB", "/srv/bomb", "cube-server --max-image-bytes")
 }
 
 func TestPlainHTTPRegistryMustBeListed(t *testing.T) {
 	host := pushed(t, testImage(t), func(h http.Handler) http.Handler { return h })
 	f := newFixture(t)
-	failedBuild(t, f, api.BuildRequest{Image: host + "/demo/app:v1"}, "plain HTTP", "--insecure-registry "+host)
-	refused(t, f, api.BuildRequest{Image: host + "/demo/app:v1", InsecureRegistry: true}, "not listed as insecure", "--insecure-registry "+host)
+	failedBuild(t, f, cube.BuildRequest{Image: host + "/demo/app:v1"}, "plain HTTP", "--insecure-registry "+host)
+	refused(t, f, cube.BuildRequest{Image: host + "/demo/app:v1", InsecureRegistry: true}, "not listed as insecure", "--insecure-registry "+host)
 
 	g := newFixture(t, func(c *Config) { c.InsecureRegistries = []string{host} })
-	if j := g.wait(t, g.build(t, api.BuildRequest{Image: host + "/demo/app:v1", InsecureRegistry: true}).ID); j.Phase != "READY" {
+	if j := g.wait(t, g.build(t, cube.BuildRequest{Image: host + "/demo/app:v1", InsecureRegistry: true}).ID); j.Phase != "READY" {
 		t.Fatalf("listed registry: %+v", j)
 	}
 }
@@ -181,8 +181,8 @@ func TestImportsAtOnceAreBounded(t *testing.T) {
 	}()
 	pw.Write([]byte("first bytes")) // returns once the upload is reading
 	_, err := f.b.ImportArchive(context.Background(), "oci-archive", strings.NewReader("x"))
-	if api.StatusOf(err) != http.StatusTooManyRequests || !strings.Contains(err.Error(), "retry") {
-		t.Errorf("second upload while one runs: %v, want 429", err)
+	if cube.KindOf(err) != cube.Capacity || !strings.Contains(err.Error(), "retry") {
+		t.Errorf("second upload while one runs: %v, want Capacity", err)
 	}
 	pw.Close()
 	if err := <-done; err != nil {
@@ -206,7 +206,7 @@ func TestPullRefusesLayersOverImageLimit(t *testing.T) {
 		c.InsecureRegistries = []string{host}
 		c.Limits.MaxBytes = compressed - 1
 	})
-	failedBuild(t, f, api.BuildRequest{Image: host + "/demo/app:v1"}, "compressed, more than the", "cube-server --max-image-bytes")
+	failedBuild(t, f, cube.BuildRequest{Image: host + "/demo/app:v1"}, "compressed, more than the", "cube-server --max-image-bytes")
 	if ents, _ := os.ReadDir(filepath.Join(f.dataDir, "images", "blobs", "sha256")); len(ents) != 0 {
 		t.Errorf("blob cache holds %d blobs of a refused image", len(ents))
 	}

@@ -19,7 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/netslot"
@@ -115,7 +115,7 @@ func newRealNode(t *testing.T) *realNode {
 	return &realNode{n: n, rt: rt, b: b, dir: dir}
 }
 
-func (r *realNode) build(t *testing.T, req api.BuildRequest) *api.BuildJob {
+func (r *realNode) build(t *testing.T, req cube.BuildRequest) *cube.BuildJob {
 	t.Helper()
 	job, err := r.b.BuildTemplate(context.Background(), req)
 	if err != nil {
@@ -126,7 +126,7 @@ func (r *realNode) build(t *testing.T, req api.BuildRequest) *api.BuildJob {
 }
 
 // envdGet reads a file of a sandbox through envd's /files.
-func (r *realNode) envdGet(t *testing.T, sb *api.Sandbox, path string) (int, string) {
+func (r *realNode) envdGet(t *testing.T, sb *cube.Sandbox, path string) (int, string) {
 	t.Helper()
 	target, err := r.n.Resolve(context.Background(), sb.ID, protocol.EnvdPort)
 	if err != nil {
@@ -151,7 +151,7 @@ func TestBuildOnGVisor(t *testing.T) {
 	r := newRealNode(t)
 	host := pushed(t, appImage(t), func(h http.Handler) http.Handler { return h })
 
-	j := r.build(t, api.BuildRequest{Image: host + "/demo/app:v1", TemplateID: "app", Aliases: []string{"app-alias"},
+	j := r.build(t, cube.BuildRequest{Image: host + "/demo/app:v1", TemplateID: "app", Aliases: []string{"app-alias"},
 		ProbePort: 8080, ProbePath: "/ready", Env: map[string]string{"EXTRA": "added"}, DiskSizeMB: 64, MemoryMB: 256, CPUCount: 1})
 	if j.Phase != "READY" || j.Progress != 100 {
 		t.Fatalf("build: %+v", j)
@@ -164,7 +164,7 @@ func TestBuildOnGVisor(t *testing.T) {
 		t.Fatalf("checkpoint %s: %v (size %d)", tpl.Checkpoint, err, tpl.SizeBytes)
 	}
 
-	sb, err := r.n.CreateSandbox(context.Background(), api.CreateRequest{Template: "app-alias", Timeout: time.Minute})
+	sb, err := r.n.CreateSandbox(context.Background(), cube.CreateRequest{Template: "app-alias", Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,13 +207,13 @@ func TestBuildFailuresOnGVisor(t *testing.T) {
 
 	for _, c := range []struct {
 		name string
-		req  api.BuildRequest
+		req  cube.BuildRequest
 		want []string
 	}{
-		{"failing probe", api.BuildRequest{Image: host + "/demo/app:v1", ProbePort: 8080, ProbePath: "/nope"}, []string{"probe", "404 Not Found", "--probe-path"}},
-		{"nothing on the probe port", api.BuildRequest{Image: host + "/demo/app:v1", ProbePort: 9999}, []string{"probe", ":9999/health", "refused"}},
-		{"missing image", api.BuildRequest{Image: host + "/demo/app:nope"}, []string{"image not found", "check the repository name and tag"}},
-		{"unreachable registry", api.BuildRequest{Image: closed + "/demo/app:v1"}, []string{"registry unreachable", closed}},
+		{"failing probe", cube.BuildRequest{Image: host + "/demo/app:v1", ProbePort: 8080, ProbePath: "/nope"}, []string{"probe", "404 Not Found", "--probe-path"}},
+		{"nothing on the probe port", cube.BuildRequest{Image: host + "/demo/app:v1", ProbePort: 9999}, []string{"probe", ":9999/health", "refused"}},
+		{"missing image", cube.BuildRequest{Image: host + "/demo/app:nope"}, []string{"image not found", "check the repository name and tag"}},
+		{"unreachable registry", cube.BuildRequest{Image: closed + "/demo/app:v1"}, []string{"registry unreachable", closed}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.req.DiskSizeMB, c.req.MemoryMB, c.req.CPUCount = 64, 256, 1
@@ -232,7 +232,7 @@ func TestBuildFailuresOnGVisor(t *testing.T) {
 			if ids, _ := r.rt.List(context.Background()); len(ids) != 0 {
 				t.Errorf("containers left behind: %v", ids)
 			}
-			if _, err := r.n.CreateSandbox(context.Background(), api.CreateRequest{Template: j.TemplateID, Timeout: time.Minute}); api.StatusOf(err) != http.StatusConflict {
+			if _, err := r.n.CreateSandbox(context.Background(), cube.CreateRequest{Template: j.TemplateID, Timeout: time.Minute}); cube.KindOf(err) != cube.Conflict {
 				t.Errorf("sandbox from a failed template: %v", err)
 			}
 		})

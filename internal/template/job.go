@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/fault"
 	"cube/internal/node"
 	"cube/internal/oci"
@@ -67,7 +67,7 @@ func (t *tracker) save() {
 }
 
 // run builds tpl in the background and records the outcome.
-func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req api.BuildRequest) {
+func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req cube.BuildRequest) {
 	defer b.wg.Done()
 	if b.isUpload(src.Path) {
 		// An upload serves the one build it was sent for.
@@ -108,7 +108,7 @@ func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req a
 	b.log.Warn("template build failed", "job", job.ID, "template", tpl.ID, "reason", reason)
 }
 
-func (b *Builder) build(ctx context.Context, t *tracker, tpl *store.Template, src oci.Source, req api.BuildRequest) error {
+func (b *Builder) build(ctx context.Context, t *tracker, tpl *store.Template, src oci.Source, req cube.BuildRequest) error {
 	select {
 	case b.sem <- struct{}{}:
 		defer func() { <-b.sem }()

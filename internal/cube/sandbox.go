@@ -1,0 +1,149 @@
+package cube
+
+import "time"
+
+// SandboxState is a sandbox's state as the control plane reports it.
+type SandboxState string
+
+const (
+	StateRunning SandboxState = "running"
+	StatePaused  SandboxState = "paused"
+)
+
+// Network is a sandbox's network policy.
+type Network struct {
+	// AllowInternetAccess false means no egress at all; nil means not set.
+	AllowInternetAccess *bool
+	// AllowOut and DenyOut hold CIDRs, IPs or domain names; allow beats deny.
+	AllowOut []string
+	DenyOut  []string
+	// AllowPublicTraffic false makes the proxy require the sandbox's traffic
+	// access token; nil means the default (true).
+	AllowPublicTraffic *bool
+	// MaskRequestHost replaces the Host header of proxied requests;
+	// "${PORT}" in it is replaced by the target port.
+	MaskRequestHost string
+}
+
+// CreateRequest is a validated sandbox creation request.
+type CreateRequest struct {
+	// Template is the template or snapshot id or alias, as the user sent it.
+	Template string
+	// Timeout is the lifetime from now; it is within the server's maximum.
+	Timeout  time.Duration
+	Metadata map[string]string
+	EnvVars  map[string]string
+	// AutoPause pauses instead of killing at the end time;
+	// AutoPauseMemory false keeps only files when it does.
+	AutoPause       bool
+	AutoPauseMemory bool
+	// AutoResume resumes a paused sandbox when proxied traffic reaches it.
+	AutoResume bool
+	// Secure asks for envd access-token enforcement (always on for v2).
+	Secure  bool
+	Network Network
+	// CPUCount and MemoryMB, when positive, replace the template's limits
+	// for this sandbox.
+	CPUCount int
+	MemoryMB int
+}
+
+// ConnectRequest is a validated connect or resume request.
+type ConnectRequest struct {
+	// Timeout is the minimum remaining lifetime after the call.
+	Timeout time.Duration
+	// Memory false asks to resume from files only (cold boot).
+	Memory bool
+	// RequirePaused is set by the deprecated resume route: a running
+	// sandbox is then a Conflict instead of a success.
+	RequirePaused bool
+	// AutoPause, when set (resume route only), replaces the sandbox's
+	// auto-pause setting.
+	AutoPause *bool
+}
+
+// Sandbox is a sandbox as the control plane reports it.
+type Sandbox struct {
+	ID         string
+	TemplateID string
+	// Alias is the template alias it was created by, if any.
+	Alias       string
+	EnvdVersion string
+	// EnvdAccessToken is the sandbox's own token for envd; always set.
+	EnvdAccessToken string
+	// TrafficAccessToken is required by the proxy when set (public traffic
+	// not allowed); empty otherwise.
+	TrafficAccessToken string
+	State              SandboxState
+	StartedAt          time.Time
+	EndAt              time.Time
+	CPUCount           int
+	MemoryMB           int
+	DiskSizeMB         int
+	Metadata           map[string]string
+	Network            Network
+	AutoPause          bool
+	AutoResume         bool
+}
+
+// ListFilter selects sandboxes. Empty fields match everything.
+type ListFilter struct {
+	// States empty means running and paused.
+	States []SandboxState
+	// Metadata must all be present with equal values.
+	Metadata map[string]string
+	// Template is a template id or alias.
+	Template string
+}
+
+// Matches reports whether s passes the filter; backends may use it.
+func (f ListFilter) Matches(s *Sandbox) bool {
+	if len(f.States) > 0 {
+		ok := false
+		for _, st := range f.States {
+			ok = ok || st == s.State
+		}
+		if !ok {
+			return false
+		}
+	}
+	for k, v := range f.Metadata {
+		if got, ok := s.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	if f.Template != "" && f.Template != s.TemplateID && f.Template != s.Alias {
+		return false
+	}
+	return true
+}
+
+// Metric is one resource sample of a sandbox.
+type Metric struct {
+	Time       time.Time
+	CPUCount   int
+	CPUUsedPct float64
+	MemUsed    int64
+	MemTotal   int64
+	MemCache   int64
+	DiskUsed   int64
+	DiskTotal  int64
+}
+
+// LogEntry is one sandbox log record.
+type LogEntry struct {
+	Time    time.Time
+	Level   LogLevel
+	Message string
+	Fields  map[string]string
+}
+
+// LogLevel orders log entries for the v2 level filter.
+type LogLevel string
+
+const (
+	LevelDebug LogLevel = "debug"
+	LevelInfo  LogLevel = "info"
+	LevelWarn  LogLevel = "warn"
+	LevelError LogLevel = "error"
+)
