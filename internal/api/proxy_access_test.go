@@ -10,6 +10,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
+	"cube/internal/proxy"
 )
 
 // headerEcho stands in for a web server in a sandbox: it answers with the
@@ -91,7 +92,7 @@ func TestProxiedRequestWithoutTokenLeavesSandboxPaused(t *testing.T) {
 
 func wantProxyError(t *testing.T, r resp, status int, sandboxID, msg string) {
 	t.Helper()
-	var pe wire.ProxyError
+	var pe proxy.ErrorBody
 	if err := json.Unmarshal(r.body, &pe); err != nil || r.status != status {
 		t.Fatalf("status %d body %s, want %d in the proxy's error shape", r.status, r.body, status)
 	}

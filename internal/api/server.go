@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"cube/internal/api/ratelimit"
 	"cube/internal/cube"
 	"cube/internal/proxy"
+	"cube/internal/ratelimit"
 	"cube/internal/version"
 )
 

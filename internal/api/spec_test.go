@@ -12,6 +12,7 @@ import (
 
 	spec "cube/api"
 	"cube/internal/api/wire"
+	"cube/internal/proxy"
 )
 
 // loadSpec parses api/openapi.yml into plain maps.
@@ -198,7 +199,7 @@ func resolve(doc map[string]any, ref string) any {
 // schemaTypes maps every object schema of the spec to the Go type that is
 // encoded or decoded for it.
 var schemaTypes = map[string]any{
-	"Error": wire.Error{}, "ProxyError": wire.ProxyError{}, "Health": wire.Health{}, "ImportedArchive": ImportedArchive{},
+	"Error": wire.Error{}, "ProxyError": proxy.ErrorBody{}, "Health": wire.Health{}, "ImportedArchive": ImportedArchive{},
 	"NetworkConfig": wire.NetworkConfig{}, "NetworkUpdate": wire.NetworkUpdate{},
 	"AutoResume": wire.AutoResume{}, "NewSandbox": wire.NewSandbox{},
 	"Sandbox": wire.Sandbox{}, "Lifecycle": wire.Lifecycle{}, "SandboxDetail": wire.SandboxDetail{},

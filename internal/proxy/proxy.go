@@ -22,10 +22,9 @@ import (
 	"sync"
 	"time"
 
-	"cube/internal/api/ratelimit"
-	"cube/internal/api/wire"
 	"cube/internal/cube"
 	"cube/internal/id"
+	"cube/internal/ratelimit"
 )
 
 // Header names of header-based routing and of the inbound traffic token.
@@ -382,9 +381,17 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	WriteError(w, http.StatusBadGateway, sid, msg)
 }
 
+// ErrorBody is what the proxy answers with when it cannot or may not reach
+// a sandbox; the SDKs look for sandboxId in it.
+type ErrorBody struct {
+	SandboxID string `json:"sandboxId"`
+	Message   string `json:"message"`
+	Code      int    `json:"code"`
+}
+
 // WriteError answers with the proxy's error shape, which the SDKs parse.
 func WriteError(w http.ResponseWriter, status int, sandboxID, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(wire.ProxyError{SandboxID: sandboxID, Message: msg, Code: status})
+	_ = json.NewEncoder(w).Encode(ErrorBody{SandboxID: sandboxID, Message: msg, Code: status})
 }

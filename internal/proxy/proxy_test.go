@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"cube/internal/api/wire"
 	"cube/internal/cube"
 )
 
@@ -115,7 +114,7 @@ func wantProxyError(t *testing.T, res *http.Response, body string, status int, i
 	if res.StatusCode != status {
 		t.Fatalf("status %d, want %d: %s", res.StatusCode, status, body)
 	}
-	var pe wire.ProxyError
+	var pe ErrorBody
 	if err := json.Unmarshal([]byte(body), &pe); err != nil {
 		t.Fatalf("body %q: %v", body, err)
 	}

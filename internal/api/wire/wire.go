@@ -15,14 +15,6 @@ type Error struct {
 	Message string `json:"message"`
 }
 
-// ProxyError is the body the sandbox proxy answers with when it cannot reach
-// a sandbox; the SDKs look for sandboxId in it.
-type ProxyError struct {
-	SandboxID string `json:"sandboxId"`
-	Message   string `json:"message"`
-	Code      int    `json:"code"`
-}
-
 // Health is the body of GET /health.
 type Health struct {
 	Status  string `json:"status"`
