@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,9 @@ import (
 	"time"
 
 	"cube/internal/egress"
+	"cube/internal/envd/protocol"
 	"cube/internal/netslot"
+	"cube/internal/node/envdclient"
 	"cube/internal/runtime"
 	"cube/internal/store"
 )
@@ -43,6 +46,17 @@ type Slots interface {
 	Reconcile(inUse map[int]bool) ([]string, error)
 }
 
+// Agent is what the node asks of the envd inside one sandbox. It is an
+// interface so the node's logic can be exercised without a sandbox to
+// answer.
+type Agent interface {
+	// Init hands the agent its token and environment, authorised by
+	// oldToken, and confirms the new token took.
+	Init(ctx context.Context, in protocol.Init, oldToken string) error
+	// Metrics reads the agent's resource sample, authorised by token.
+	Metrics(ctx context.Context, token string) (*protocol.Metrics, error)
+}
+
 // Config configures a Node.
 type Config struct {
 	DataDir string
@@ -52,6 +66,9 @@ type Config struct {
 	Slots   Slots
 	Store   *store.Store
 	Logger  *slog.Logger
+	// AgentAt returns the agent of the sandbox reached at host; nil
+	// speaks HTTP to envd on its fixed port.
+	AgentAt func(host netip.Addr) Agent
 	// MaxSandboxes bounds running plus paused sandboxes (0 = 100).
 	MaxSandboxes int
 	// EnvdVersion is what sandboxes report as envdVersion.
@@ -73,10 +90,6 @@ type Config struct {
 	// PoolSize is how many warm sandboxes to keep ready per template built
 	// from an image; 0 disables the warm pool.
 	PoolSize int
-	// OnGone is called with the container ID of a sandbox container that
-	// stopped, so whoever keeps connections to it (the proxy) can drop
-	// them: its slot, and so its address, goes to the next sandbox.
-	OnGone func(containerID string)
 }
 
 // Node owns the sandboxes of this host.
@@ -88,7 +101,7 @@ type Node struct {
 	slots Slots
 	// agentDir holds the cube-envd this node boots new templates with.
 	agentDir string
-	client   *http.Client
+	agentAt  func(host netip.Addr) Agent
 
 	mu   sync.Mutex
 	live map[string]*live // running sandboxes by ID
@@ -103,6 +116,10 @@ type Node struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// goneMu guards gone, the functions OnGone registered.
+	goneMu sync.Mutex
+	gone   []func(containerID string)
 }
 
 // live is a running sandbox's host resources.
@@ -135,10 +152,14 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: cfg.Logger, store: cfg.Store, rt: cfg.Runtime, slots: cfg.Slots,
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}},
-		live:   map[string]*live{}, locks: map[string]*sync.Mutex{},
+		agentAt: cfg.AgentAt,
+		live:    map[string]*live{}, locks: map[string]*sync.Mutex{},
 		warm: map[string][]*live{}, refill: make(chan struct{}, 1),
 		stop: make(chan struct{}),
+	}
+	if n.agentAt == nil {
+		hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+		n.agentAt = func(host netip.Addr) Agent { return envdclient.At(hc, host) }
 	}
 	dir, err := installEnvd(cfg.DataDir, cfg.Envd)
 	if err != nil {
@@ -208,7 +229,7 @@ func (n *Node) release(s *netslot.Slot) error {
 }
 
 // retire stops a container that is done (if it still runs), frees its
-// slot and tells OnGone.
+// slot and tells those registered with OnGone.
 func (n *Node) retire(l *live) {
 	if err := l.sb.Kill(context.Background()); err != nil {
 		n.log.Warn("kill sandbox container", "container", l.sb.ID(), "err", err)
@@ -216,9 +237,24 @@ func (n *Node) retire(l *live) {
 	if err := n.release(l.slot); err != nil {
 		n.log.Warn("release network slot", "slot", l.slot.Index, "err", err)
 	}
-	if n.cfg.OnGone != nil {
-		n.cfg.OnGone(l.sb.ID())
+	n.goneMu.Lock()
+	gone := n.gone
+	n.goneMu.Unlock()
+	for _, f := range gone {
+		f(l.sb.ID())
 	}
+}
+
+// OnGone registers f to be called with the container ID of every sandbox
+// container that stops, so whoever keeps connections to it (the proxy)
+// can drop them: its slot, and so its address, goes to the next sandbox.
+// The node is built before what listens to it, hence a registration
+// rather than a setting; f runs on the goroutine that retired the
+// container and must not block.
+func (n *Node) OnGone(f func(containerID string)) {
+	n.goneMu.Lock()
+	defer n.goneMu.Unlock()
+	n.gone = append(n.gone, f)
 }
 
 // Close stops background work and the warm pool. Running sandboxes keep

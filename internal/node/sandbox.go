@@ -18,7 +18,6 @@ import (
 	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/netslot"
-	"cube/internal/node/envdclient"
 	"cube/internal/store"
 )
 
@@ -180,7 +179,7 @@ func (n *Node) ready(ctx context.Context, l *live, rec *store.Sandbox, oldToken 
 		return err
 	}
 	token, need := rec.EnvdToken, n.cfg.CodeContextsNeedToken
-	return envdclient.At(n.client, l.slot.HostAddr).Init(ctx, protocol.Init{
+	return n.agentAt(l.slot.HostAddr).Init(ctx, protocol.Init{
 		EnvVars:        rec.EnvVars,
 		AccessToken:    &token,
 		DefaultUser:    "user",
@@ -505,7 +504,7 @@ func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end 
 		DiskTotal: int64(rec.DiskSizeMB) << 20,
 	}
 	// The writable layer lives in the sandbox's memory; envd sees its use.
-	if d, err := envdclient.At(n.client, l.slot.HostAddr).Metrics(ctx, rec.EnvdToken); err == nil {
+	if d, err := n.agentAt(l.slot.HostAddr).Metrics(ctx, rec.EnvdToken); err == nil {
 		m.DiskUsed, m.DiskTotal, m.MemCache = int64(d.DiskUsed), int64(d.DiskTotal), int64(d.MemCache)
 	}
 	if (!start.IsZero() && now.Before(start)) || (!end.IsZero() && now.After(end.Add(time.Second))) {
