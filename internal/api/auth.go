@@ -39,13 +39,15 @@ func (s *Server) authorized(r *http.Request) ([sha256.Size]byte, bool) {
 	if key == "" {
 		return [sha256.Size]byte{}, false
 	}
-	return HashAPIKey(key), s.isAPIKey(key)
+	return HashAPIKey(key), s.IsAPIKey(key)
 }
 
-// isAPIKey compares key's digest with every configured one, without
-// stopping early, so timing says nothing about which key or how much of it
-// matched. The proxy asks it too, to keep keys away from sandboxes.
-func (s *Server) isAPIKey(key string) bool {
+// IsAPIKey reports whether key is one of the accepted API keys. It
+// compares key's digest with every configured one, without stopping early,
+// so timing says nothing about which key or how much of it matched. The
+// proxy asks it too (proxy.Config.IsAPIKey), to keep keys away from
+// sandboxes.
+func (s *Server) IsAPIKey(key string) bool {
 	if strings.TrimSpace(key) == "" {
 		return false
 	}

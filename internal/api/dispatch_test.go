@@ -39,7 +39,7 @@ func upstream(t *testing.T, release chan struct{}) *httptest.Server {
 
 func TestProxyOnSameListener(t *testing.T) {
 	release := make(chan struct{})
-	e := newEnv(t, func(c *Config) { c.Domain = "cube.test" })
+	e := newEnv(t, func(c *envConfig) { c.Domain = "cube.test" })
 	e.fake.upstream = strings.TrimPrefix(upstream(t, release).URL, "http://")
 	sb := e.create("base", nil)
 

@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"cube/internal/proxy"
 )
 
 // FuzzCreateBody feeds arbitrary bodies to sandbox creation: every answer
@@ -17,15 +19,17 @@ func FuzzCreateBody(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	s, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, MaxBodyBytes: 4096}, newFake())
+	fake := newFake()
+	s, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, MaxBodyBytes: 4096}, fake)
 	if err != nil {
 		f.Fatal(err)
 	}
+	h := Mount(s, proxy.New(proxy.Config{IsAPIKey: s.IsAPIKey}, fake))
 	f.Fuzz(func(t *testing.T, body string) {
 		req := httptest.NewRequest("POST", "/v2/sandboxes", strings.NewReader(body))
 		req.Header.Set("X-API-Key", testKey)
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, req)
+		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusCreated && (rec.Code < 400 || rec.Code > 499) {
 			t.Fatalf("body %q → %d %s", body, rec.Code, rec.Body)
 		}

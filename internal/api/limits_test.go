@@ -11,7 +11,7 @@ import (
 
 func TestRateLimitPerKey(t *testing.T) {
 	// One token every 1000 s: the bucket does not refill during the test.
-	e := newEnv(t, func(c *Config) { c.RateLimit = 0.001; c.RateBurst = 2 })
+	e := newEnv(t, func(c *envConfig) { c.RateLimit = 0.001; c.RateBurst = 2 })
 	e.do("GET", "/v2/sandboxes", nil).decode(t, http.StatusOK, nil)
 	e.do("GET", "/v2/sandboxes", nil).decode(t, http.StatusOK, nil)
 	r := e.do("GET", "/v2/sandboxes", nil)

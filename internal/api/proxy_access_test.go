@@ -26,7 +26,7 @@ func headerEcho(t *testing.T) string {
 // A client that uses one base URL for the API and its sandboxes sends its
 // API key with every request; the sandbox never receives it.
 func TestProxyKeepsAPIKeysFromSandboxes(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Domain = "cube.test" })
+	e := newEnv(t, func(c *envConfig) { c.Domain = "cube.test" })
 	e.fake.upstream = headerEcho(t)
 	sb := e.create("base", nil)
 	routes := map[string][]string{
@@ -117,7 +117,7 @@ func TestProxyRemembersUnknownSandboxes(t *testing.T) {
 
 func TestProxyRateLimitPerAddress(t *testing.T) {
 	// One token every 1000 s: the bucket does not refill during the test.
-	e := newEnv(t, func(c *Config) { c.ProxyRateLimit = 0.001; c.ProxyRateBurst = 2 })
+	e := newEnv(t, func(c *envConfig) { c.Proxy.RateLimit = 0.001; c.Proxy.RateBurst = 2 })
 	e.fake.upstream = headerEcho(t)
 	sb := e.create("base", nil)
 	route := []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080"}

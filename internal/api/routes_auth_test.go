@@ -3,12 +3,12 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 
 	"cube/internal/api/wire"
+	"cube/internal/proxy"
 )
 
 // publicRoutes are the only routes served without an API key, each with
@@ -34,8 +34,7 @@ func TestEveryRouteNeedsAPIKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s)
-	defer srv.Close()
+	srv := serve(t, s, newFake(), proxy.Config{})
 	wrong := []struct {
 		name string
 		hdr  http.Header

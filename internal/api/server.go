@@ -1,8 +1,10 @@
 // Package api is Cube's control plane over HTTP: the E2B-compatible REST API
-// (plus Cube's extensions), its authentication, errors, metrics and access
-// logs, with the sandbox proxy mounted on the same listener. The work is done
-// by a cube.Backend (the node); this package validates, translates and
-// answers, and it alone turns the core's error kinds into status codes.
+// (plus Cube's extensions), its authentication, errors and metrics. The work
+// is done by a cube.Backend (the node); this package validates, translates
+// and answers, and it alone turns the core's error kinds into status codes.
+// Mount shares the listener with the sandbox proxy, which this package
+// knows only as the Sandboxes that claim their traffic, and records both
+// kinds of request in one access log and one set of request metrics.
 package api
 
 import (
@@ -17,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"cube/internal/cube"
-	"cube/internal/proxy"
 	"cube/internal/ratelimit"
 	"cube/internal/version"
 )
@@ -29,9 +30,8 @@ type Config struct {
 	// keys. The keys themselves never reach the server's memory beyond the
 	// request that presents one.
 	APIKeyHashes [][sha256.Size]byte
-	// Domain is the sandbox domain: reported as "domain" in sandbox answers
-	// and the suffix of <port>-<id>.<domain> Host routing. Empty reports
-	// null and routes any such Host.
+	// Domain is the sandbox domain, reported as "domain" in sandbox
+	// answers; empty reports null. Routing by it is the proxy's.
 	Domain string
 	// ClientID fills the deprecated clientID field; default "cube".
 	ClientID string
@@ -52,16 +52,9 @@ type Config struct {
 	// RateLimit is the sustained API requests per second allowed per key;
 	// 0 means unlimited. RateBurst is the bucket size; default 2×RateLimit.
 	// Over the limit → 429 with Retry-After. Proxied traffic has its own
-	// limit below.
+	// limit, the proxy's.
 	RateLimit float64
 	RateBurst int
-	// ProxyRateLimit is the sustained proxied requests per second allowed
-	// per source address (per /64 for IPv6); 0, the default, means
-	// unlimited. ProxyRateBurst is the bucket size; default
-	// 2×ProxyRateLimit. Over the limit → 429 with Retry-After in the
-	// proxy's error shape. See proxy.Config.RateLimit.
-	ProxyRateLimit float64
-	ProxyRateBurst int
 }
 
 // Defaults applied by NewServer.
@@ -74,21 +67,19 @@ const (
 	MaxRefreshSeconds = 3600
 )
 
-// Server is the control plane's http.Handler.
+// Server is the control plane. It is served through Mount, which keeps
+// sandbox traffic away from its routes.
 type Server struct {
 	cfg     Config
 	backend cube.Backend
 	mux     *http.ServeMux
-	proxy   *proxy.Proxy
 	metrics *metrics
 	limiter *ratelimit.Keyed[[sha256.Size]byte]
 	public  map[string]bool // mux pattern → served without an API key
 	log     *slog.Logger
 }
 
-// NewServer returns the handler for the whole listener: sandbox traffic
-// (E2b-Sandbox-Id/-Port headers or <port>-<id>.<domain> Host) goes to the
-// proxy, everything else to the API.
+// NewServer returns the control plane answering through b.
 func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 	if b == nil {
 		return nil, errors.New("api: nil backend")
@@ -124,10 +115,6 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 		limiter: ratelimit.New[[sha256.Size]byte](cfg.RateLimit, cfg.RateBurst, 0),
 		log:     cfg.Logger,
 	}
-	s.proxy = proxy.New(proxy.Config{
-		Domain: cfg.Domain, Logger: cfg.Logger, IsAPIKey: s.isAPIKey,
-		RateLimit: cfg.ProxyRateLimit, RateBurst: cfg.ProxyRateBurst,
-	}, b)
 	m, err := newMetrics(cfg.Registry, b)
 	if err != nil {
 		return nil, err
@@ -190,24 +177,6 @@ func (s *Server) routes() []route {
 
 var probeMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
 
-// Proxy is the sandbox proxy mounted on this server.
-func (s *Server) Proxy() *proxy.Proxy { return s.proxy }
-
-// ServeHTTP dispatches between the proxy and the API, and records every
-// request in the access log and metrics.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	rec := &recorder{ResponseWriter: w}
-	var label string
-	if s.proxy.Match(r) {
-		label = "proxy"
-		s.proxy.ServeHTTP(rec, r)
-	} else {
-		label = s.serveAPI(rec, r)
-	}
-	s.observe(r, rec, label, time.Since(start))
-}
-
 // serveAPI answers one API request and returns its route label.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 	_, pattern := s.mux.Handler(r)
@@ -261,63 +230,3 @@ func (s *Server) bodyLimit(pattern string) int64 {
 // isPublic reports whether the route served under pattern needs no API
 // key, as the route table says.
 func (s *Server) isPublic(pattern string) bool { return s.public[pattern] }
-
-func (s *Server) observe(r *http.Request, rec *recorder, label string, d time.Duration) {
-	status := rec.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	s.metrics.request(label, status)
-	attrs := []slog.Attr{
-		slog.String("method", r.Method),
-		slog.String("route", label),
-		// The path only: query strings may carry file-URL signatures.
-		slog.String("path", r.URL.Path),
-		slog.Int("status", status),
-		slog.Int64("bytes", rec.bytes),
-		slog.Duration("duration", d),
-		slog.String("remote", r.RemoteAddr),
-	}
-	level := slog.LevelInfo
-	if label == "proxy" {
-		if rt, ok, _ := proxy.Match(r, s.cfg.Domain); ok {
-			attrs = append(attrs, slog.String("sandbox", rt.SandboxID), slog.Int("port", rt.Port))
-		}
-		// Every envd call goes through here; keep them out of the default log.
-		level = slog.LevelDebug
-		if status >= 500 {
-			level = slog.LevelWarn
-		}
-	}
-	s.log.LogAttrs(r.Context(), level, "http request", attrs...)
-}
-
-// recorder remembers the status and size of an answer. It passes Flush and
-// Hijack through (Unwrap), which streaming and WebSocket proxying need.
-type recorder struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	n, err := r.ResponseWriter.Write(b)
-	r.bytes += int64(n)
-	return n, err
-}
-
-func (r *recorder) Flush() {
-	_ = http.NewResponseController(r.ResponseWriter).Flush()
-}
-
-func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -15,6 +15,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
+	"cube/internal/proxy"
 )
 
 const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
@@ -43,31 +44,53 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newEnv(t *testing.T, mutate ...func(*Config)) *testEnv {
+// envConfig is what a test may change of the API's and the proxy's
+// settings; the proxy's Domain and Logger default to the API's, as the
+// server sets them.
+type envConfig struct {
+	Config
+	Proxy proxy.Config
+}
+
+func newEnv(t *testing.T, mutate ...func(*envConfig)) *testEnv {
 	return newEnvWith(t, newFake(), nil, mutate...)
 }
 
-func newEnvWith(t *testing.T, fake *fakeBackend, b cube.Backend, mutate ...func(*Config)) *testEnv {
+func newEnvWith(t *testing.T, fake *fakeBackend, b cube.Backend, mutate ...func(*envConfig)) *testEnv {
 	t.Helper()
 	logs := &syncBuffer{}
-	cfg := Config{
+	cfg := envConfig{Config: Config{
 		APIKeyHashes: [][32]byte{HashAPIKey("e2b_other"), HashAPIKey(testKey)},
 		MaxTimeout:   time.Hour,
 		Logger:       slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	}}
 	for _, m := range mutate {
 		m(&cfg)
 	}
 	if b == nil {
 		b = fake
 	}
-	s, err := NewServer(cfg, b)
+	s, err := NewServer(cfg.Config, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s)
+	return &testEnv{t: t, srv: serve(t, s, b, cfg.Proxy), fake: fake, logs: logs}
+}
+
+// serve puts s and a proxy resolving through r on one test listener, the
+// way the server mounts them.
+func serve(t *testing.T, s *Server, r cube.Resolver, pcfg proxy.Config) *httptest.Server {
+	t.Helper()
+	if pcfg.Domain == "" {
+		pcfg.Domain = s.cfg.Domain
+	}
+	if pcfg.Logger == nil {
+		pcfg.Logger = s.cfg.Logger
+	}
+	pcfg.IsAPIKey = s.IsAPIKey
+	srv := httptest.NewServer(Mount(s, proxy.New(pcfg, r)))
 	t.Cleanup(srv.Close)
-	return &testEnv{t: t, srv: srv, fake: fake, logs: logs}
+	return srv
 }
 
 type resp struct {
@@ -230,7 +253,7 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 }
 
 func TestCreateSandbox(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Domain = "cube.test" })
+	e := newEnv(t, func(c *envConfig) { c.Domain = "cube.test" })
 	r := e.do("POST", "/v2/sandboxes", map[string]any{
 		"templateID": "base", "timeout": 60,
 		"metadata": map[string]string{"user": "ann"}, "envVars": map[string]string{"A": "1"},
@@ -286,7 +309,7 @@ func TestCreateDefaults(t *testing.T) {
 }
 
 func TestCreateBadInput(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.MaxBodyBytes = 512 })
+	e := newEnv(t, func(c *envConfig) { c.MaxBodyBytes = 512 })
 	cases := []struct {
 		name   string
 		body   any

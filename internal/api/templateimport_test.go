@@ -6,12 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/proxy"
 )
 
 // fakeImporter stores uploads in memory.
@@ -46,9 +46,7 @@ func importEnv(t *testing.T, b cube.Backend) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
-	return &testEnv{t: t, srv: srv, logs: logs}
+	return &testEnv{t: t, srv: serve(t, s, b, proxy.Config{}), logs: logs}
 }
 
 func TestImportArchiveRoute(t *testing.T) {

@@ -150,9 +150,10 @@ type Proxy struct {
 	transports map[string]*http.Transport // by Target.Upstream
 }
 
-// Forget drops the connection pool of one upstream. The node calls it when
-// a sandbox container stops: its network slot, and so its address, goes to
-// the next sandbox. Other sandboxes' connections are untouched.
+// Forget drops the connection pool of one upstream. The server registers
+// it with the node, which calls it when a sandbox container stops: its
+// network slot, and so its address, goes to the next sandbox. Other
+// sandboxes' connections are untouched.
 func (p *Proxy) Forget(upstream string) {
 	p.mu.Lock()
 	tr := p.transports[upstream]
@@ -225,10 +226,13 @@ func New(cfg Config, r Resolver) *Proxy {
 	return p
 }
 
-// Match reports whether r is sandbox traffic for this proxy's domain.
-func (p *Proxy) Match(r *http.Request) bool {
-	_, ok, _ := Match(r, p.cfg.Domain)
-	return ok
+// Match reports whether r is sandbox traffic for this proxy's domain, and
+// the sandbox and port it names. A malformed route is still sandbox
+// traffic, so it gets the proxy's error rather than an API 404; its ID is
+// then as given and its port 0, which is what an access log can show of it.
+func (p *Proxy) Match(r *http.Request) (sandboxID string, port int, ok bool) {
+	rt, ok, _ := Match(r, p.cfg.Domain)
+	return rt.SandboxID, rt.Port, ok
 }
 
 // ServeHTTP forwards r to its sandbox port, or answers in the proxy's

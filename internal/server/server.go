@@ -1,6 +1,7 @@
 // Package server assembles a single-node Cube: state store, gVisor
-// runtime, network slots, node and the HTTP control plane with its proxy.
-// cmd/cube-server only parses flags and calls Run.
+// runtime, network slots, node, template builder, the HTTP control plane
+// and the sandbox proxy, mounted on one listener. It holds no logic of its
+// own beyond wiring them; cmd/cube-server only parses flags and calls Run.
 package server
 
 import (
@@ -22,6 +23,7 @@ import (
 	"cube/internal/netslot"
 	"cube/internal/node"
 	"cube/internal/oci"
+	"cube/internal/proxy"
 	"cube/internal/runtime/gvisor"
 	"cube/internal/store"
 	"cube/internal/template"
@@ -178,18 +180,10 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 
-	// The proxy is built with the API server, after the node; the node
-	// reaches it through this indirection.
-	var forget func(string)
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, Egress: filter,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
-		OnGone: func(containerID string) {
-			if forget != nil {
-				forget(containerID)
-			}
-		},
 	})
 	if err != nil {
 		return err
@@ -207,15 +201,19 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("recover template builds: %w", err)
 	}
 
-	h, err := api.NewServer(api.Config{
+	apiSrv, err := api.NewServer(api.Config{
 		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: o.Domain,
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit,
-		ProxyRateLimit: o.ProxyRateLimit,
 	}, backend{Node: nd, Builder: builder})
 	if err != nil {
 		return err
 	}
-	forget = h.Proxy().Forget
+	px := proxy.New(proxy.Config{
+		Domain: o.Domain, Logger: log, IsAPIKey: apiSrv.IsAPIKey, RateLimit: o.ProxyRateLimit,
+	}, nd)
+	// A stopped container's slot, and with it its address, goes to the
+	// next sandbox; the proxy drops the connections it pooled to it.
+	nd.OnGone(px.Forget)
 	nd.Start()
 	defer nd.Close()
 	// Builds stop before the node they boot sandboxes on.
@@ -224,7 +222,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
 	}
-	srv := api.NewHTTPServer(o.Listen, h)
+	srv := api.NewHTTPServer(o.Listen, api.Mount(apiSrv, px))
 	log.Info("cube-server listening", "addr", ln.Addr().String(), "data_dir", o.DataDir)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String())
