@@ -29,13 +29,9 @@ const (
 // tpl.SizeBytes; the caller stores the template, which may be marked ready
 // at once: the image is synced to disk before BuildSnapshot returns. On
 // failure nothing is left behind.
-func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe func(ctx context.Context, addr netip.Addr) error, phase func(Phase)) (err error) {
+func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe func(ctx context.Context, addr netip.Addr) error, phase func(Phase)) error {
 	var c cleanup
-	defer func() {
-		if err != nil {
-			c.Clean()
-		}
-	}()
+	defer n.cleanUp(&c, "build snapshot", "template", tpl.ID)
 	if phase == nil {
 		phase = func(Phase) {}
 	}
@@ -45,13 +41,23 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 	if err != nil {
 		return fmt.Errorf("network slot: %w", err)
 	}
-	defer n.release(slot)
+	// The build container and its slot go whatever the outcome: only the
+	// image stays.
+	defer func() {
+		if err := n.release(slot); err != nil {
+			n.log.Warn("build snapshot: release network slot", "template", tpl.ID, "slot", slot.Index, "err", err)
+		}
+	}()
 	cid := "build-" + tpl.ID + "-" + id.New("", 6)
 	sb, err := n.rt.Boot(ctx, Spec(tpl, cid, slot.NetNS))
 	if err != nil {
 		return fmt.Errorf("boot: %w", err)
 	}
-	defer sb.Kill(context.Background())
+	defer func() {
+		if err := sb.Kill(context.Background()); err != nil {
+			n.log.Warn("build snapshot: kill build container", "template", tpl.ID, "container", cid, "err", err)
+		}
+	}()
 
 	phase(PhaseProbing)
 	if err := probe(ctx, slot.HostAddr); err != nil {
@@ -60,20 +66,21 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 
 	phase(PhaseSnapshotting)
 	final := filepath.Join(n.cfg.DataDir, "templates", tpl.ID, "checkpoint")
-	tmp, sum, err := writeImage(ctx, sb, final, false, "snapshot")
+	tmp, sum, err := n.writeImage(ctx, sb, final, false, "snapshot")
 	if err != nil {
 		return err
 	}
-	c.Add(func() { os.RemoveAll(tmp) })
+	c.Add(func() error { return os.RemoveAll(tmp) })
 	fault.Point(fault.BuildAfterCheckpoint)
 	if err := publishImage(tmp, final); err != nil {
 		return diskError("snapshot", err)
 	}
-	c.Add(func() { os.RemoveAll(final) })
+	c.Add(func() error { return os.RemoveAll(final) })
 	fault.Point(fault.BuildAfterRename)
 	tpl.Checkpoint, tpl.Checksum = final, sum
 	tpl.SizeBytes = dirSize(final)
 	tpl.UpdatedAt = time.Now().UTC()
+	c.Release()
 	return nil
 }
 

@@ -2,9 +2,13 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"cube/internal/runtime"
 )
@@ -49,23 +53,26 @@ func fsyncPath(path string) error {
 // writeImage checkpoints sb into dir+".tmp", fingerprints the image and
 // syncs it; publishImage then gives it its final name. op names the
 // operation in errors. On failure the .tmp is removed.
-func writeImage(ctx context.Context, sb runtime.Sandbox, dir string, leaveRunning bool, op string) (string, string, error) {
+func (n *Node) writeImage(ctx context.Context, sb runtime.Sandbox, dir string, leaveRunning bool, op string) (string, string, error) {
 	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
-	fail := func(err error) (string, string, error) {
-		os.RemoveAll(tmp)
-		return "", "", err
+	// What an attempt that failed or crashed left.
+	if err := os.RemoveAll(tmp); err != nil {
+		return "", "", diskError(op, err)
 	}
+	var c cleanup
+	defer n.cleanUp(&c, op, "dir", tmp)
+	c.Add(func() error { return os.RemoveAll(tmp) })
 	if err := sb.Checkpoint(ctx, tmp, leaveRunning); err != nil {
-		return fail(diskError(op, err))
+		return "", "", diskError(op, err)
 	}
 	sum, err := imageChecksum(tmp)
 	if err != nil {
-		return fail(fmt.Errorf("%s: fingerprint image: %w", op, err))
+		return "", "", fmt.Errorf("%s: fingerprint image: %w", op, err)
 	}
 	if err := fsyncTree(tmp); err != nil {
-		return fail(diskError(op, err))
+		return "", "", diskError(op, err)
 	}
+	c.Release()
 	return tmp, sum, nil
 }
 
@@ -74,7 +81,9 @@ func writeImage(ctx context.Context, sb runtime.Sandbox, dir string, leaveRunnin
 // holds the rename, and the grandparent, which may have gained the parent
 // with this image).
 func publishImage(tmp, dir string) error {
-	os.RemoveAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
 	}
@@ -96,4 +105,48 @@ func imageIntact(dir, sum string) bool {
 	}
 	got, err := imageChecksum(dir)
 	return err == nil && got == sum
+}
+
+// imageChecksum fingerprints a checkpoint image: the kernel state and
+// page metadata in full, and every file's size. It is cheap enough to check
+// before each restore, and catches truncated or replaced images.
+func imageChecksum(dir string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, name := range names {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", name, info.Size())
+		if name == "pages.img" {
+			continue // large; covered by its size and pages_meta
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// removeDir removes a directory the node no longer needs, logging a
+// failure: what stays is found and removed again by the next reconcile.
+func (n *Node) removeDir(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		n.log.Warn("remove directory", "dir", dir, "err", err)
+	}
 }

@@ -44,11 +44,14 @@ func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]cube.LogEnt
 	for _, e := range ev {
 		out = append(out, cube.LogEntry{Time: e.Time, Level: cube.LogLevel(e.Level), Message: e.Message})
 	}
+	var box *container
 	n.mu.Lock()
-	l := n.live[sandboxID]
+	if inst := n.sandboxes[sandboxID]; inst != nil {
+		box = inst.box
+	}
 	n.mu.Unlock()
-	if l != nil {
-		if console, err := l.sb.Console(); err == nil {
+	if box != nil {
+		if console, err := box.sb.Console(); err == nil {
 			out = append(out, processRecords(console, rec.CreatedAt, time.Now())...)
 		}
 	}

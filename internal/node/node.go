@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -103,37 +104,28 @@ type Node struct {
 	agentDir string
 	agentAt  func(host netip.Addr) Agent
 
-	mu   sync.Mutex
-	live map[string]*live // running sandboxes by ID
-	// busy marks sandboxes with an operation in flight, so kill, pause and
-	// snapshot of one sandbox are serialised.
-	locks map[string]*sync.Mutex
+	// mu guards the maps below and the shared fields of each instance.
+	mu sync.Mutex
+	// sandboxes holds every sandbox of this node by ID, running, paused
+	// or being created; an entry goes with its sandbox.
+	sandboxes map[string]*instance
 
 	// warm holds restored, not yet handed out sandboxes per template.
-	warm    map[string][]*live
-	refill  chan struct{}
+	warm   map[string][]*container
+	refill chan struct{}
+	// closing is set by Close: no background work starts from then on,
+	// and no warm sandbox joins the pool.
 	closing bool
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// ctx ends background work (reaper, refiller, write-outs) when Close
+	// cancels it; wg waits for that work.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	// goneMu guards gone, the functions OnGone registered.
 	goneMu sync.Mutex
 	gone   []func(containerID string)
-}
-
-// live is a running sandbox's host resources.
-type live struct {
-	sb   runtime.Sandbox
-	slot *netslot.Slot
-	// frozen is set while the sandbox is paused in memory.
-	frozen bool
-	// trafficToken and maskHost are what the proxy needs of the sandbox's
-	// record on every request; neither changes while it runs.
-	trafficToken, maskHost string
-	// cpu is the last CPU reading, for utilisation between samples.
-	cpuAt   time.Time
-	cpuTime time.Duration
 }
 
 // New prepares the data directory and returns a Node. Call Reconcile
@@ -152,11 +144,11 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: cfg.Logger, store: cfg.Store, rt: cfg.Runtime, slots: cfg.Slots,
-		agentAt: cfg.AgentAt,
-		live:    map[string]*live{}, locks: map[string]*sync.Mutex{},
-		warm: map[string][]*live{}, refill: make(chan struct{}, 1),
-		stop: make(chan struct{}),
+		agentAt:   cfg.AgentAt,
+		sandboxes: map[string]*instance{},
+		warm:      map[string][]*container{}, refill: make(chan struct{}, 1),
 	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if n.agentAt == nil {
 		hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
 		n.agentAt = func(host netip.Addr) Agent { return envdclient.At(hc, host) }
@@ -206,43 +198,23 @@ func installEnvd(dataDir, src string) (string, error) {
 // AgentDir is the directory holding the cube-envd new templates boot with.
 func (n *Node) AgentDir() string { return n.agentDir }
 
-// lock serialises operations on one sandbox.
-func (n *Node) lock(id string) func() {
-	n.mu.Lock()
-	l, ok := n.locks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		n.locks[id] = l
-	}
-	n.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
-
-// release returns a network slot to the pool.
-func (n *Node) release(s *netslot.Slot) error {
-	err := n.slots.Release(s)
-	if n.cfg.Egress != nil {
-		n.cfg.Egress.Forget(s)
-	}
-	return err
-}
-
 // retire stops a container that is done (if it still runs), frees its
 // slot and tells those registered with OnGone.
-func (n *Node) retire(l *live) {
-	if err := l.sb.Kill(context.Background()); err != nil {
-		n.log.Warn("kill sandbox container", "container", l.sb.ID(), "err", err)
+func (n *Node) retire(c *container) error {
+	var errs []error
+	if err := c.sb.Kill(context.Background()); err != nil {
+		errs = append(errs, fmt.Errorf("kill container %s: %w", c.sb.ID(), err))
 	}
-	if err := n.release(l.slot); err != nil {
-		n.log.Warn("release network slot", "slot", l.slot.Index, "err", err)
+	if err := n.release(c.slot); err != nil {
+		errs = append(errs, fmt.Errorf("release network slot %d: %w", c.slot.Index, err))
 	}
 	n.goneMu.Lock()
 	gone := n.gone
 	n.goneMu.Unlock()
 	for _, f := range gone {
-		f(l.sb.ID())
+		f(c.sb.ID())
 	}
+	return errors.Join(errs...)
 }
 
 // OnGone registers f to be called with the container ID of every sandbox
@@ -257,17 +229,39 @@ func (n *Node) OnGone(f func(containerID string)) {
 	n.gone = append(n.gone, f)
 }
 
-// Close stops background work and the warm pool. Running sandboxes keep
-// running and are re-adopted by the next start.
+// Start begins background work, each piece on its own goroutine until
+// Close: the reaper that ends sandboxes at their end time, the check for
+// sandboxes whose container died, and the warm pool's refiller. Pause
+// write-outs are scheduled as sandboxes pause.
+func (n *Node) Start() {
+	n.background(func() { n.reaper(n.ctx) })
+	n.background(func() { n.watchAlive(n.ctx) })
+	if n.cfg.PoolSize > 0 {
+		n.background(func() { n.refiller(n.ctx) })
+		n.wakeRefill()
+	}
+}
+
+// background runs f on its own goroutine, which Close waits for; once
+// Close has begun it runs nothing, so Close never waits for work started
+// after it.
+func (n *Node) background(f func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closing {
+		return
+	}
+	n.wg.Go(f)
+}
+
+// Close stops background work, waits for it, and empties the warm pool.
+// Running sandboxes keep running, and paused ones stay frozen, to be
+// re-adopted by the next start. It is safe to call twice.
 func (n *Node) Close() {
 	n.mu.Lock()
 	n.closing = true
 	n.mu.Unlock()
-	select {
-	case <-n.stop:
-	default:
-		close(n.stop)
-	}
+	n.cancel()
 	n.wg.Wait()
 	n.drainWarm("")
 }
@@ -317,9 +311,16 @@ func hasEnv(env []string, key string) bool {
 	return false
 }
 
-// Running is the number of sandboxes with a live container.
+// Running is the number of sandboxes with a live container, frozen ones
+// included.
 func (n *Node) Running() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return len(n.live)
+	running := 0
+	for _, inst := range n.sandboxes {
+		if inst.box != nil {
+			running++
+		}
+	}
+	return running
 }

@@ -17,17 +17,17 @@ import (
 // removes them like any unknown container.
 
 // takeWarm claims a warm sandbox of a template, if one is ready.
-func (n *Node) takeWarm(tplID string) *live {
+func (n *Node) takeWarm(tplID string) *container {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	list := n.warm[tplID]
 	if len(list) == 0 {
 		return nil
 	}
-	l := list[len(list)-1]
+	box := list[len(list)-1]
 	n.warm[tplID] = list[:len(list)-1]
 	n.wakeRefill()
-	return l
+	return box
 }
 
 // wakeRefill nudges the refiller; n.mu may be held.
@@ -38,35 +38,31 @@ func (n *Node) wakeRefill() {
 	}
 }
 
-// refiller keeps every pool full, one restore at a time so that refills
-// never crowd out the creates they serve.
-func (n *Node) refiller() {
-	defer n.wg.Done()
+// refiller keeps every pool full until ctx is cancelled, one restore at a
+// time so that refills never crowd out the creates they serve.
+func (n *Node) refiller(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.stop:
+		case <-ctx.Done():
 			return
 		case <-n.refill:
 		case <-t.C:
 		}
-		for n.fillOne() {
-			select {
-			case <-n.stop:
-				return
-			default:
-			}
+		for ctx.Err() == nil && n.fillOne(ctx) {
 		}
 	}
 }
 
 // fillOne adds one warm sandbox to the emptiest pool that needs one and
 // reports whether it did.
-func (n *Node) fillOne() bool {
-	ctx := context.Background()
+func (n *Node) fillOne(ctx context.Context) bool {
 	tpls, err := n.store.Templates().List(ctx, string(store.TemplateReady))
 	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Warn("warm pool: list templates", "err", err)
+		}
 		return false
 	}
 	var target *store.Template
@@ -84,18 +80,20 @@ func (n *Node) fillOne() bool {
 	if target == nil {
 		return false
 	}
-	l, err := n.restore(ctx, target, target.Checkpoint, "w"+id.New("", 12))
+	// A restore begun is finished: Close waits the moment it takes, and
+	// the container is then drained with the pool.
+	box, err := n.restore(context.WithoutCancel(ctx), target, target.Checkpoint, "w"+id.New("", 12))
 	if err != nil {
 		n.log.Warn("warm pool: restore failed", "template", target.ID, "err", err)
 		return false
 	}
 	n.mu.Lock()
-	if t, err := n.store.Templates().Get(ctx, target.ID); err != nil || t.Status != store.TemplateReady || n.closing {
+	if t, err := n.store.Templates().Get(context.WithoutCancel(ctx), target.ID); err != nil || t.Status != store.TemplateReady || n.closing {
 		n.mu.Unlock()
-		n.discard(l) // deleted or shutting down meanwhile
+		n.discard(box, "") // deleted or shutting down meanwhile
 		return false
 	}
-	n.warm[target.ID] = append(n.warm[target.ID], l)
+	n.warm[target.ID] = append(n.warm[target.ID], box)
 	n.mu.Unlock()
 	return true
 }
@@ -104,7 +102,7 @@ func (n *Node) fillOne() bool {
 // tplID is empty.
 func (n *Node) drainWarm(tplID string) {
 	n.mu.Lock()
-	var out []*live
+	var out []*container
 	for t, list := range n.warm {
 		if tplID == "" || t == tplID {
 			out = append(out, list...)
@@ -112,8 +110,8 @@ func (n *Node) drainWarm(tplID string) {
 		}
 	}
 	n.mu.Unlock()
-	for _, l := range out {
-		n.discard(l)
+	for _, box := range out {
+		n.discard(box, "")
 	}
 }
 

@@ -32,81 +32,68 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	keepContainer := map[string]bool{}
 	slotsInUse := map[int]bool{}
 	keepDir := map[string]bool{}
+	keep := func(rec *store.Sandbox) {
+		keepContainer[rec.ContainerID] = true
+		slotsInUse[rec.Slot] = true
+		keepDir[rec.ID] = true
+	}
 	for _, rec := range recs {
-		switch rec.State {
-		case store.Running:
-			if n.adopt(ctx, rec, running[rec.ContainerID]) {
-				keepContainer[rec.ContainerID] = true
-				slotsInUse[rec.Slot] = true
-				keepDir[rec.ID] = true
+		s, known := stateOf(rec)
+		if !known {
+			n.log.Warn("reconcile: removing sandbox in a state this version does not know", "sandbox", rec.ID, "state", rec.State)
+			n.forget(ctx, rec)
+			continue
+		}
+		switch s {
+		case stateRunning:
+			if n.adopt(ctx, rec, running[rec.ContainerID], stateRunning) != nil {
+				keep(rec)
 				continue
 			}
 			n.log.Warn("reconcile: sandbox lost its container; removing", "sandbox", rec.ID, "container", rec.ContainerID)
 			n.forget(ctx, rec)
-		case store.Paused:
-			if rec.PauseImageTarget != "" {
-				switch n.settleWriteOut(ctx, rec, running[rec.ContainerID]) {
-				case writeOutFinished:
-					keepDir[rec.ID] = true
-				case writeOutRolledBack:
-					keepContainer[rec.ContainerID] = true
-					slotsInUse[rec.Slot] = true
-					keepDir[rec.ID] = true
-				}
-				continue
-			}
-			if rec.ContainerID != "" && n.adopt(ctx, rec, running[rec.ContainerID]) {
-				// Paused in memory when the server stopped: keep it frozen
-				// and write it out as planned.
-				n.mu.Lock()
-				n.live[rec.ID].frozen = true
-				n.mu.Unlock()
-				n.scheduleWriteOut(rec.ID, rec.PausedAt)
-				keepContainer[rec.ContainerID] = true
-				slotsInUse[rec.Slot] = true
+		case stateWritingOut:
+			switch n.settleWriteOut(ctx, rec, running[rec.ContainerID]) {
+			case writeOutFinished:
 				keepDir[rec.ID] = true
-				continue
+			case writeOutRolledBack:
+				keep(rec)
+			}
+		case statePaused, statePausedOnDisk:
+			if s == statePaused {
+				if inst := n.adopt(ctx, rec, running[rec.ContainerID], statePaused); inst != nil {
+					// Paused in memory when the server stopped: keep it
+					// frozen and write it out as planned.
+					n.scheduleWriteOut(inst, rec.PausedAt)
+					keep(rec)
+					continue
+				}
 			}
 			if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err == nil {
 				n.log.Info("reconcile: keeping paused sandbox", "sandbox", rec.ID)
+				n.trackOnDisk(rec.ID)
 				keepDir[rec.ID] = true
 				continue
 			}
 			n.log.Error("reconcile: paused sandbox lost: neither its container nor its image remains; removing", "sandbox", rec.ID, "image", rec.PauseImage)
 			n.forget(ctx, rec)
-		case store.Pausing:
-			// The checkpoint either completed (rename done) or not; a
-			// complete image wins, else the container if it still runs.
-			img := filepath.Join(n.sandboxDir(rec.ID), "pause")
-			if _, err := os.Stat(filepath.Join(img, "checkpoint.img")); err == nil {
-				rec.State, rec.PauseImage, rec.Slot, rec.HostAddr = store.Paused, img, -1, ""
-				n.store.Sandboxes().Put(ctx, rec)
-				n.log.Info("reconcile: finished interrupted pause", "sandbox", rec.ID)
-				keepDir[rec.ID] = true
-				continue
-			}
-			rec.State = store.Running
-			if n.adopt(ctx, rec, running[rec.ContainerID]) {
-				n.store.Sandboxes().Put(ctx, rec)
-				n.log.Info("reconcile: rolled back interrupted pause", "sandbox", rec.ID)
-				keepContainer[rec.ContainerID] = true
-				slotsInUse[rec.Slot] = true
-				keepDir[rec.ID] = true
-				continue
-			}
-			n.forget(ctx, rec)
-		case store.Resuming:
+		case stateResuming:
 			if rec.PauseImage != "" {
 				if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err == nil {
 					rec.State, rec.Slot, rec.HostAddr, rec.ContainerID = store.Paused, -1, "", ""
-					n.store.Sandboxes().Put(ctx, rec)
+					if err := n.save(ctx, rec); err != nil {
+						// Read as resuming again at the next start, and
+						// settled the same way.
+						n.log.Warn("reconcile: record interrupted resume", "sandbox", rec.ID, "err", err)
+					}
 					n.log.Info("reconcile: interrupted resume; sandbox stays paused", "sandbox", rec.ID)
+					n.trackOnDisk(rec.ID)
 					keepDir[rec.ID] = true
 					continue
 				}
 			}
 			n.forget(ctx, rec)
-		default: // creating, killing: never finished, so never handed out
+		default: // creating, deleting: never finished, so never handed out
 			n.log.Info("reconcile: removing sandbox interrupted while "+string(rec.State), "sandbox", rec.ID)
 			n.forget(ctx, rec)
 		}
@@ -155,7 +142,8 @@ func (n *Node) settleWriteOut(ctx context.Context, rec *store.Sandbox, alive boo
 	if imageIntact(target, rec.PauseChecksum) {
 		rec.PauseImage, rec.PauseImageTarget = target, ""
 		rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
-		if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		n.trackOnDisk(rec.ID)
+		if err := n.save(ctx, rec); err != nil {
 			// The record still names the image as in flight; the image
 			// is complete, so the next start finishes it again.
 			n.log.Warn("reconcile: record finished write-out", "sandbox", rec.ID, "err", err)
@@ -163,17 +151,21 @@ func (n *Node) settleWriteOut(ctx context.Context, rec *store.Sandbox, alive boo
 		n.log.Info("reconcile: finished interrupted write-out; sandbox paused on disk", "sandbox", rec.ID, "image", target)
 		return writeOutFinished
 	}
-	if rec.ContainerID != "" && n.adopt(ctx, rec, alive) {
-		os.RemoveAll(target)
-		os.RemoveAll(target + ".tmp")
+	var inst *instance
+	if rec.ContainerID != "" {
+		inst = n.adopt(ctx, rec, alive, statePaused)
+	}
+	if inst != nil {
+		for _, dir := range []string{target, target + ".tmp"} {
+			if err := os.RemoveAll(dir); err != nil {
+				n.log.Warn("reconcile: remove partial pause image", "sandbox", rec.ID, "dir", dir, "err", err)
+			}
+		}
 		rec.PauseImageTarget, rec.PauseChecksum = "", ""
-		if err := n.store.Sandboxes().Put(ctx, rec); err != nil {
+		if err := n.save(ctx, rec); err != nil {
 			n.log.Warn("reconcile: record rolled-back write-out", "sandbox", rec.ID, "err", err)
 		}
-		n.mu.Lock()
-		n.live[rec.ID].frozen = true
-		n.mu.Unlock()
-		n.scheduleWriteOut(rec.ID, rec.PausedAt)
+		n.scheduleWriteOut(inst, rec.PausedAt)
 		n.log.Info("reconcile: rolled back interrupted write-out; sandbox paused in memory", "sandbox", rec.ID)
 		return writeOutRolledBack
 	}
@@ -234,47 +226,67 @@ func (n *Node) sweepSnapshots(ctx context.Context) {
 	for _, e := range entries {
 		if p := filepath.Join(dir, e.Name()); !used[p] {
 			n.log.Info("reconcile: removing unreferenced checkpoint image", "dir", p)
-			os.RemoveAll(p)
+			n.removeDir(p)
 		}
 	}
 }
 
-// adopt takes over a sandbox that survived the server: its container must
-// run and its slot must still be intact.
-func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool) bool {
+// adopt takes over a sandbox that survived the server, in state s: its
+// container must run and its slot must still be intact. It returns the
+// sandbox's instance, or nil when the sandbox cannot be adopted.
+func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s state) *instance {
 	if !alive || rec.Slot < 0 {
-		return false
+		return nil
+	}
+	nw, err := network(rec)
+	if err != nil {
+		n.log.Warn("reconcile: network settings", "sandbox", rec.ID, "err", err)
+		return nil
 	}
 	sb, err := n.rt.Attach(ctx, rec.ContainerID)
 	if err != nil {
 		n.log.Warn("reconcile: attach", "sandbox", rec.ID, "err", err)
-		return false
+		return nil
 	}
 	slot, err := n.slots.Adopt(rec.Slot)
 	if err != nil {
 		n.log.Warn("reconcile: adopt slot", "sandbox", rec.ID, "slot", rec.Slot, "err", err)
-		return false
+		return nil
 	}
 	if err := n.applyPolicy(slot, rec); err != nil {
 		n.log.Warn("reconcile: re-apply egress policy", "sandbox", rec.ID, "err", err)
-		return false
+		return nil
 	}
-	n.mu.Lock()
-	n.live[rec.ID] = &live{sb: sb, slot: slot, trafficToken: rec.TrafficToken, maskHost: network(rec).MaskRequestHost}
-	n.mu.Unlock()
+	inst := n.track(rec.ID, s)
+	defer inst.mu.Unlock()
+	n.setBox(inst, &container{sb: sb, slot: slot}, rec, nw.MaskRequestHost)
 	n.log.Info("reconcile: re-adopted running sandbox", "sandbox", rec.ID, "slot", rec.Slot)
-	return true
+	return inst
+}
+
+// trackOnDisk takes over a sandbox paused on disk.
+func (n *Node) trackOnDisk(sandboxID string) {
+	n.track(sandboxID, statePausedOnDisk).mu.Unlock()
 }
 
 // forget removes a sandbox the host no longer holds (or holds only in
-// part): container, directory, record.
+// part): container, directory, record. What cannot be removed is logged;
+// the next start tries again.
 func (n *Node) forget(ctx context.Context, rec *store.Sandbox) {
 	if rec.ContainerID != "" {
-		n.rt.Remove(ctx, rec.ContainerID)
+		if err := n.rt.Remove(ctx, rec.ContainerID); err != nil {
+			n.log.Warn("reconcile: remove sandbox container", "sandbox", rec.ID, "container", rec.ContainerID, "err", err)
+		}
 	}
-	os.RemoveAll(n.sandboxDir(rec.ID))
-	n.store.Sandboxes().Delete(ctx, rec.ID)
-	n.store.DeleteEvents(ctx, rec.ID)
+	if err := os.RemoveAll(n.sandboxDir(rec.ID)); err != nil {
+		n.log.Warn("reconcile: remove sandbox directory", "sandbox", rec.ID, "err", err)
+	}
+	if err := n.store.Sandboxes().Delete(ctx, rec.ID); err != nil {
+		n.log.Warn("reconcile: delete sandbox record", "sandbox", rec.ID, "err", err)
+	}
+	if err := n.store.DeleteEvents(ctx, rec.ID); err != nil {
+		n.log.Warn("reconcile: delete sandbox events", "sandbox", rec.ID, "err", err)
+	}
 }
 
 // sweepDirs removes sandbox directories no record keeps and half-written
@@ -285,7 +297,7 @@ func (n *Node) sweepDirs(keep map[string]bool) {
 	for _, e := range entries {
 		if !keep[e.Name()] {
 			n.log.Info("reconcile: removing orphaned sandbox directory", "dir", e.Name())
-			os.RemoveAll(filepath.Join(sbDir, e.Name()))
+			n.removeDir(filepath.Join(sbDir, e.Name()))
 		}
 	}
 	for _, pattern := range []string{"templates/*/*.tmp", "sandboxes/*/*.tmp"} {
@@ -293,7 +305,7 @@ func (n *Node) sweepDirs(keep map[string]bool) {
 		for _, m := range matches {
 			if strings.HasSuffix(m, ".tmp") {
 				n.log.Info("reconcile: removing half-written checkpoint", "dir", m)
-				os.RemoveAll(m)
+				n.removeDir(m)
 			}
 		}
 	}

@@ -2,13 +2,33 @@ package node
 
 import (
 	"context"
-	"os"
+	"errors"
 	"path/filepath"
+	"slices"
 
 	"cube/internal/cube"
 	"cube/internal/fault"
 	"cube/internal/store"
 )
+
+// Template looks a template up by id or alias.
+func (n *Node) Template(ctx context.Context, idOrAlias string) (*store.Template, error) {
+	if t, err := n.store.Templates().Get(ctx, idOrAlias); err == nil {
+		return t, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	all, err := n.store.Templates().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range all {
+		if slices.Contains(t.Aliases, idOrAlias) {
+			return t, nil
+		}
+	}
+	return nil, cube.Errorf(cube.NotFound, "template %q not found: list templates with `cubemastercli tpl list`", idOrAlias)
+}
 
 func (n *Node) templateView(t *store.Template) cube.Template {
 	status := "ready"
@@ -87,9 +107,9 @@ func (n *Node) removeTemplateFiles(t *store.Template) {
 	if t.Checkpoint == "" {
 		return
 	}
-	os.RemoveAll(t.Checkpoint)
-	os.RemoveAll(t.Checkpoint + ".tmp")
+	n.removeDir(t.Checkpoint)
+	n.removeDir(t.Checkpoint + ".tmp")
 	if own := filepath.Join(n.cfg.DataDir, "templates", t.ID); filepath.Dir(t.Checkpoint) == own {
-		os.RemoveAll(own)
+		n.removeDir(own)
 	}
 }

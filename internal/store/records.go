@@ -4,12 +4,13 @@ import "time"
 
 // SandboxState is where a sandbox is in its lifecycle. The transitional
 // states are written before the node acts so a crash mid-way is visible.
+// The node tells more states apart than it records (see node's state);
+// these names are what data directories hold, so they never change.
 type SandboxState string
 
 const (
 	Creating SandboxState = "creating"
 	Running  SandboxState = "running"
-	Pausing  SandboxState = "pausing"
 	Paused   SandboxState = "paused"
 	Resuming SandboxState = "resuming"
 	Killing  SandboxState = "killing"

@@ -88,10 +88,12 @@ func (c *Client) Init(ctx context.Context, in protocol.Init, oldToken string) er
 		} else {
 			last = err
 		}
-		if ctx.Err() != nil {
+		// Back off, but give up as soon as the caller does.
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
+		case <-time.After(time.Duration(min(5+attempt*5, 100)) * time.Millisecond):
 		}
-		time.Sleep(time.Duration(min(5+attempt*5, 100)) * time.Millisecond)
 	}
 	return fmt.Errorf("sandbox agent did not answer: %w", last)
 }

@@ -1,0 +1,231 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/egress"
+	"cube/internal/envd/protocol"
+	"cube/internal/id"
+	"cube/internal/netslot"
+	"cube/internal/store"
+)
+
+// CreateSandbox restores a template's snapshot into a fresh network slot,
+// hands envd its token and environment, and returns once envd answers.
+func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube.Sandbox, error) {
+	tpl, err := n.Template(ctx, req.Template)
+	if err != nil {
+		return nil, err
+	}
+	if tpl.Status != store.TemplateReady {
+		return nil, cube.Errorf(cube.Conflict, "template %q is %s, not ready", req.Template, tpl.Status)
+	}
+	if err := egress.Validate(policyOf(req.Network)); err != nil {
+		return nil, cube.Errorf(cube.Invalid, "network: %v", err).WithField("network")
+	}
+	if err := n.checkCapacity(ctx); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec := &store.Sandbox{
+		ID: id.Sandbox(), TemplateID: tpl.ID, State: store.Creating, Slot: -1,
+		CreatedAt: now, StartedAt: now, EndAt: now.Add(req.Timeout), Timeout: req.Timeout,
+		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB, DiskSizeMB: tpl.DiskSizeMB,
+		Metadata: req.Metadata, EnvVars: req.EnvVars, EnvdToken: id.Token(32),
+		AutoPause: req.AutoPause, AutoResume: req.AutoResume,
+	}
+	if req.CPUCount > 0 {
+		rec.CPUCount = req.CPUCount
+	}
+	if req.MemoryMB > 0 {
+		rec.MemoryMB = req.MemoryMB
+	}
+	boot := *tpl
+	boot.Aliases = nil
+	rec.Boot = &boot
+	if req.Template != tpl.ID {
+		rec.Alias = req.Template
+	}
+	if p := req.Network.AllowPublicTraffic; p != nil && !*p {
+		rec.TrafficToken = id.Token(32)
+	}
+	if rec.Network, err = json.Marshal(req.Network); err != nil {
+		return nil, err
+	}
+	inst := n.track(rec.ID, stateCreating)
+	defer inst.mu.Unlock()
+	if err := n.start(ctx, inst, rec, tpl, tpl.Checkpoint, tpl.EnvdToken); err != nil {
+		return nil, err
+	}
+	n.event(rec.ID, "info", "sandbox created from template %s", tpl.ID)
+	return n.view(rec)
+}
+
+// start records a newly tracked sandbox as creating, launches it from
+// image and records it as running. On failure nothing is left behind: no
+// container, no record, no instance.
+func (n *Node) start(ctx context.Context, inst *instance, rec *store.Sandbox, tpl *store.Template, image, oldToken string) error {
+	var c cleanup
+	defer n.cleanUp(&c, "create", "sandbox", rec.ID)
+	c.Add(func() error { n.untrack(inst); return nil })
+	n.changeState(inst, rec, stateCreating)
+	if err := n.save(ctx, rec); err != nil {
+		return err
+	}
+	c.Add(func() error { return n.store.Sandboxes().Delete(context.WithoutCancel(ctx), rec.ID) })
+	box, err := n.launch(ctx, rec, tpl, image, oldToken)
+	if err != nil {
+		return err
+	}
+	c.Add(func() error { return n.retire(box) })
+	if err := n.attach(ctx, inst, rec, box); err != nil {
+		return err
+	}
+	c.Release()
+	return nil
+}
+
+// attach records a launched container as the sandbox's, and the sandbox
+// as running. On failure the caller still owns box, and the sandbox is
+// in the state it was.
+func (n *Node) attach(ctx context.Context, inst *instance, rec *store.Sandbox, box *container) error {
+	nw, err := network(rec)
+	if err != nil {
+		return err
+	}
+	was := inst.state
+	n.changeState(inst, rec, stateRunning)
+	rec.Slot, rec.HostAddr, rec.ContainerID = box.slot.Index, box.slot.HostAddr.String(), box.sb.ID()
+	if err := n.save(ctx, rec); err != nil {
+		n.changeState(inst, rec, was)
+		return err
+	}
+	n.setBox(inst, box, rec, nw.MaskRequestHost)
+	return nil
+}
+
+// launch starts rec's container from image, with an envd initialised for
+// rec (token, environment): from the template's warm pool when it has one
+// ready, else by restoring image now. oldToken is the envd token inside
+// the image (empty for templates built from images). It does not touch the
+// store; on failure it leaves nothing behind. A crash mid-way leaves a
+// container and slot no record names, which the reconciler removes.
+func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*container, error) {
+	start := time.Now()
+	// The sandbox's own limits apply; a restore may change them, but warm
+	// sandboxes were restored with the template's.
+	own := *tpl
+	own.CPUCount, own.MemoryMB = rec.CPUCount, rec.MemoryMB
+	sameLimits := own.CPUCount == tpl.CPUCount && own.MemoryMB == tpl.MemoryMB
+	if image == tpl.Checkpoint && sameLimits {
+		if box := n.takeWarm(tpl.ID); box != nil {
+			if err := n.ready(ctx, box, rec, oldToken); err != nil {
+				n.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
+				n.discard(box, rec.ID)
+			} else {
+				n.log.Debug("sandbox launched", "sandbox", rec.ID, "warm", true, "took", time.Since(start))
+				return box, nil
+			}
+		}
+	}
+	box, err := n.restore(ctx, &own, image, containerID(rec.ID))
+	if err != nil {
+		return nil, err
+	}
+	var c cleanup
+	defer n.cleanUp(&c, "launch", "sandbox", rec.ID)
+	c.Add(func() error { return n.retire(box) })
+	restored := time.Now()
+	if err := n.ready(ctx, box, rec, oldToken); err != nil {
+		return nil, err
+	}
+	c.Release()
+	// The split shows where a cold start spends its time.
+	n.log.Debug("sandbox launched", "sandbox", rec.ID, "warm", false,
+		"restore", restored.Sub(start), "init", time.Since(restored))
+	return box, nil
+}
+
+// ready puts rec's egress policy on a restored sandbox and hands its envd
+// the sandbox's token and environment.
+func (n *Node) ready(ctx context.Context, box *container, rec *store.Sandbox, oldToken string) error {
+	if err := n.applyPolicy(box.slot, rec); err != nil {
+		return err
+	}
+	token, need := rec.EnvdToken, n.cfg.CodeContextsNeedToken
+	return n.agentAt(box.slot.HostAddr).Init(ctx, protocol.Init{
+		EnvVars:        rec.EnvVars,
+		AccessToken:    &token,
+		DefaultUser:    "user",
+		DefaultWorkdir: "/home/user",
+		// A Cube extension; agents that predate it ignore it.
+		CodeContextsNeedToken: &need,
+	}, oldToken)
+}
+
+// restore starts image as container cid in a fresh network slot.
+func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid string) (*container, error) {
+	if err := n.verifyImage(tpl, image); err != nil {
+		return nil, err
+	}
+	slot, err := n.slots.Acquire(ctx)
+	if errors.Is(err, netslot.ErrExhausted) {
+		return nil, cube.Errorf(cube.Capacity, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("network slot: %w", err)
+	}
+	var c cleanup
+	defer n.cleanUp(&c, "restore", "container", cid)
+	c.Add(func() error { return n.release(slot) })
+	sb, err := n.rt.Restore(ctx, image, Spec(tpl, cid, slot.NetNS))
+	if err != nil {
+		return nil, fmt.Errorf("restore sandbox from %s: %w", tpl.ID, err)
+	}
+	c.Release()
+	return &container{sb: sb, slot: slot}, nil
+}
+
+// containerID names the runsc container of a sandbox. A sandbox that is
+// rolled back or resumed gets a new container, so the name carries a
+// generation suffix.
+func containerID(sandboxID string) string {
+	return sandboxID + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+}
+
+// verifyImage checks a checkpoint against its recorded checksum before a
+// restore is attempted, so a damaged image is reported as such.
+func (n *Node) verifyImage(tpl *store.Template, image string) error {
+	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
+		return fmt.Errorf("the snapshot image of %s is missing on disk: rebuild or delete it", tpl.ID)
+	}
+	if tpl.Checksum != "" && image == tpl.Checkpoint {
+		sum, err := imageChecksum(image)
+		if err != nil || sum != tpl.Checksum {
+			if tpl.SourceSandbox == "" {
+				return cube.Errorf(cube.Damaged, "the snapshot image of template %s is damaged (checksum mismatch); delete it with `cubemastercli tpl delete --template-id %s` and build it again", tpl.ID, tpl.ID)
+			}
+			return cube.Errorf(cube.Damaged, "the snapshot image of %s is damaged (checksum mismatch); delete it with `cubemastercli snapshot delete %s`", tpl.ID, tpl.ID)
+		}
+	}
+	return nil
+}
+
+func (n *Node) checkCapacity(ctx context.Context) error {
+	all, err := n.store.Sandboxes().List(ctx)
+	if err != nil {
+		return err
+	}
+	if len(all) >= n.cfg.MaxSandboxes {
+		return cube.Errorf(cube.Capacity, "sandbox limit of %d reached: kill sandboxes or raise --max-sandboxes", n.cfg.MaxSandboxes).WithRetryAfter(time.Second)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/id"
+	"cube/internal/store"
+)
+
+// ForkSandbox checkpoints a sandbox once and starts req.Count children
+// from that image, req.Concurrency at a time. The parent keeps running
+// with its id and end time. A failed child does not fail the others.
+func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req cube.ForkRequest) ([]cube.ForkResult, error) {
+	rec, dir, err := n.checkpointForFork(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			n.log.Warn("fork: remove checkpoint image", "sandbox", sandboxID, "err", err)
+		}
+	}()
+	conc := req.Concurrency
+	if conc <= 0 {
+		conc = 4
+	}
+	results := make([]cube.ForkResult, req.Count)
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	for i := range results {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			child, err := n.startChild(ctx, rec, dir, req.Timeout)
+			results[i] = cube.ForkResult{Sandbox: child, Err: err}
+		})
+	}
+	wg.Wait()
+	n.event(sandboxID, "info", "forked into %d sandboxes", req.Count)
+	return results, nil
+}
+
+// checkpointForFork checkpoints a running sandbox, which keeps running,
+// for its children, holding its lock only that long. Children hold their
+// memory once restored, so the image goes with the request. It needs no
+// sync: no record names it, and the reconciler removes one a crash left.
+func (n *Node) checkpointForFork(ctx context.Context, sandboxID string) (*store.Sandbox, string, error) {
+	inst, rec, err := n.open(ctx, sandboxID)
+	if err != nil {
+		return nil, "", err
+	}
+	defer inst.mu.Unlock()
+	if err := inst.requireState("fork", stateRunning); err != nil {
+		return nil, "", err
+	}
+	dir := filepath.Join(n.cfg.DataDir, "snapshots", "fork-"+id.New("", 12))
+	if err := inst.box.sb.Checkpoint(ctx, dir, true); err != nil {
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			n.log.Warn("fork: remove checkpoint image", "sandbox", sandboxID, "err", rerr)
+		}
+		return nil, "", diskError("fork", err)
+	}
+	return rec, dir, nil
+}
+
+// startChild starts a copy of parent from its checkpoint image, with its
+// own id, tokens and slot.
+func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image string, timeout time.Duration) (*cube.Sandbox, error) {
+	if err := n.checkCapacity(ctx); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	if timeout <= 0 {
+		timeout = parent.EndAt.Sub(now)
+	}
+	child := *parent
+	child.ID, child.EnvdToken = id.Sandbox(), id.Token(32)
+	if child.TrafficToken != "" {
+		child.TrafficToken = id.Token(32)
+	}
+	child.CreatedAt, child.StartedAt, child.EndAt = now, now, now.Add(timeout)
+	child.PauseImage, child.PausedAt = "", time.Time{}
+	inst := n.track(child.ID, stateCreating)
+	defer inst.mu.Unlock()
+	if err := n.start(ctx, inst, &child, child.Boot, image, parent.EnvdToken); err != nil {
+		return nil, err
+	}
+	n.event(child.ID, "info", "forked from %s", parent.ID)
+	return n.view(&child)
+}

@@ -1,0 +1,171 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/store"
+)
+
+// PauseSandbox pauses a running sandbox: at once in memory, and written
+// to disk (memory and files, freeing its memory and network slot) a
+// little later unless it is resumed first. keepMemory false is accepted
+// and treated like true: a sandbox's files live in its memory, so they are
+// saved together.
+func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bool) error {
+	inst, rec, err := n.open(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	defer inst.mu.Unlock()
+	if inst.state.paused() {
+		return cube.Errorf(cube.Conflict, "sandbox %q is already paused", sandboxID)
+	}
+	if err := n.pause(ctx, inst, rec); err != nil {
+		return err
+	}
+	n.event(sandboxID, "info", "paused")
+	return nil
+}
+
+// pause freezes a running sandbox's processes and records it as paused;
+// the write-out to disk follows after PauseWriteDelay. The caller holds
+// its lock.
+func (n *Node) pause(ctx context.Context, inst *instance, rec *store.Sandbox) error {
+	if err := inst.requireState("pause", stateRunning); err != nil {
+		return err
+	}
+	box := inst.box
+	if err := box.sb.Pause(ctx); err != nil {
+		return fmt.Errorf("pause: %w", err)
+	}
+	var c cleanup
+	defer n.cleanUp(&c, "pause", "sandbox", rec.ID)
+	c.Add(func() error { return box.sb.Resume(context.WithoutCancel(ctx)) })
+	n.changeState(inst, rec, statePaused)
+	c.Add(func() error { n.changeState(inst, rec, stateRunning); return nil })
+	rec.PausedAt = time.Now().UTC()
+	if err := n.save(ctx, rec); err != nil {
+		return err
+	}
+	c.Release()
+	n.scheduleWriteOut(inst, rec.PausedAt)
+	return nil
+}
+
+// resume brings a paused sandbox back: by thawing it when it is still in
+// memory, else by restoring its image into a fresh slot. The caller holds
+// its lock. Time spent paused does not count against the timeout. An
+// image that does not match its checksum is not restored: the sandbox
+// stays paused and its image stays where it is.
+func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) error {
+	if err := inst.requireState("resume", statePaused, statePausedOnDisk); err != nil {
+		return err
+	}
+	paused := time.Since(rec.PausedAt)
+	var c cleanup
+	defer n.cleanUp(&c, "resume", "sandbox", rec.ID)
+	// A pause image no longer needed once the sandbox runs; removed only
+	// after the record stops naming it.
+	var stale string
+	if inst.state == statePaused {
+		box := inst.box
+		if err := box.sb.Resume(ctx); err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+		c.Add(func() error { return box.sb.Pause(context.WithoutCancel(ctx)) })
+		n.changeState(inst, rec, stateRunning)
+		c.Add(func() error { n.changeState(inst, rec, statePaused); return nil })
+		// A write-out that failed half-way may have left its image.
+		stale = rec.PauseImageTarget
+		if rec.PauseImage != "" {
+			stale = rec.PauseImage
+		}
+	} else {
+		image, err := n.resumeFromDisk(ctx, inst, rec, &c)
+		if err != nil {
+			return err
+		}
+		stale = image
+	}
+	rec.EndAt = rec.EndAt.Add(paused)
+	rec.PauseImage, rec.PauseChecksum, rec.PauseImageTarget, rec.PausedAt = "", "", "", time.Time{}
+	if err := n.save(ctx, rec); err != nil {
+		return err
+	}
+	c.Release()
+	n.event(rec.ID, "info", "resumed after %s paused", paused.Round(time.Millisecond))
+	if stale != "" {
+		if err := os.RemoveAll(stale); err != nil {
+			n.log.Warn("remove pause image after resume", "sandbox", rec.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// resumeFromDisk restores a sandbox paused on disk from its image and
+// records it as running; it returns the image, now stale. Its undos go
+// into c: a failure then, or later in the resume, leaves the sandbox
+// paused on disk with its image intact.
+func (n *Node) resumeFromDisk(ctx context.Context, inst *instance, rec *store.Sandbox, c *cleanup) (string, error) {
+	if rec.Boot == nil || rec.PauseImage == "" {
+		return "", fmt.Errorf("sandbox %q has no pause image", rec.ID)
+	}
+	image := rec.PauseImage
+	if err := verifyPauseImage(rec); err != nil {
+		return "", err
+	}
+	before := *rec
+	c.Add(func() error {
+		*rec = before
+		n.changeState(inst, rec, statePausedOnDisk)
+		return n.save(context.WithoutCancel(ctx), rec)
+	})
+	n.changeState(inst, rec, stateResuming)
+	if err := n.save(ctx, rec); err != nil {
+		return "", err
+	}
+	box, err := n.launch(ctx, rec, rec.Boot, image, rec.EnvdToken)
+	if err != nil {
+		return "", fmt.Errorf("resume: %w", err)
+	}
+	c.Add(func() error {
+		n.setBox(inst, nil, rec, "")
+		return n.retire(box)
+	})
+	rec.PauseImage, rec.PauseChecksum = "", ""
+	if err := n.attach(ctx, inst, rec, box); err != nil {
+		return "", err
+	}
+	return image, nil
+}
+
+// verifyPauseImage checks a paused sandbox's image against the checksum
+// taken when it was written.
+func verifyPauseImage(rec *store.Sandbox) error {
+	if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err != nil {
+		return fmt.Errorf("the pause image of sandbox %q is missing on disk; it cannot be resumed: kill it with `cubemastercli rm %s`", rec.ID, rec.ID)
+	}
+	if rec.PauseChecksum == "" {
+		return nil // written before pause images had checksums
+	}
+	if !imageIntact(rec.PauseImage, rec.PauseChecksum) {
+		return cube.Errorf(cube.Damaged, "the pause image of sandbox %q is damaged (checksum mismatch); it stays paused and its image is kept in %s: kill it with `cubemastercli rm %s`", rec.ID, rec.PauseImage, rec.ID)
+	}
+	return nil
+}
+
+// diskError turns a full disk into a DiskFull error the user can act on.
+func diskError(op string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left on device") {
+		return cube.Errorf(cube.DiskFull, "%s: the host's disk is full: free space in the data directory or delete snapshots", op)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

@@ -1,0 +1,71 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"cube/internal/store"
+)
+
+// reaper ends sandboxes at their end time until ctx is cancelled.
+func (n *Node) reaper(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.reap(ctx)
+		}
+	}
+}
+
+// reap kills (or pauses, when the sandbox asks for it) every running
+// sandbox past its end time, each on its own goroutine so one slow kill
+// does not hold up the others.
+func (n *Node) reap(ctx context.Context) {
+	recs, err := n.store.Sandboxes().List(ctx, string(store.Running))
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Warn("reaper: list sandboxes", "err", err)
+		}
+		return
+	}
+	now := time.Now()
+	for _, rec := range recs {
+		if rec.EndAt.After(now) {
+			continue
+		}
+		// A kill or pause begun is finished even when Close comes: it
+		// only takes a moment and leaves nothing half-way.
+		n.background(func() { n.expire(context.WithoutCancel(ctx), rec.ID) })
+	}
+}
+
+// expire ends one sandbox whose end time has passed, unless it changed
+// meanwhile.
+func (n *Node) expire(ctx context.Context, sandboxID string) {
+	inst, rec, err := n.open(ctx, sandboxID)
+	if err != nil {
+		if !isNotFound(err) {
+			n.log.Warn("reaper: load sandbox", "sandbox", sandboxID, "err", err)
+		}
+		return
+	}
+	defer inst.mu.Unlock()
+	if inst.state != stateRunning || rec.EndAt.After(time.Now()) {
+		return // changed meanwhile
+	}
+	if rec.AutoPause {
+		if err := n.pause(ctx, inst, rec); err != nil {
+			n.log.Warn("auto-pause failed; killing", "sandbox", sandboxID, "err", err)
+		} else {
+			n.event(sandboxID, "info", "paused at end of timeout")
+			return
+		}
+	}
+	if err := n.destroy(ctx, inst, rec, "timeout"); err != nil {
+		n.log.Warn("reaper: kill", "sandbox", sandboxID, "err", err)
+	}
+}

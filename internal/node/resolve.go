@@ -1,0 +1,86 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/store"
+)
+
+// The proxy asks the node, on every request, where a sandbox's port is:
+// the node is its cube.Resolver.
+
+// Resolve maps a proxied request to the sandbox port behind it. A running
+// sandbox is answered from memory, since every proxied request asks; the
+// store is read only for the others. Resolve changes nothing: a paused
+// sandbox that may auto-resume is reported as such, with its traffic token,
+// and woken by Resume once the proxy has checked the request.
+func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Target, error) {
+	n.mu.Lock()
+	inst := n.sandboxes[sandboxID]
+	if inst != nil && inst.state == stateRunning && inst.box != nil {
+		t := cube.Target{
+			Addr:               net.JoinHostPort(inst.box.slot.HostAddr.String(), strconv.Itoa(port)),
+			Upstream:           inst.box.sb.ID(),
+			TrafficAccessToken: inst.trafficToken,
+			MaskRequestHost:    inst.maskHost,
+		}
+		n.mu.Unlock()
+		return t, nil
+	}
+	n.mu.Unlock()
+	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	if errors.Is(err, store.ErrNotFound) {
+		return cube.Target{}, notFound(sandboxID)
+	}
+	if err != nil {
+		return cube.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
+	}
+	switch {
+	case rec.State == store.Paused && rec.AutoResume:
+		return cube.Target{Paused: true, TrafficAccessToken: rec.TrafficToken}, nil
+	case rec.State != store.Running:
+		return cube.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
+	}
+	netw, err := network(rec)
+	if err != nil {
+		return cube.Target{}, err
+	}
+	return cube.Target{
+		Addr:               net.JoinHostPort(rec.HostAddr, strconv.Itoa(port)),
+		Upstream:           rec.ContainerID,
+		TrafficAccessToken: rec.TrafficToken,
+		MaskRequestHost:    netw.MaskRequestHost,
+	}, nil
+}
+
+// Resume wakes a paused sandbox whose lifecycle allows auto-resume, for a
+// proxied request the proxy has authorised, and resolves the port again.
+func (n *Node) Resume(ctx context.Context, sandboxID string, port int) (cube.Target, error) {
+	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	if errors.Is(err, store.ErrNotFound) {
+		return cube.Target{}, notFound(sandboxID)
+	}
+	if err != nil {
+		return cube.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
+	}
+	if rec.State == store.Paused {
+		if !rec.AutoResume {
+			return cube.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
+		}
+		if _, _, err := n.ConnectSandbox(ctx, sandboxID, cube.ConnectRequest{Timeout: max(rec.Timeout, time.Minute)}); err != nil {
+			return cube.Target{}, err
+		}
+	}
+	t, err := n.Resolve(ctx, sandboxID, port)
+	if err == nil && t.Paused {
+		// Paused again before the request got through.
+		return cube.Target{}, fmt.Errorf("sandbox %q is paused", sandboxID)
+	}
+	return t, err
+}

@@ -1,0 +1,95 @@
+package node
+
+import (
+	"fmt"
+
+	"cube/internal/store"
+)
+
+// state is where a sandbox is in its lifecycle. Every lifecycle method
+// checks it first (requireState) and moves it on (changeState) in the
+// same step as the record, so the rules for which operation may follow
+// which are here and in those methods rather than spread across checks
+// of record fields.
+//
+// The store keeps fewer states than the node tells apart: the three
+// paused states are all recorded as store.Paused (what differs is whether
+// the record names a container, an image in flight or an image on disk),
+// which is what lets records written by earlier versions reconcile.
+type state int
+
+const (
+	// stateCreating: the record is written and the container is being
+	// launched. The sandbox is not found until it runs; a crash leaves a
+	// record the reconciler removes.
+	stateCreating state = iota
+	// stateRunning: the container runs in its network slot.
+	stateRunning
+	// statePaused: the container is frozen in memory, still holding its
+	// slot, and resumes in milliseconds; a write-out is scheduled.
+	statePaused
+	// stateWritingOut: a frozen sandbox is being checkpointed to disk.
+	// The record names the image in flight (PauseImageTarget) before the
+	// checkpoint starts, so a crash is finished or rolled back.
+	stateWritingOut
+	// statePausedOnDisk: the sandbox is only its pause image; it holds no
+	// container, memory or slot.
+	statePausedOnDisk
+	// stateResuming: a sandbox paused on disk is being restored from its
+	// image; a failure or crash leaves it paused on disk.
+	stateResuming
+	// stateDeleting: the sandbox is being removed. It is not found from
+	// the moment this is recorded, and the reconciler completes a delete
+	// a crash interrupted.
+	stateDeleting
+)
+
+// paused reports whether s is one of the paused states.
+func (s state) paused() bool {
+	return s == statePaused || s == stateWritingOut || s == statePausedOnDisk
+}
+
+// stored is the record's name for s.
+func (s state) stored() store.SandboxState {
+	switch s {
+	case stateCreating:
+		return store.Creating
+	case stateRunning:
+		return store.Running
+	case statePaused, stateWritingOut, statePausedOnDisk:
+		return store.Paused
+	case stateResuming:
+		return store.Resuming
+	case stateDeleting:
+		return store.Killing
+	}
+	panic(fmt.Sprintf("node: unknown sandbox state %d", int(s)))
+}
+
+// String is the state as users see it in messages: its stored name.
+func (s state) String() string { return string(s.stored()) }
+
+// stateOf reads the state a record was left in, for the reconciler. A
+// record names a container while paused in memory, and an image in flight
+// while being written out. ok is false for a name no version writes.
+func stateOf(rec *store.Sandbox) (s state, ok bool) {
+	switch rec.State {
+	case store.Creating:
+		return stateCreating, true
+	case store.Running:
+		return stateRunning, true
+	case store.Paused:
+		switch {
+		case rec.PauseImageTarget != "":
+			return stateWritingOut, true
+		case rec.ContainerID != "":
+			return statePaused, true
+		}
+		return statePausedOnDisk, true
+	case store.Resuming:
+		return stateResuming, true
+	case store.Killing:
+		return stateDeleting, true
+	}
+	return 0, false
+}

@@ -1,0 +1,109 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"cube/internal/cube"
+	"cube/internal/egress"
+	"cube/internal/store"
+)
+
+// A sandbox's record is what the API shows of it: this file maps one to
+// the other, and the network settings kept in the record to the policy
+// they ask for.
+
+// record loads a sandbox's record; unknown, still being created or being
+// deleted → NotFound.
+func (n *Node) record(ctx context.Context, sandboxID string) (*store.Sandbox, error) {
+	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.State == store.Creating || rec.State == store.Killing)) {
+		return nil, notFound(sandboxID)
+	}
+	return rec, err
+}
+
+// view is the API's picture of a record.
+func (n *Node) view(rec *store.Sandbox) (*cube.Sandbox, error) {
+	state := cube.StateRunning
+	if rec.State == store.Paused {
+		state = cube.StatePaused
+	}
+	netw, err := network(rec)
+	if err != nil {
+		return nil, err
+	}
+	return &cube.Sandbox{
+		ID: rec.ID, TemplateID: rec.TemplateID, Alias: rec.Alias, EnvdVersion: n.cfg.EnvdVersion,
+		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
+		StartedAt: rec.StartedAt, EndAt: rec.EndAt, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB,
+		DiskSizeMB: rec.DiskSizeMB, Metadata: rec.Metadata, Network: netw,
+		AutoPause: rec.AutoPause, AutoResume: rec.AutoResume,
+	}, nil
+}
+
+// GetSandbox returns one sandbox.
+func (n *Node) GetSandbox(ctx context.Context, sandboxID string) (*cube.Sandbox, error) {
+	rec, err := n.record(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return n.view(rec)
+}
+
+// ListSandboxes returns the sandboxes matching f.
+func (n *Node) ListSandboxes(ctx context.Context, f cube.ListFilter) ([]cube.Sandbox, error) {
+	all, err := n.store.Sandboxes().List(ctx, string(store.Running), string(store.Paused), string(store.Resuming))
+	if err != nil {
+		return nil, err
+	}
+	var out []cube.Sandbox
+	for _, rec := range all {
+		v, err := n.view(rec)
+		if err != nil {
+			return nil, err
+		}
+		if f.Matches(v) {
+			out = append(out, *v)
+		}
+	}
+	return out, nil
+}
+
+// CountSandboxes feeds the by-state gauge.
+func (n *Node) CountSandboxes(ctx context.Context) (map[cube.SandboxState]int, error) {
+	list, err := n.ListSandboxes(ctx, cube.ListFilter{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[cube.SandboxState]int{cube.StateRunning: 0, cube.StatePaused: 0}
+	for _, s := range list {
+		out[s.State]++
+	}
+	return out, nil
+}
+
+// policyOf is the egress policy a sandbox's network settings ask for.
+func policyOf(nw cube.Network) egress.Policy {
+	return egress.Policy{
+		AllowInternet: nw.AllowInternetAccess == nil || *nw.AllowInternetAccess,
+		AllowOut:      nw.AllowOut,
+		DenyOut:       nw.DenyOut,
+	}
+}
+
+// network is the network settings recorded with a sandbox. Settings that
+// do not decode are an error: read as empty, they would open a sandbox's
+// egress that its create closed.
+func network(rec *store.Sandbox) (cube.Network, error) {
+	var nw cube.Network
+	if len(rec.Network) == 0 {
+		return nw, nil // recorded without settings: the defaults
+	}
+	if err := json.Unmarshal(rec.Network, &nw); err != nil {
+		return cube.Network{}, fmt.Errorf("sandbox %s: stored network settings do not decode: %w", rec.ID, err)
+	}
+	return nw, nil
+}
