@@ -101,13 +101,16 @@ func (n *Node) attach(ctx context.Context, inst *instance, rec *store.Sandbox, b
 	if err != nil {
 		return err
 	}
+	var c cleanup
+	defer n.cleanUp(&c, "attach", "sandbox", rec.ID)
 	was := inst.state
 	n.changeState(inst, rec, stateRunning)
+	c.Add(func() error { n.changeState(inst, rec, was); return nil })
 	rec.Slot, rec.HostAddr, rec.ContainerID = box.slot.Index, box.slot.HostAddr.String(), box.sb.ID()
 	if err := n.save(ctx, rec); err != nil {
-		n.changeState(inst, rec, was)
 		return err
 	}
+	c.Release()
 	n.setBox(inst, box, rec, nw.MaskRequestHost)
 	return nil
 }

@@ -27,12 +27,15 @@ func (n *Node) KillSandbox(ctx context.Context, sandboxID string) error {
 // delete a crash interrupted. Past that point the delete goes on whatever
 // fails; what could not be removed is logged, and left to the reconciler.
 func (n *Node) destroy(ctx context.Context, inst *instance, rec *store.Sandbox, why string) error {
+	var c cleanup
+	defer n.cleanUp(&c, "kill", "sandbox", rec.ID)
 	was := inst.state
 	n.changeState(inst, rec, stateDeleting)
+	c.Add(func() error { n.changeState(inst, rec, was); return nil })
 	if err := n.save(ctx, rec); err != nil {
-		n.changeState(inst, rec, was)
 		return err
 	}
+	c.Release()
 	fault.Point(fault.SandboxDeleteAfterIntent)
 	n.mu.Lock()
 	box := inst.box

@@ -215,6 +215,8 @@ func (n *Node) settleTemplates(ctx context.Context) error {
 func (n *Node) sweepSnapshots(ctx context.Context) {
 	tpls, err := n.store.Templates().List(ctx)
 	if err != nil {
+		// Without the list every image would look unreferenced.
+		n.log.Warn("reconcile: list templates; checkpoint images not swept", "err", err)
 		return
 	}
 	used := map[string]bool{}
