@@ -11,10 +11,11 @@ import (
 	"strings"
 
 	"cube/internal/api/wire"
+	"cube/internal/envd/protocol"
 )
 
 // CodePort is the port of the code interpreter inside every sandbox.
-const CodePort = 49999
+const CodePort = protocol.CodePort
 
 // KernelError is an exception raised by code run in a sandbox's kernel.
 type KernelError struct {

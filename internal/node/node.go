@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -150,8 +149,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if n.agentAt == nil {
-		hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
-		n.agentAt = func(host netip.Addr) Agent { return envdclient.At(hc, host) }
+		n.agentAt = func(host netip.Addr) Agent { return envdclient.At(envdclient.NoKeepAlive, host) }
 	}
 	dir, err := installEnvd(cfg.DataDir, cfg.Envd)
 	if err != nil {

@@ -41,6 +41,11 @@ func New(hc *http.Client, addr netip.AddrPort) *Client {
 	return &Client{hc: hc, base: "http://" + addr.String(), initTimeout: initTimeout}
 }
 
+// NoKeepAlive is the HTTP client the node reaches envds with. Connections
+// are not kept: a network slot, and with it its address, passes to the
+// next sandbox, and a pooled connection would reach the wrong one.
+var NoKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+
 // At returns a client of the envd of the sandbox reached at host, on the
 // port every sandbox serves it on.
 func At(hc *http.Client, host netip.Addr) *Client {
