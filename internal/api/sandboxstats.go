@@ -1,0 +1,196 @@
+// Routes that read what a sandbox did: its resource metrics and its logs.
+
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"cube/internal/api/wire"
+	"cube/internal/cube"
+)
+
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	start, err := queryInt(r, "start", 0, 0, 1<<40)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	end, err := queryInt(r, "end", 0, 0, 1<<40)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if start > 0 && end > 0 && end < start {
+		writeError(w, badRequest("end (%d) is before start (%d)", end, start))
+		return
+	}
+	var st, en time.Time
+	if start > 0 {
+		st = time.Unix(start, 0)
+	}
+	if end > 0 {
+		en = time.Unix(end, 0)
+	}
+	ms, err := s.backend.SandboxMetrics(r.Context(), id, st, en)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]wire.SandboxMetric, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, wireMetric(m))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// bulkMetrics answers the latest sample of each named sandbox; unknown ids
+// are left out rather than failing the whole call.
+func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) {
+	var ids []string
+	for _, v := range r.URL.Query()["sandbox_ids"] {
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				ids = append(ids, part)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		writeError(w, badRequest("query parameter sandbox_ids is required"))
+		return
+	}
+	if len(ids) > MaxListLimit {
+		writeError(w, badRequest("sandbox_ids names %d sandboxes; at most %d", len(ids), MaxListLimit))
+		return
+	}
+	out := wire.SandboxesWithMetrics{Sandboxes: map[string]wire.SandboxMetric{}}
+	for _, id := range ids {
+		ms, err := s.backend.SandboxMetrics(r.Context(), id, time.Time{}, time.Time{})
+		if err != nil {
+			if StatusOf(err) == http.StatusNotFound {
+				continue
+			}
+			writeError(w, err)
+			return
+		}
+		if len(ms) > 0 {
+			out.Sandboxes[id] = wireMetric(ms[len(ms)-1])
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+var levelRank = map[cube.LogLevel]int{cube.LevelDebug: 0, cube.LevelInfo: 1, cube.LevelWarn: 2, cube.LevelError: 3}
+
+func (s *Server) logsV1(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	startMs, err := queryInt(r, "start", 0, 0, 1<<50)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, err := queryInt(r, "limit", 1000, 0, 100000)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	entries, err := s.backend.SandboxLogs(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := wire.SandboxLogs{Logs: []wire.SandboxLog{}, LogEntries: []wire.SandboxLogEntry{}}
+	for _, e := range entries {
+		if int64(len(out.Logs)) >= limit {
+			break
+		}
+		if e.Time.UnixMilli() < startMs {
+			continue
+		}
+		we := wireLogEntry(e)
+		line, _ := json.Marshal(map[string]any{"level": we.Level, "message": we.Message, "fields": we.Fields})
+		out.Logs = append(out.Logs, wire.SandboxLog{Timestamp: we.Timestamp, Line: string(line)})
+		out.LogEntries = append(out.LogEntries, we)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
+	id, err := sandboxID(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q := r.URL.Query()
+	cursor, err := queryInt(r, "cursor", -1, 0, 1<<50)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, err := queryInt(r, "limit", 1000, 0, 100000)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	backward := false
+	switch q.Get("direction") {
+	case "", "forward":
+	case "backward":
+		backward = true
+	default:
+		writeError(w, badRequest("invalid direction %q: want forward or backward", q.Get("direction")))
+		return
+	}
+	minLevel := 0
+	if lv := q.Get("level"); lv != "" {
+		rank, ok := levelRank[cube.LogLevel(lv)]
+		if !ok {
+			writeError(w, badRequest("invalid level %q: want debug, info, warn or error", lv))
+			return
+		}
+		minLevel = rank
+	}
+	search := q.Get("search")
+	entries, err := s.backend.SandboxLogs(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := wire.SandboxLogsV2{Logs: []wire.SandboxLogEntry{}}
+	for i := range entries {
+		e := entries[i]
+		if backward {
+			e = entries[len(entries)-1-i]
+		}
+		if int64(len(out.Logs)) >= limit {
+			break
+		}
+		ms := e.Time.UnixMilli()
+		if cursor >= 0 && ((!backward && ms < cursor) || (backward && ms > cursor)) {
+			continue
+		}
+		lv := e.Level
+		if lv == "" {
+			lv = cube.LevelInfo
+		}
+		if levelRank[lv] < minLevel {
+			continue
+		}
+		if search != "" && !strings.Contains(e.Message, search) {
+			continue
+		}
+		out.Logs = append(out.Logs, wireLogEntry(e))
+	}
+	writeJSON(w, http.StatusOK, out)
+}

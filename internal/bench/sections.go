@@ -1,0 +1,311 @@
+// The sections of the benchmark page after its header: one per table of the
+// CubeSandbox report (create, density, snapshot, dirty pages, rollback,
+// clone, pause), each beside the raw runsc baseline and the published numbers.
+
+package bench
+
+import (
+	"math"
+	"strings"
+)
+
+func (p *page) createSection() {
+	rs := p.rs
+	p.f("## 1. Create from a template (report §3.2)\n\n")
+	p.f("`POST /sandboxes` round trip (the server answers when the sandbox's agent answers), then\n")
+	p.f("`DELETE`. Raw runsc: `runsc run` of the same rootfs until a python3 workload prints, at the\n")
+	p.f("same concurrency.\n\n")
+	p.f("| c | n | success | avg | std | P50 | P90 | P95 | P99 | min | max | delete avg | throughput /s | raw runsc run avg | raw P50 | published avg |\n")
+	p.f("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range sortedKeys(rs.create) {
+		r := rs.create[c]
+		s := r.Create
+		b := rs.baseline[c]
+		bp50 := math.NaN()
+		if b != nil {
+			if st, ok := b.Ops["run"]; ok {
+				bp50 = st.P50
+			}
+		}
+		del := "—"
+		if r.Delete.Count > 0 {
+			del = f1(r.Delete.Avg)
+		}
+		p.f("| %d | %d | %.1f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s |\n",
+			c, r.Summary.Total, r.Summary.SuccessRate, f1(s.Avg), f1(s.Std), f1(s.P50), f1(s.P90), f1(s.P95), f1(s.P99),
+			f1(s.Min), f1(s.Max), del, r.Summary.ThroughputQPS, f1(baseOp(b, "run")), f1(bp50), pub(Published.CreateAvg, c))
+	}
+	p.f("\nPublished detail: c=1 min %.1f, P95 %.1f; c=20 P99 %.0f.\n", Published.CreateMin, Published.CreateP95, Published.CreateP99C20)
+	p.failure("create-")
+	var cube, raw Series
+	cube.Name, raw.Name = "Cube create avg", "raw runsc run avg"
+	for _, c := range sortedKeys(rs.create) {
+		if rs.create[c].Create.Count > 0 {
+			cube.X = append(cube.X, float64(c))
+			cube.Y = append(cube.Y, rs.create[c].Create.Avg)
+		}
+		if v := baseOp(rs.baseline[c], "run"); !math.IsNaN(v) {
+			raw.X = append(raw.X, float64(c))
+			raw.Y = append(raw.Y, v)
+		}
+	}
+	pubS := publishedSeries("CubeSandbox published avg", Published.CreateAvg)
+	p.chart("create-concurrency.png", Chart{Title: "Create latency vs concurrency", XLabel: "concurrency", YLabel: "avg latency (ms)", Series: nonEmptySeries(cube, raw, pubS)})
+	p.f("\n")
+}
+
+// publishedSeries is the dashed line of a published table, in key order;
+// every chart draws the report's numbers the same way.
+func publishedSeries(name string, m map[int]float64) Series {
+	s := Series{Name: name, Dashed: true}
+	for _, k := range sortedKeys(m) {
+		s.X = append(s.X, float64(k))
+		s.Y = append(s.Y, m[k])
+	}
+	return s
+}
+
+func nonEmptySeries(ss ...Series) []Series {
+	var out []Series
+	for _, s := range ss {
+		if len(s.X) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (p *page) densitySection() {
+	p.f("## 2. Density: host memory per idle sandbox (report §3.3)\n\n")
+	p.f("Host memory before and after starting idle sandboxes in batches (create-only), divided by\n")
+	p.f("the number of sandboxes. *used* is MemTotal − MemAvailable (what `free` shows as used);\n")
+	p.f("*PSS* sums the proportional set size of the server's runsc processes.\n\n")
+	d := p.rs.density
+	if d != nil {
+		p.f("| sandboxes | used MB | per sandbox MB (used) | per sandbox MB (runsc PSS) | runsc processes |\n|---|---|---|---|---|\n")
+		p.f("| 0 | %s | — | — | %d |\n", f1(d.Baseline.UsedMB), d.Baseline.RunscProcs)
+		for _, pt := range d.Points {
+			p.f("| %d | %s | %s | %s | %d |\n", pt.Sandboxes, f1(pt.UsedMB), f1(pt.PerSandboxMB), f1(pt.PerSandboxPSSMB), pt.RunscProcs)
+		}
+		p.f("\n")
+	}
+	var base *BaselineReport
+	for _, c := range sortedKeys(p.rs.baseline) {
+		if b := p.rs.baseline[c]; b.Density != nil {
+			base = b
+		}
+	}
+	if base != nil {
+		bd := base.Density
+		p.f("Raw runsc, %d idle python3 containers: %s MB per container (used), %s MB (runsc PSS).\n", bd.Sandboxes, f1(bd.PerSandboxMB), f1(bd.PerSandboxPSSMB))
+	}
+	p.f("Published: ≈%.0f MB per idle 2 GiB sandbox. Target: ≤ 15 MiB.\n", Published.DensityMB)
+	p.failure("density")
+	p.f("\n")
+}
+
+// baseCol is a raw-runsc column of an operation table: its heading and
+// its value at a concurrency.
+type baseCol struct {
+	name string
+	at   func(c int) float64
+}
+
+func (p *page) opTable(reports map[int]*OpReport, op string, bases []baseCol, pubWall, pubPer map[int]float64) {
+	p.f("| c | rounds | wall avg | wall min | wall P95 | wall max | per avg | each avg |")
+	for _, b := range bases {
+		p.f(" %s |", b.name)
+	}
+	p.f(" published wall | published per |\n|---|---|---|---|---|---|---|---|%s---|---|\n", strings.Repeat("---|", len(bases)))
+	for _, c := range sortedKeys(reports) {
+		r := row(reports[c], op)
+		if r == nil {
+			continue
+		}
+		p.f("| %d | %d | %s | %s | %s | %s | %s | %s |", c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
+			f1(r.PerAvg), f1(r.Each.Avg))
+		for _, b := range bases {
+			p.f(" %s |", f1(b.at(c)))
+		}
+		p.f(" %s | %s |\n", pub(pubWall, c), pub(pubPer, c))
+	}
+}
+
+func (p *page) raw(name string, ops ...string) []baseCol {
+	return []baseCol{{name, func(c int) float64 { return p.baseAt(c, ops...) }}}
+}
+
+func (p *page) baseAt(c int, ops ...string) float64 {
+	b := p.rs.baseline[c]
+	if b == nil {
+		return math.NaN()
+	}
+	sum := 0.0
+	for _, op := range ops {
+		sum += baseOp(b, op)
+	}
+	return sum
+}
+
+func (p *page) snapshotSection() {
+	p.f("## 3. Snapshot vs concurrency (report §4.1)\n\n")
+	p.f("`POST /sandboxes/{id}/snapshots` on c running sandboxes at once, one request each.\n")
+	p.f("Raw runsc: `runsc checkpoint --leave-running --compression=none`, each one's time at the same concurrency.\n\n")
+	p.opTable(p.rs.snapshot, "snapshot", p.raw("raw runsc checkpoint", "checkpoint"), Published.SnapshotWall, Published.SnapshotPer)
+	p.failure("snapshot-")
+	p.perChart("snapshot-concurrency.png", Chart{Title: "Snapshot: per-operation cost vs concurrency", XLabel: "concurrency", YLabel: "wall / batch size (ms)"},
+		"op", p.rs.snapshot, "snapshot", Published.SnapshotPer)
+	p.f("\n")
+}
+
+// perChart draws Cube's amortised cost of op (PerAvg, by the reports' key:
+// concurrency or clone count) against the published one, as "Cube per
+// <unit>"; ch holds the titles, and nothing is drawn when Cube has no row.
+func (p *page) perChart(name string, ch Chart, unit string, reports map[int]*OpReport, op string, published map[int]float64) {
+	cube := Series{Name: "Cube per " + unit}
+	for _, c := range sortedKeys(reports) {
+		if r := row(reports[c], op); r != nil {
+			cube.X = append(cube.X, float64(c))
+			cube.Y = append(cube.Y, r.PerAvg)
+		}
+	}
+	if len(cube.X) == 0 {
+		return
+	}
+	ch.Series = nonEmptySeries(cube, publishedSeries("CubeSandbox published per "+unit, published))
+	p.chart(name, ch)
+}
+
+func (p *page) dirtySection() {
+	rs := p.rs
+	p.f("## 4. Snapshot vs dirty memory (report §4.2)\n\n")
+	p.f("D MB written in the sandbox's Python kernel (every page non-zero, rewritten before each\n")
+	p.f("snapshot), then a snapshot and a create from it, one at a time. Raw runsc: a python3\n")
+	p.f("workload holding D MB, checkpointed and restored.\n\n")
+	p.f("| dirty MB | rounds | snapshot avg | snapshot min | snapshot P95 | snapshot max | image MB | create-from-snapshot avg | raw runsc checkpoint | raw image MB | raw runsc restore | published snapshot | published create |\n")
+	p.f("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	// Every size either side measured: the raw baseline still has its
+	// numbers where the service failed, and the other way round.
+	sizes := map[int]bool{}
+	for d := range rs.dirty {
+		sizes[d] = true
+	}
+	for d := range rs.baseDirty {
+		sizes[d] = true
+	}
+	for _, d := range sortedKeys(sizes) {
+		s, c := row(rs.dirty[d], "snapshot"), row(rs.dirty[d], "create-from-snapshot")
+		if s == nil || c == nil {
+			none := math.NaN()
+			s = &OpRow{Wall: Stats{Avg: none, Min: none, P95: none, Max: none}, ImageMB: none}
+			c = &OpRow{Wall: Stats{Avg: none}}
+		}
+		b := rs.baseDirty[d]
+		img := math.NaN()
+		if b != nil {
+			img = b.ImageMB
+		}
+		pubSnap := "~" + f1(Published.DirtyBase+Published.DirtyPer100*float64(d)/100)
+		if d == 1024 {
+			pubSnap = f1(Published.DirtyAt1024)
+		}
+		p.f("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s–%s |\n", d, s.Rounds, f1(s.Wall.Avg), f1(s.Wall.Min), f1(s.Wall.P95), f1(s.Wall.Max),
+			f1(s.ImageMB), f1(c.Wall.Avg), f1(baseOp(b, "checkpoint")), f1(img), f1(baseOp(b, "restore")), pubSnap, f1(Published.DirtyCreateLo), f1(Published.DirtyCreateHi))
+	}
+	p.f("\nPublished: ≈%.0f ms at the sandbox's own 8.3 MB, +%.0f ms per 100 MB, %.0f ms at 1024 MB (values marked ~ are that fit);\n", Published.DirtyBase, Published.DirtyPer100, Published.DirtyAt1024)
+	p.f("creating from the snapshot stays at %.0f–%.0f ms whatever the size. Cube's fitted growth: %s ms per 100 MB.\n", Published.DirtyCreateLo, Published.DirtyCreateHi, f1(p.dirtySlope()))
+	p.failure("dirty-")
+	p.failure("baseline-d")
+	var snap, create, rawCk, rawRs, pubS Series
+	snap.Name, create.Name, rawCk.Name, rawRs.Name, pubS.Name = "Cube snapshot", "Cube create from snapshot", "raw runsc checkpoint", "raw runsc restore", "CubeSandbox published snapshot"
+	pubS.Dashed = true
+	for _, d := range sortedKeys(rs.dirty) {
+		if s := row(rs.dirty[d], "snapshot"); s != nil {
+			snap.X, snap.Y = append(snap.X, float64(d)), append(snap.Y, s.Wall.Avg)
+		}
+		if c := row(rs.dirty[d], "create-from-snapshot"); c != nil {
+			create.X, create.Y = append(create.X, float64(d)), append(create.Y, c.Wall.Avg)
+		}
+	}
+	for _, d := range sortedKeys(rs.baseDirty) {
+		if v := baseOp(rs.baseDirty[d], "checkpoint"); !math.IsNaN(v) {
+			rawCk.X, rawCk.Y = append(rawCk.X, float64(d)), append(rawCk.Y, v)
+		}
+		if v := baseOp(rs.baseDirty[d], "restore"); !math.IsNaN(v) {
+			rawRs.X, rawRs.Y = append(rawRs.X, float64(d)), append(rawRs.Y, v)
+		}
+	}
+	pubS.X = []float64{0, 1024}
+	pubS.Y = []float64{Published.DirtyBase, Published.DirtyAt1024}
+	if len(snap.X) > 0 || len(rawCk.X) > 0 {
+		p.chart("dirty-memory.png", Chart{Title: "Snapshot and restore vs dirty memory", XLabel: "dirty memory (MB)", YLabel: "latency (ms)", Series: nonEmptySeries(snap, create, rawCk, rawRs, pubS)})
+	}
+	p.f("\n")
+}
+
+func (p *page) cfsSection() {
+	p.f("## 5. Create from a snapshot (report §4.3)\n\n")
+	p.f("One snapshot of a running sandbox, then c `POST /sandboxes {templateID: snapshotID}` at once.\n")
+	p.f("Raw runsc: `runsc restore` into a new container, each one's time at the same concurrency.\n\n")
+	p.opTable(p.rs.cfs, "create-from-snapshot", p.raw("raw runsc restore", "restore"), Published.CFSWall, Published.CFSPer)
+	p.failure("cfs-")
+	p.perChart("cfs-concurrency.png", Chart{Title: "Create from snapshot: per-sandbox cost vs concurrency", XLabel: "concurrency", YLabel: "wall / batch size (ms)"},
+		"op", p.rs.cfs, "create-from-snapshot", Published.CFSPer)
+	p.f("\n")
+}
+
+func (p *page) rollbackSection() {
+	p.f("## 6. Rollback (report §4.4)\n\n")
+	p.f("Each of c sandboxes snapshots itself, then all roll back to their own snapshot at once.\n")
+	p.f("*rollback* times the rollback requests alone; *snapshot+rollback* is the report's flow.\n")
+	p.f("Raw runsc: checkpoint + restore, each one's time at the same concurrency.\n\n")
+	p.f("**rollback**\n\n")
+	p.opTable(p.rs.rollback, "rollback", p.raw("raw runsc restore", "restore"), nil, nil)
+	p.f("\n**snapshot + rollback**\n\n")
+	p.opTable(p.rs.rollback, "snapshot+rollback", p.raw("raw runsc checkpoint + restore", "checkpoint", "restore"), Published.RollbackWall, Published.RollbackPer)
+	p.failure("rollback-")
+	p.f("\n")
+}
+
+func (p *page) cloneSection() {
+	rs := p.rs
+	p.f("## 7. Clone (report §4.5)\n\n")
+	p.f("`POST /sandboxes/{id}/clone {count: n, concurrency: c}` from one running sandbox (fork when\n")
+	p.f("the server has no clone route); wall is that request. Raw runsc estimate: one checkpoint plus\n")
+	p.f("n restores at concurrency c.\n\n")
+	p.f("| n | c | rounds | wall avg | wall min | wall P95 | wall max | per clone | raw runsc estimate | published wall | published per |\n")
+	p.f("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, n := range sortedKeys(rs.clone) {
+		r := row(rs.clone[n], "clone")
+		if r == nil {
+			continue
+		}
+		c := r.Concurrency
+		est := math.NaN()
+		if b := rs.baseline[c]; b != nil {
+			est = baseOp(b, "checkpoint") + math.Ceil(float64(n)/float64(c))*baseOp(b, "restore")
+		}
+		p.f("| %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
+			f1(r.PerAvg), f1(est), pub(Published.CloneWall, n), pub(Published.ClonePer, n))
+	}
+	p.failure("clone-")
+	p.perChart("clone-count.png", Chart{Title: "Clone: per-clone cost vs clone count", XLabel: "clones per request", YLabel: "wall / n (ms)"},
+		"clone", rs.clone, "clone", Published.ClonePer)
+	p.f("\n")
+}
+
+func (p *page) pauseSection() {
+	p.f("## 8. Pause / resume (report §4.6)\n\n")
+	p.f("c sandboxes paused at once (`POST /sandboxes/{id}/pause`), then resumed at once\n")
+	p.f("(`POST /sandboxes/{id}/connect`). The service's pause freezes the sandbox at once and writes\n")
+	p.f("it to disk (freeing its memory and slot) only after `--pause-write-delay` (10 s); a resume\n")
+	p.f("before that thaws it in memory, which is what this table measures. Raw runsc `pause`/`resume`\n")
+	p.f("(freeze/thaw) are the like-for-like baseline; raw `checkpoint` and `restore` show what a\n")
+	p.f("pause written to disk and its resume cost.\n\n")
+	p.f("**pause**\n\n")
+	p.opTable(p.rs.pause, "pause", append(p.raw("raw runsc pause (freeze)", "pause"), p.raw("raw runsc checkpoint", "checkpoint")...), Published.PauseWall, Published.PausePer)
+	p.f("\n**resume**\n\n")
+	p.opTable(p.rs.pause, "resume", append(p.raw("raw runsc resume (thaw)", "resume"), p.raw("raw runsc restore", "restore")...), Published.ResumeWall, Published.ResumePer)
+	p.failure("pause-resume-")
+	p.f("\n")
+}
