@@ -74,7 +74,7 @@ func newEnvWith(t *testing.T, fake *fakeBackend, b cube.Backend, mutate ...func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testEnv{t: t, srv: serve(t, s, b, cfg.Proxy), fake: fake, logs: logs}
+	return &testEnv{t: t, srv: serve(t, s, fake, cfg.Proxy), fake: fake, logs: logs}
 }
 
 // serve puts s and a proxy resolving through r on one test listener, the

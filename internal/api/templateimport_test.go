@@ -46,7 +46,7 @@ func importEnv(t *testing.T, b cube.Backend) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testEnv{t: t, srv: serve(t, s, b, proxy.Config{}), logs: logs}
+	return &testEnv{t: t, srv: serve(t, s, newFake(), proxy.Config{}), logs: logs}
 }
 
 func TestImportArchiveRoute(t *testing.T) {

@@ -26,10 +26,6 @@ import (
 // network updates) are separate optional interfaces below: a backend that
 // does not implement one leaves them Unsupported.
 type Backend interface {
-	// Resolve finds where proxied traffic for a sandbox port goes; the
-	// same node answers both.
-	Resolver
-
 	// CreateSandbox starts a sandbox and returns once it answers (envd /init
 	// done). Unknown template → NotFound naming it; too many sandboxes →
 	// Capacity.
