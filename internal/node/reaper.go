@@ -8,15 +8,18 @@ import (
 )
 
 // reaper ends sandboxes at their end time until ctx is cancelled.
-func (n *Node) reaper(ctx context.Context) {
-	t := time.NewTicker(500 * time.Millisecond)
+func (n *Node) reaper(ctx context.Context) { every(ctx, 500*time.Millisecond, n.reap) }
+
+// every calls f each interval until ctx is cancelled.
+func every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n.reap(ctx)
+			f(ctx)
 		}
 	}
 }

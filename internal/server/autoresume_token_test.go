@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"cube/internal/nodetest"
 	"cube/internal/testenv"
 )
 
@@ -15,12 +14,7 @@ import (
 // sandbox stays paused.
 func TestAutoResumeNeedsTrafficToken(t *testing.T) {
 	testenv.RequireRoot(t)
-	dataDir := t.TempDir()
-	n := nodetest.New(t, nodetest.Options{DataDir: dataDir})
-	n.TinyTemplate(t, "tiny")
-	n.Close()
-	prefix, cidr := nodetest.SlotRange()
-	d := startDaemon(t, dataDir, prefix, cidr.String(), freeAddr(t))
+	d, _ := startTiny(t)
 
 	code, out := d.do(t, "POST", "/sandboxes", map[string]any{
 		"templateID": "tiny", "timeout": 2, "autoPause": true, "autoResume": map[string]any{"enabled": true},

@@ -40,14 +40,23 @@ func freeAddr(t *testing.T) string {
 
 func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string, extra ...string) *daemon {
 	t.Helper()
+	args := append([]string{"--slot-prefix", prefix, "--host-cidr", cidr, "--slots", "16", "--pause-write-delay", "2s"}, extra...)
+	return runDaemon(t, dataDir, addr, args, nil, "cube-server")
+}
+
+// runDaemon starts cube-server on dataDir and addr with args and env
+// (beyond the test key) and waits until it answers /health. The server is
+// stopped, its sandboxes removed, when the test ends; name heads its logs
+// if the test failed.
+func runDaemon(t *testing.T, dataDir, addr string, args, env []string, name string) *daemon {
+	t.Helper()
 	// t.TempDir makes 0755 folders; cube-server runs only on private ones.
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	cmd := exec.Command(testenv.Bin(t, "cube-server"), append([]string{"--data-dir", dataDir, "--listen", addr,
-		"--slot-prefix", prefix, "--host-cidr", cidr, "--slots", "16", "--pause-write-delay", "2s"}, extra...)...)
-	cmd.Env = testenv.Environ("CUBE_API_KEY=" + apiKey)
+	cmd := exec.Command(testenv.Bin(t, "cube-server"), append([]string{"--data-dir", dataDir, "--listen", addr}, args...)...)
+	cmd.Env = testenv.Environ(append([]string{"CUBE_API_KEY=" + apiKey}, env...)...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -58,7 +67,7 @@ func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string, extra ...stri
 			d.stop(t)
 		}
 		if t.Failed() {
-			t.Logf("cube-server logs:\n%s", logs.String())
+			t.Logf("%s logs:\n%s", name, logs.String())
 		}
 	})
 	for i := 0; i < 300; i++ {
@@ -72,6 +81,25 @@ func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string, extra ...stri
 	}
 	t.Fatalf("cube-server did not answer /health:\n%s", logs.String())
 	return nil
+}
+
+// tinyDataDir is a data dir holding a ready template "tiny" (see
+// nodetest.TinyTemplate), built by an in-process node that is gone again.
+func tinyDataDir(t *testing.T) string {
+	t.Helper()
+	dataDir := t.TempDir()
+	n := nodetest.New(t, nodetest.Options{DataDir: dataDir})
+	n.TinyTemplate(t, "tiny")
+	n.Close()
+	return dataDir
+}
+
+// startTiny runs a server on a fresh tinyDataDir.
+func startTiny(t *testing.T) (*daemon, string) {
+	t.Helper()
+	dataDir := tinyDataDir(t)
+	prefix, cidr := nodetest.SlotRange()
+	return startDaemon(t, dataDir, prefix, cidr.String(), freeAddr(t)), dataDir
 }
 
 // stop removes every sandbox the server holds, then stops it with
@@ -176,12 +204,7 @@ func runscProcesses(root string) []string {
 // that a clean shutdown with no sandboxes leaves nothing on the host.
 func TestCrashRecovery(t *testing.T) {
 	testenv.RequireRoot(t)
-	dataDir := t.TempDir()
-	// A template built by an in-process node on the same data dir.
-	n := nodetest.New(t, nodetest.Options{DataDir: dataDir})
-	n.TinyTemplate(t, "tiny")
-	n.Close()
-
+	dataDir := tinyDataDir(t)
 	prefix, cidr := nodetest.SlotRange()
 	addr := freeAddr(t)
 	d := startDaemon(t, dataDir, prefix, cidr.String(), addr)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -34,39 +35,13 @@ type crashRig struct {
 // none) and no warm pool, so each start restores only what a test asks for.
 func (r *crashRig) start(t *testing.T, point string) *daemon {
 	t.Helper()
-	var logs bytes.Buffer
-	cmd := exec.Command(testenv.Bin(t, "cube-server"), "--data-dir", r.dataDir, "--listen", r.addr,
-		"--slot-prefix", r.prefix, "--host-cidr", r.cidr, "--slots", "16", "--pause-write-delay", "2s",
-		"--pool-size", "0")
-	env := []string{"CUBE_API_KEY=" + apiKey}
+	var env []string
 	if point != "" {
 		env = append(env, fault.EnvVar+"="+point)
 	}
-	cmd.Env = testenv.Environ(env...)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{cmd: cmd, url: "http://" + r.addr, logs: &logs}
-	t.Cleanup(func() {
-		if d.cmd.ProcessState == nil {
-			d.stop(t)
-		}
-		if t.Failed() {
-			t.Logf("cube-server (fault point %q) logs:\n%s", point, logs.String())
-		}
-	})
-	for i := 0; i < 300; i++ {
-		if resp, err := http.Get(d.url + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return d
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("cube-server did not answer /health:\n%s", logs.String())
-	return nil
+	return runDaemon(t, r.dataDir, r.addr, []string{"--slot-prefix", r.prefix, "--host-cidr", r.cidr,
+		"--slots", "16", "--pause-write-delay", "2s", "--pool-size", "0"}, env,
+		fmt.Sprintf("cube-server (fault point %q)", point))
 }
 
 // waitKilled waits until the server has killed itself at its fault point.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"cube/internal/nodetest"
 	"cube/internal/testenv"
 )
 
@@ -16,12 +15,7 @@ import (
 // proxy resumes it with its memory intact.
 func TestAutoPauseAndAutoResume(t *testing.T) {
 	testenv.RequireRoot(t)
-	dataDir := t.TempDir()
-	n := nodetest.New(t, nodetest.Options{DataDir: dataDir})
-	n.TinyTemplate(t, "tiny")
-	n.Close()
-	prefix, cidr := nodetest.SlotRange()
-	d := startDaemon(t, dataDir, prefix, cidr.String(), freeAddr(t))
+	d, dataDir := startTiny(t)
 
 	create := func(body map[string]any) string {
 		code, out := d.do(t, "POST", "/sandboxes", body, nil)
@@ -88,12 +82,7 @@ func TestAutoPauseAndAutoResume(t *testing.T) {
 // egress policy live and refuses a malformed one.
 func TestTrafficTokenAndNetworkUpdate(t *testing.T) {
 	testenv.RequireRoot(t)
-	dataDir := t.TempDir()
-	n := nodetest.New(t, nodetest.Options{DataDir: dataDir})
-	n.TinyTemplate(t, "tiny")
-	n.Close()
-	prefix, cidr := nodetest.SlotRange()
-	d := startDaemon(t, dataDir, prefix, cidr.String(), freeAddr(t))
+	d, _ := startTiny(t)
 
 	code, out := d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny", "network": map[string]any{"allowPublicTraffic": false}}, nil)
 	if code != 201 {
