@@ -126,6 +126,43 @@ func TestFakeReconcileRemovesHalfCreatedSandbox(t *testing.T) {
 	}
 }
 
+// A fork child being started when the server died is removed, and only
+// it: the parent it was copied from keeps its container and slot.
+func TestFakeReconcileKeepsParentOfInterruptedFork(t *testing.T) {
+	n := newFake(t, nodefake.Options{})
+	parent := fakeCreate(t, n, cube.CreateRequest{})
+	pC, pHost := served(t, n, parent.ID)
+	entered, release := n.Agents.Hold()
+	t.Cleanup(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.ForkSandbox(ctx, parent.ID, cube.ForkRequest{Count: 1, Timeout: time.Minute})
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fork child never reached /init")
+	}
+
+	n = n.Restart(t)
+	if all, _ := n.Store.Sandboxes().List(fctx(t)); len(all) != 1 || all[0].ID != parent.ID {
+		t.Fatalf("records after reconcile: %d, want only the parent", len(all))
+	}
+	wantState(t, n, parent.ID, cube.StateRunning)
+	if c, host := served(t, n, parent.ID); c != pC || host != pHost {
+		t.Fatalf("the parent is served by %s at %v after the restart, want %s at %v", c, host, pC, pHost)
+	}
+	if n.Runtime.Container(pC).State() != nodefake.Running {
+		t.Fatalf("the parent's container is %v", n.Runtime.Container(pC).State())
+	}
+	cancel()
+	release()
+	<-done
+}
+
 // A write-out whose image never got complete is rolled back to the frozen
 // container, which is adopted and still resumes in place.
 func TestFakeReconcileRollsBackInterruptedWriteOut(t *testing.T) {

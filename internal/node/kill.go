@@ -54,10 +54,12 @@ func (n *Node) destroy(ctx context.Context, inst *instance, rec *store.Sandbox, 
 		n.log.Warn("remove sandbox directory", "sandbox", rec.ID, "err", err)
 	}
 	fault.Point(fault.SandboxDeleteAfterRemove)
+	// The host holds nothing of the sandbox any more; a record that could
+	// not be deleted says killing, which the next start finishes.
+	n.untrack(inst)
 	if err := n.store.Sandboxes().Delete(bg, rec.ID); err != nil {
 		return err
 	}
-	n.untrack(inst)
 	if err := n.store.DeleteEvents(bg, rec.ID); err != nil {
 		n.log.Warn("delete sandbox events", "sandbox", rec.ID, "err", err)
 	}

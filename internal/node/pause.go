@@ -83,6 +83,9 @@ func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) e
 		c.Add(func() error { return box.sb.Pause(context.WithoutCancel(ctx)) })
 		n.changeState(inst, rec, stateRunning)
 		c.Add(func() error { n.changeState(inst, rec, statePaused); return nil })
+		// A write-out whose last save failed may have recorded the
+		// sandbox as gone from its slot; it is still there.
+		rec.Slot, rec.HostAddr, rec.ContainerID = box.slot.Index, box.slot.HostAddr.String(), box.sb.ID()
 		// A write-out that failed half-way may have left its image.
 		stale = rec.PauseImageTarget
 		if rec.PauseImage != "" {

@@ -257,6 +257,7 @@ func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s stat
 	}
 	if err := n.applyPolicy(slot, rec); err != nil {
 		n.log.Warn("reconcile: re-apply egress policy", "sandbox", rec.ID, "err", err)
+		n.release(slot)
 		return nil
 	}
 	inst := n.track(rec.ID, s)

@@ -58,8 +58,13 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 	if err := n.store.Templates().Put(ctx, t); err != nil {
 		return nil, err
 	}
-	c.Add(func() error { return n.store.Templates().Delete(context.WithoutCancel(ctx), snapID) })
-	c.Add(func() error { return os.RemoveAll(dir) })
+	c.Add(func() error {
+		// The image goes only once no record can name it.
+		if err := n.store.Templates().Delete(context.WithoutCancel(ctx), snapID); err != nil {
+			return err
+		}
+		return os.RemoveAll(dir)
+	})
 	fault.Point(fault.SnapshotAfterIntent)
 	start := time.Now()
 	tmp, sum, err := n.writeImage(ctx, box.sb, dir, true, "snapshot")
