@@ -1,7 +1,9 @@
 package api
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -287,10 +289,27 @@ func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Errorf(http.StatusRequestEntityTooLarge, "the archive has %d bytes, more than the server accepts (%d bytes, cube-server --max-image-bytes)", r.ContentLength, max))
 		return
 	}
-	image, err := imp.ImportArchive(r.Context(), kind, r.Body)
+	image, err := imp.ImportArchive(r.Context(), kind, tooLargeAsKind{r.Body, imp.MaxImportBytes()})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, ImportedArchive{Image: image})
+}
+
+// tooLargeAsKind turns the body limit's error (a chunked body may only
+// find out half-way) into the core's TooLarge, so the importer's error
+// answers 413 like a Content-Length over the limit.
+type tooLargeAsKind struct {
+	io.Reader
+	max int64
+}
+
+func (t tooLargeAsKind) Read(p []byte) (int, error) {
+	n, err := t.Reader.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = cube.Errorf(cube.TooLarge, "the archive is larger than the server accepts (%d bytes, cube-server --max-image-bytes)", t.max)
+	}
+	return n, err
 }

@@ -84,3 +84,24 @@ func TestImportArchiveRoute(t *testing.T) {
 	// A backend without uploads answers 501.
 	importEnv(t, newFake()).do("POST", ImportsPath, "tar").wantError(t, http.StatusNotImplemented, "not supported")
 }
+
+// onlyReader hides a body's length, so the client sends it chunked.
+type onlyReader struct{ io.Reader }
+
+// A chunked upload (cubemastercli streams layout directories so) learns
+// it is too large only half-way; it still gets 413, not 500.
+func TestImportArchiveChunkedTooLarge(t *testing.T) {
+	imp := &fakeImporter{fakeBackend: newFake(), max: 64 << 10}
+	e := importEnv(t, imp)
+	req, _ := http.NewRequest("POST", e.srv.URL+ImportsPath, onlyReader{strings.NewReader(strings.Repeat("x", 80<<10))})
+	req.Header.Set("X-API-Key", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "--max-image-bytes") {
+		t.Fatalf("chunked upload over the limit: %d %s, want 413 naming --max-image-bytes", resp.StatusCode, body)
+	}
+}

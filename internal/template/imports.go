@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"cube/internal/cube"
@@ -109,15 +110,32 @@ func (b *Builder) ImportArchive(ctx context.Context, kind string, body io.Reader
 		return "", err
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	// Uploads nobody has built from yet stay on disk (for up to an hour),
+	// so all of them together get at most two images' worth.
 	max := b.MaxImportBytes()
-	n, err := io.Copy(tmp, io.LimitReader(body, max+1))
+	limit := min(max, 2*max-b.uploadBytes())
+	full := cube.Errorf(cube.Capacity, "uploaded archives no build has used yet fill the upload space (%s): build from them, remove them from %s, or retry once they expire after an hour",
+		oci.HumanBytes(2*max), b.importDir).WithRetryAfter(time.Minute)
+	if limit <= 0 {
+		return "", full
+	}
+	n, err := io.Copy(tmp, io.LimitReader(body, limit+1))
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case cube.KindOf(err) != 0:
 		return "", fmt.Errorf("receiving the archive: %w", err)
+	case errors.Is(err, syscall.ENOSPC):
+		return "", cube.Errorf(cube.DiskFull, "receiving the archive: the disk of %s is full: free space or delete templates and snapshots", b.importDir)
+	default:
+		return "", cube.Errorf(cube.Invalid, "receiving the archive: %v: the upload was cut off; send it again", err)
 	}
-	if n > max {
+	if n > limit {
+		if limit < max {
+			return "", full
+		}
 		return "", cube.Errorf(cube.TooLarge, "the archive is larger than %s, the most an image may unpack to: raise it with cube-server --max-image-bytes", oci.HumanBytes(max))
 	}
 	if n == 0 {
@@ -129,6 +147,26 @@ func (b *Builder) ImportArchive(ctx context.Context, kind string, body io.Reader
 	}
 	b.log.Info("image archive uploaded", "path", final, "bytes", n)
 	return kind + ":" + final, nil
+}
+
+// uploadBytes is what the uploads in the import directory hold, partial
+// ones included.
+func (b *Builder) uploadBytes() int64 {
+	ents, err := os.ReadDir(b.importDir)
+	if err != nil {
+		return 0
+	}
+	var sum int64
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, uploadPrefix) && !strings.HasPrefix(name, ".tmp-"+uploadPrefix) {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			sum += info.Size()
+		}
+	}
+	return sum
 }
 
 // sweepUploads removes uploads (and partial ones) older than age; 0

@@ -120,6 +120,34 @@ func TestImportArchiveTooLarge(t *testing.T) {
 	}
 }
 
+// Uploads no build has used yet hold at most two images' worth of disk;
+// an upload cut off half-way is the client's to send again and leaves
+// nothing behind.
+func TestUnusedUploadsAreBounded(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Limits.MaxBytes = 1 << 10 })
+	for i := 0; i < 2; i++ {
+		if _, err := f.b.ImportArchive(context.Background(), "oci-archive", io.LimitReader(zeros{}, 1<<10)); err != nil {
+			t.Fatalf("upload %d: %v", i, err)
+		}
+	}
+	_, err := f.b.ImportArchive(context.Background(), "oci-archive", io.LimitReader(zeros{}, 16))
+	if cube.KindOf(err) != cube.Capacity || !strings.Contains(err.Error(), "build from them") {
+		t.Fatalf("third upload while two wait: %v, want Capacity", err)
+	}
+	f.b.sweepUploads(0)
+	_, err = f.b.ImportArchive(context.Background(), "oci-archive", io.MultiReader(io.LimitReader(zeros{}, 100), failing{}))
+	if cube.KindOf(err) != cube.Invalid || !strings.Contains(err.Error(), "send it again") {
+		t.Fatalf("cut-off upload: %v, want Invalid", err)
+	}
+	if ents, _ := os.ReadDir(f.b.importDir); len(ents) != 0 {
+		t.Errorf("import directory holds %v after a cut-off upload", ents)
+	}
+}
+
+type failing struct{}
+
+func (failing) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
