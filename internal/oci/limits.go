@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -93,7 +94,8 @@ func HumanBytes(n int64) string {
 // budget tracks an unpack's use of its Limits.
 type budget struct {
 	lim  Limits
-	used int64
+	used int64 // charged by take: headers and member sizes
+	read int64 // read by meter: every uncompressed byte of the layers
 }
 
 // headerBytes is what every tar member costs at least: its header block.
@@ -117,7 +119,31 @@ func (b *budget) take(rel string, h *tar.Header) error {
 }
 
 // remaining is what may still be read of uncompressed data.
-func (b *budget) remaining() int64 { return max(b.lim.MaxBytes-b.used, 0) }
+func (b *budget) remaining() int64 { return max(b.lim.MaxBytes-max(b.used, b.read), 0) }
+
+// meter counts the uncompressed bytes of layers as they are read, and
+// stops a little past the image limit. take charges each member before it
+// is written and names the file that crossed the limit; this catches what
+// no member's size covers: PAX records and long names (up to 1 MiB a
+// header), which compress as well as zeros. The slack of one such header
+// lets take speak first wherever it can.
+type meter struct {
+	r io.Reader
+	b *budget
+}
+
+// meterSlack is one maximal extended header (archive/tar reads up to 1 MiB
+// of PAX records or long names) and its blocks.
+const meterSlack = 1<<20 + 2*headerBytes
+
+func (m *meter) Read(p []byte) (int, error) {
+	n, err := m.r.Read(p)
+	m.b.read += int64(n)
+	if m.b.read > m.b.lim.MaxBytes+meterSlack {
+		return n, &LimitError{Limit: LimitImage, Max: m.b.lim.MaxBytes}
+	}
+	return n, err
+}
 
 // carriesData reports whether archive/tar reads a data section for a member
 // of this type; links, directories and device nodes have none whatever

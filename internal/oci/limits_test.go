@@ -116,6 +116,25 @@ func TestTrailingDataCountsAgainstImageLimit(t *testing.T) {
 	wantLimit(t, err, roots, LimitImage, "")
 }
 
+// Extended headers carry no member size, but reading them costs like any
+// data: a layer of empty files with large PAX records is stopped too.
+func TestExtendedHeadersCountAgainstImageLimit(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := range 20 {
+		h := &tar.Header{Name: fmt.Sprintf("f%02d", i), Typeflag: tar.TypeReg, Mode: 0o644, Format: tar.FormatPAX,
+			PAXRecords: map[string]string{"comment": strings.Repeat("x", 200<<10)}}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	img := imageOf(t, []v1.Layer{gzipLayer(t, buf.Bytes())}, v1.Config{})
+	roots := rootsDir(t)
+	_, err := UnpackLimited(context.Background(), img, roots, Limits{MaxBytes: 64 << 10}, nil)
+	wantLimit(t, err, roots, LimitImage, "")
+}
+
 // Raw tar building, for the sparse encodings archive/tar cannot write.
 
 func octal(b []byte, v int64) { copy(b, fmt.Sprintf("%0*o\x00", len(b)-1, v)) }

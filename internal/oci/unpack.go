@@ -196,8 +196,9 @@ func (u *unpacker) applyLayer(l v1.Layer, diffID v1.Hash, pr *progressReader) er
 }
 
 // applyTar applies one layer's uncompressed tar stream.
-func (u *unpacker) applyTar(r io.Reader) error {
+func (u *unpacker) applyTar(layer io.Reader) error {
 	u.written, u.parents = map[string]bool{}, map[string]bool{}
+	r := &meter{r: layer, b: u.budget}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
