@@ -126,6 +126,12 @@ func (s *slotFilter) answer(q []byte, network string) []byte {
 	if err != nil {
 		return reply(h, nil, dnsmessage.RCodeFormatError)
 	}
+	// The query goes upstream as sent, so it must hold nothing but the
+	// name judged here: a second question, or answer and authority
+	// records, would carry names no rule looked at.
+	if !onlyQuestion(&p) {
+		return reply(h, &question, dnsmessage.RCodeFormatError)
+	}
 	r := s.rules.Load()
 	name := strings.TrimSuffix(strings.ToLower(question.Name.String()), ".")
 	if v := r.nameVerdict(name); v == denied || v == undecided && r.denyAll() {
@@ -138,6 +144,22 @@ func (s *slotFilter) answer(q []byte, network string) []byte {
 		return reply(h, &question, dnsmessage.RCodeServerFailure)
 	}
 	return resp
+}
+
+// onlyQuestion reports whether the rest of a query, after its first
+// question, has no other question and no answer or authority records (the
+// additional section may carry EDNS options).
+func onlyQuestion(p *dnsmessage.Parser) bool {
+	if _, err := p.Question(); err != dnsmessage.ErrSectionDone {
+		return false
+	}
+	if _, err := p.AnswerHeader(); err != dnsmessage.ErrSectionDone {
+		return false
+	}
+	if _, err := p.AuthorityHeader(); err != dnsmessage.ErrSectionDone {
+		return false
+	}
+	return true
 }
 
 // reply builds an answer without records.

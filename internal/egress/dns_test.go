@@ -1,7 +1,13 @@
 package egress
 
 import (
+	"log/slog"
+	"net"
+	"net/netip"
 	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 // A DNS query is data leaving the sandbox: a name such as
@@ -63,5 +69,72 @@ func TestDeniedNamesNeverLeaveByDNS(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A query is forwarded as it was sent, so one whose first question is
+// allowed must not carry a second, unjudged name along.
+func TestQueryWithMoreThanTheJudgedNameIsRefused(t *testing.T) {
+	upstream, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upstream.Close()
+	got := make(chan []byte, 4)
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := upstream.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			got <- append([]byte(nil), buf[:n]...)
+			var p dnsmessage.Parser
+			if h, err := p.Start(buf[:n]); err == nil {
+				upstream.WriteTo(reply(h, nil, dnsmessage.RCodeNameError), from)
+			}
+		}
+	}()
+	r, err := compile(Policy{AllowOut: []string{"good.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &slotFilter{f: &Filter{cfg: Config{Resolver: netip.MustParseAddrPort(upstream.LocalAddr().String())}}, log: slog.New(slog.DiscardHandler)}
+	s.rules.Store(r)
+	query := func(names ...string) []byte {
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7, RecursionDesired: true})
+		b.StartQuestions()
+		for _, n := range names {
+			b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(n), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+		}
+		m, err := b.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	rcode := func(resp []byte) dnsmessage.RCode {
+		var p dnsmessage.Parser
+		h, err := p.Start(resp)
+		if err != nil {
+			t.Fatalf("answer: %v", err)
+		}
+		return h.RCode
+	}
+
+	// The control: the allowed name alone is asked upstream.
+	s.answer(query("good.example."), "udp")
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the allowed name never reached the resolver: the recorder is broken")
+	}
+	if rc := rcode(s.answer(query("good.example.", "secret.leak.example."), "udp")); rc != dnsmessage.RCodeFormatError {
+		t.Errorf("two questions answered %v, want a format error", rc)
+	}
+	select {
+	case q := <-got:
+		t.Errorf("a query with an unjudged second name reached the resolver (%d bytes)", len(q))
+	case <-time.After(300 * time.Millisecond):
 	}
 }
