@@ -24,16 +24,31 @@ func (n *Node) checkAlive(ctx context.Context) {
 	}
 	n.mu.Lock()
 	var dead []*instance
+	var keep []consoleKeeper
 	for _, inst := range n.sandboxes {
-		if inst.box != nil && !slices.Contains(ids, inst.box.sb.ID()) {
+		if inst.box == nil {
+			continue
+		}
+		if !slices.Contains(ids, inst.box.sb.ID()) {
 			dead = append(dead, inst)
+		} else if k, ok := inst.box.sb.(consoleKeeper); ok {
+			keep = append(keep, k)
 		}
 	}
 	n.mu.Unlock()
 	for _, inst := range dead {
 		n.removeDead(context.WithoutCancel(ctx), inst)
 	}
+	for _, k := range keep {
+		if err := k.KeepConsole(); err != nil {
+			n.log.Warn("check sandboxes alive: console keeper", "err", err)
+		}
+	}
 }
+
+// consoleKeeper is a sandbox whose console needs a process of its own to
+// drain it (gVisor's keeper); a keeper that died is replaced here.
+type consoleKeeper interface{ KeepConsole() error }
 
 // removeDead destroys a sandbox whose container is gone, if it still is.
 func (n *Node) removeDead(ctx context.Context, inst *instance) {

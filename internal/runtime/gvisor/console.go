@@ -298,3 +298,9 @@ func readTail(path string, n int64) ([]byte, error) {
 	}
 	return buf[:k], nil
 }
+
+// KeepConsole starts a new keeper for the sandbox's console if its keeper
+// has died (killed by hand, by the host for memory, or with the server's
+// cgroup on a restart): without one, the sandbox's console writes block
+// once the FIFO is full. The node calls it periodically.
+func (s *sandbox) KeepConsole() error { return adoptConsole(filepath.Join(s.r.cfg.Bundles, s.id)) }

@@ -123,6 +123,21 @@ func TestConsoleKeeperIsReplacedOnAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitConsole(t, again, "written while no keeper ran\nflood end\n")
+
+	// A keeper that dies while the server runs is replaced too.
+	pidText, _ = os.ReadFile(filepath.Join(bundle, consoleLock))
+	pid, _ = strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitKeeper(bundle)
+	if out, err := a.Exec(c, runtime.AgentMount+"/holder", "flood", "/proc/1/fd/1", "0", "written after the keeper died"); err != nil {
+		t.Fatalf("console write without a keeper: %v %s", err, out)
+	}
+	if err := again.(interface{ KeepConsole() error }).KeepConsole(); err != nil {
+		t.Fatal(err)
+	}
+	waitConsole(t, again, "written after the keeper died\nflood end\n")
 	// Attaching again while that keeper runs starts no second one.
 	if done, err := startKeeper(bundle); done != nil || err != nil {
 		t.Fatalf("a second keeper started beside the first: %v", err)
