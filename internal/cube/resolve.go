@@ -26,8 +26,12 @@ type Target struct {
 	// Resume is to be called once the request is authorised.
 	Paused bool
 	// TrafficAccessToken, when non-empty, must arrive in the
-	// e2b-traffic-access-token header.
+	// e2b-traffic-access-token header, on every port but envd's.
 	TrafficAccessToken string
+	// EnvdAccessToken is the sandbox's access token, which envd checks
+	// itself on its port; set when Paused, so the proxy can let a request
+	// to envd that carries it wake the sandbox.
+	EnvdAccessToken string
 	// MaskRequestHost, when non-empty, replaces the Host header sent to the
 	// sandbox; "${PORT}" in it is replaced by the port.
 	MaskRequestHost string

@@ -43,7 +43,7 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Ta
 	}
 	switch {
 	case rec.State == store.Paused && rec.AutoResume:
-		return cube.Target{Paused: true, TrafficAccessToken: rec.TrafficToken}, nil
+		return cube.Target{Paused: true, TrafficAccessToken: rec.TrafficToken, EnvdAccessToken: rec.EnvdToken}, nil
 	case rec.State != store.Running:
 		return cube.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
 	}

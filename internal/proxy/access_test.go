@@ -78,7 +78,7 @@ func TestAPIKeysNeverReachSandbox(t *testing.T) {
 // pausable is a resolver with one sandbox that starts paused and may be
 // resumed by traffic.
 type pausable struct {
-	addr, token string
+	addr, token, envdToken string
 
 	mu      sync.Mutex
 	paused  bool
@@ -92,7 +92,7 @@ func (p *pausable) Resolve(ctx context.Context, id string, port int) (Target, er
 		return Target{}, cube.Errorf(cube.NotFound, "sandbox %q not found", id)
 	}
 	if p.paused {
-		return Target{Paused: true, TrafficAccessToken: p.token}, nil
+		return Target{Paused: true, TrafficAccessToken: p.token, EnvdAccessToken: p.envdToken}, nil
 	}
 	return Target{Addr: p.addr, TrafficAccessToken: p.token}, nil
 }
@@ -136,6 +136,49 @@ func TestPausedSandboxResumesOnlyWithToken(t *testing.T) {
 	}
 	if paused, resumes := sb.state(); paused || resumes != 1 {
 		t.Errorf("after the authorised request: paused=%v, %d resumes; want resumed once", paused, resumes)
+	}
+}
+
+// envd guards its own port with the sandbox's access token, and the SDKs
+// send no traffic token there: a private sandbox's commands and files work
+// with the access token alone, while its other ports still want the
+// traffic token, and a paused one is woken through envd's port only by a
+// request that carries one of the two.
+func TestPrivateSandboxEnvdPortTakesTheAccessToken(t *testing.T) {
+	up := headerEcho(t)
+	sb := &pausable{addr: hostPort(t, up.URL), token: "traffic", envdToken: "access", paused: true}
+	px := newProxy(t, sb, "")
+	get := func(port int, hdr ...string) (*http.Response, string) {
+		req, _ := http.NewRequest("GET", px.URL+"/", nil)
+		req.Header.Set(HeaderSandboxID, "sb1")
+		req.Header.Set(HeaderSandboxPort, strconv.Itoa(port))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		return send(t, req)
+	}
+	for _, hdr := range [][]string{nil, {"X-Access-Token", "wrong"}, {HeaderTrafficToken, "wrong"}} {
+		res, body := get(49983, hdr...)
+		wantProxyError(t, res, body, http.StatusForbidden, "sb1", "access token")
+		if paused, resumes := sb.state(); !paused || resumes != 0 {
+			t.Fatalf("envd request with %v woke the paused sandbox", hdr)
+		}
+	}
+	if res, body := get(49983, "X-Access-Token", "access"); res.StatusCode != 200 {
+		t.Fatalf("envd request with the access token: %d %s", res.StatusCode, body)
+	}
+	if paused, resumes := sb.state(); paused || resumes != 1 {
+		t.Fatalf("paused=%v, %d resumes; want resumed once", paused, resumes)
+	}
+	// Running: envd's port passes without the traffic token (envd checks
+	// the access token itself); a user port does not.
+	if res, body := get(49983); res.StatusCode != 200 {
+		t.Fatalf("envd port of a running private sandbox without the traffic token: %d %s", res.StatusCode, body)
+	}
+	res, body := get(8080)
+	wantProxyError(t, res, body, http.StatusForbidden, "sb1", "e2b-traffic-access-token")
+	if res, body := get(8080, HeaderTrafficToken, "traffic"); res.StatusCode != 200 {
+		t.Fatalf("user port with the traffic token: %d %s", res.StatusCode, body)
 	}
 }
 

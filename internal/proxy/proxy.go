@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/ratelimit"
 )
@@ -260,13 +261,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
 		return
 	}
-	if target.TrafficAccessToken != "" {
-		got := r.Header.Get(HeaderTrafficToken)
-		if subtle.ConstantTimeCompare([]byte(got), []byte(target.TrafficAccessToken)) != 1 {
-			msg := "missing or wrong " + strings.ToLower(HeaderTrafficToken) + " header"
-			WriteError(w, http.StatusForbidden, rt.SandboxID, msg)
-			return
+	if !authorised(r, rt, target) {
+		msg := "missing or wrong " + strings.ToLower(HeaderTrafficToken) + " header"
+		if rt.Port == protocol.EnvdPort {
+			msg = "a paused private sandbox is woken on this port only by a request with its access token (" + protocol.HeaderAccessToken + ") or its " + strings.ToLower(HeaderTrafficToken)
 		}
+		WriteError(w, http.StatusForbidden, rt.SandboxID, msg)
+		return
 	}
 	// Only an authorised request may wake a paused sandbox.
 	if target.Paused {
@@ -399,3 +400,25 @@ func WriteError(w http.ResponseWriter, status int, sandboxID, msg string) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(ErrorBody{SandboxID: sandboxID, Message: msg, Code: status})
 }
+
+// authorised reports whether r may reach target. A private sandbox
+// (one with a traffic token) takes traffic on its user ports only with that
+// token. envd's port is guarded by envd itself, with the sandbox's access
+// token, which is what the SDKs send there (they send no traffic token to
+// envd); while the sandbox is paused nothing answers for envd, so a
+// request that is to wake it must carry either token.
+func authorised(r *http.Request, rt Route, target Target) bool {
+	if target.TrafficAccessToken == "" {
+		return true
+	}
+	traffic := equal(r.Header.Get(HeaderTrafficToken), target.TrafficAccessToken)
+	if rt.Port != protocol.EnvdPort {
+		return traffic
+	}
+	if !target.Paused || traffic {
+		return true
+	}
+	return target.EnvdAccessToken == "" || equal(r.Header.Get(protocol.HeaderAccessToken), target.EnvdAccessToken)
+}
+
+func equal(got, want string) bool { return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 }
