@@ -33,6 +33,10 @@ func TestStartStreamsStartDataEnd(t *testing.T) {
 			if r.end.GetExitCode() != 3 || !r.end.GetExited() || r.end.GetStatus() != "exit status 3" {
 				t.Fatalf("end = %v", r.end)
 			}
+			// The error text is what the SDKs show as CommandExitError's message.
+			if r.end.Error == nil || r.end.GetError() != "exit status 3" {
+				t.Fatalf("end error = %q, want exit status 3", r.end.GetError())
+			}
 		})
 	}
 }
@@ -104,7 +108,7 @@ func TestStdinAndCloseStdin(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := collect(stream)
-	if r.stdout != "hello world\n" || r.end.GetExitCode() != 0 {
+	if r.stdout != "hello world\n" || r.end.GetExitCode() != 0 || r.end.Error != nil {
 		t.Fatalf("stdout %q end %v err %v", r.stdout, r.end, r.err)
 	}
 }
@@ -193,7 +197,7 @@ func TestSignals(t *testing.T) {
 		}
 		r := collect(stream)
 		stream.Close()
-		if r.end == nil || r.end.GetExited() || r.end.GetStatus() != tc.status || r.end.GetExitCode() != -1 {
+		if r.end == nil || r.end.GetExited() || r.end.GetStatus() != tc.status || r.end.GetExitCode() != -1 || r.end.GetError() != tc.status {
 			t.Fatalf("%v: end %v err %v", tc.sig, r.end, r.err)
 		}
 	}

@@ -200,15 +200,23 @@ func (p *proc) wait(outputs []*output, onEnd func()) {
 	onEnd()
 }
 
+// endEvent describes how a process ended. A process that did not exit
+// with 0 also carries the status as its error, as E2B's agent sends it:
+// the SDKs make that the message of the CommandExitError they raise.
 func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
+	var end *pb.ProcessEvent_EndEvent
 	switch {
 	case ws.Exited():
-		return &pb.ProcessEvent_EndEvent{ExitCode: int32(ws.ExitStatus()), Exited: true, Status: fmt.Sprintf("exit status %d", ws.ExitStatus())}
+		end = &pb.ProcessEvent_EndEvent{ExitCode: int32(ws.ExitStatus()), Exited: true, Status: fmt.Sprintf("exit status %d", ws.ExitStatus())}
 	case ws.Signaled():
-		return &pb.ProcessEvent_EndEvent{ExitCode: -1, Exited: false, Status: "signal: " + ws.Signal().String()}
+		end = &pb.ProcessEvent_EndEvent{ExitCode: -1, Exited: false, Status: "signal: " + ws.Signal().String()}
 	default:
-		return &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: fmt.Sprintf("unknown wait status %#x", uint32(ws))}
+		end = &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: fmt.Sprintf("unknown wait status %#x", uint32(ws))}
 	}
+	if end.ExitCode != 0 {
+		end.Error = &end.Status
+	}
+	return end
 }
 
 var errNoStdin = errors.New("the process has no open stdin (it was started without stdin, or stdin was closed)")

@@ -28,6 +28,9 @@ describe('commands.run', () => {
     assert.equal(err.exitCode, 3)
     assert.equal(err.stdout, 'partial\n')
     assert.equal(err.stderr, 'broken\n')
+    // E2B's agent sends the exit status as the error, which is the message.
+    assert.equal(err.error, 'exit status 3')
+    assert.match(err.message, /exit status 3/)
   })
 
   test('a command that does not exist exits 127', async () => {
