@@ -143,12 +143,9 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequ
 	if err != nil {
 		return nil, err
 	}
-	err = u.Do(func() error {
-		if _, err := os.Lstat(path); err != nil {
-			return err
-		}
-		return os.RemoveAll(path)
-	})
+	// A path that is not there is removed already: E2B's agent answers
+	// so, and SDK code removes without looking first.
+	err = u.Do(func() error { return os.RemoveAll(path) })
 	if err != nil {
 		return nil, connectError(err)
 	}
