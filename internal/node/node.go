@@ -25,8 +25,8 @@ import (
 
 	"cube/internal/egress"
 	"cube/internal/envd/protocol"
+	"cube/internal/envdclient"
 	"cube/internal/netslot"
-	"cube/internal/node/envdclient"
 	"cube/internal/runtime"
 	"cube/internal/store"
 )

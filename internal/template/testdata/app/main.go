@@ -18,7 +18,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "app:", err)
 		os.Exit(1)
 	}
-	http.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	// Any answer is 200: the probe only needs one.
+	http.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ready") })
 	if err := http.ListenAndServe(":8080", nil); err != nil {
 		fmt.Fprintln(os.Stderr, "app:", err)
 		os.Exit(1)
