@@ -25,9 +25,10 @@ bin/cube-envd: FORCE
 	CGO_ENABLED=0 $(GO) build -o $@ ./cmd/cube-envd
 
 # runsc is large and slow to compile; it is rebuilt only when go.mod
-# (which pins its pseudo-version) changes.
-bin/runsc: go.mod go.sum
-	CGO_ENABLED=0 $(GO) build -o $@ gvisor.dev/gvisor/runsc
+# (which pins its pseudo-version) or its build changes. Its seccomp programs
+# are precompiled into it (scripts/build-runsc.sh, tools/seccompgen).
+bin/runsc: go.mod go.sum scripts/build-runsc.sh tools/seccompgen/main.go
+	GO=$(GO) ./scripts/build-runsc.sh $@
 
 FORCE:
 
