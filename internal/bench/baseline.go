@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -60,6 +62,13 @@ type BaselineReport struct {
 	TotalTimeS float64  `json:"total_time_s"`
 	// Density is the idle-container memory measurement (with Idle > 0).
 	Density *DensityPoint `json:"density,omitempty"`
+	// CPU is each operation's CPU time (ms) of the runsc CLI process and
+	// the children it waited for, from wait4's rusage. The sandbox a run
+	// or restore leaves behind is not one of those, so the work a
+	// checkpoint or restore does inside the sandbox is not counted:
+	// this is the command line's own cost. Absent in older files.
+	CPU    map[string]Stats     `json:"cpu_ms,omitempty"`
+	RawCPU map[string][]float64 `json:"raw_cpu_ms,omitempty"`
 }
 
 func (c BaselineConfig) validate() error {
@@ -113,11 +122,12 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig, p RoundProgress) (rep 
 	}()
 
 	for i := 0; i < cfg.Warmup; i++ {
-		if _, _, err := r.iteration(ctx, fmt.Sprintf("w%d", i)); err != nil {
+		if _, _, _, err := r.iteration(ctx, fmt.Sprintf("w%d", i)); err != nil {
 			return nil, fmt.Errorf("warm-up %d: %w", i+1, err)
 		}
 	}
-	rep = &BaselineReport{Config: cfg, Ops: map[string]Stats{}, Raw: map[string][]float64{}}
+	rep = &BaselineReport{Config: cfg, Ops: map[string]Stats{}, Raw: map[string][]float64{},
+		CPU: map[string]Stats{}, RawCPU: map[string][]float64{}}
 	var mu sync.Mutex
 	var images []float64
 	done := 0
@@ -129,7 +139,7 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig, p RoundProgress) (rep 
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				t, img, err := r.iteration(ctx, fmt.Sprintf("m%d", i))
+				t, cpu, img, err := r.iteration(ctx, fmt.Sprintf("m%d", i))
 				mu.Lock()
 				done++
 				if err != nil {
@@ -140,6 +150,9 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig, p RoundProgress) (rep 
 				} else {
 					for op, v := range t {
 						rep.Raw[op] = append(rep.Raw[op], v)
+					}
+					for op, v := range cpu {
+						rep.RawCPU[op] = append(rep.RawCPU[op], v)
 					}
 					images = append(images, img)
 				}
@@ -162,6 +175,9 @@ dispatch:
 	rep.TotalTimeS = time.Since(start).Seconds()
 	for op, xs := range rep.Raw {
 		rep.Ops[op] = Summarize(xs)
+	}
+	for op, xs := range rep.RawCPU {
+		rep.CPU[op] = Summarize(xs)
 	}
 	if len(images) > 0 {
 		var s float64
@@ -202,7 +218,7 @@ func (r *runscDriver) density(ctx context.Context, n int) (*DensityPoint, error)
 	_, _, err = batch(ctx, n, 4, func(ctx context.Context, i int) error {
 		id := fmt.Sprintf("cb-idle-%s-%d", strconv.FormatInt(time.Now().UnixNano()%1e9, 36), i)
 		ids[i] = id
-		_, err := r.run(ctx, id)
+		_, _, err := r.run(ctx, id)
 		return err
 	})
 	if err != nil {
@@ -237,12 +253,26 @@ func WriteBaselineText(w io.Writer, rep *BaselineReport) {
 		}
 	}
 	writeStatsTable(w, rows...)
+	writeBaselineCPU(w, rep)
 	if d := rep.Density; d != nil {
 		fmt.Fprintf(w, "idle containers: %d  host memory per container %.1f MB (MemAvailable)  runsc PSS per container %.1f MB\n",
 			d.Sandboxes, d.PerSandboxMB, d.PerSandboxPSSMB)
 	}
 	for _, e := range rep.Errors {
 		fmt.Fprintln(w, "error: "+e)
+	}
+}
+
+// writeBaselineCPU prints the runsc CLI's CPU per operation, when measured.
+func writeBaselineCPU(w io.Writer, rep *BaselineReport) {
+	var parts []string
+	for _, op := range BaselineOps {
+		if s, ok := rep.CPU[op]; ok && s.Count > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", op, s.Avg))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "runsc CLI CPU per op (ms, avg; the sandbox's own work not included): %s\n", strings.Join(parts, "  "))
 	}
 }
 
@@ -261,6 +291,30 @@ type runscDriver struct {
 func (r *runscDriver) runsc(ctx context.Context, spec *runtime.Spec, args ...string) error {
 	_, err := r.rs.Run(ctx, spec, args...)
 	return err
+}
+
+// runscCPU runs one runsc command like runsc, and returns the CPU time
+// (ms) the command and the children it waited for used.
+func (r *runscDriver) runscCPU(ctx context.Context, spec *runtime.Spec, args ...string) (float64, error) {
+	cmd := r.rs.Command(ctx, spec, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("runsc %s: %w: %s", args[0], err, gvisor.Reason(stderr.String()))
+	}
+	return cmdCPU(cmd), nil
+}
+
+// cmdCPU is a finished command's user+system time in ms, from wait4.
+func cmdCPU(cmd *exec.Cmd) float64 {
+	if cmd.ProcessState == nil {
+		return 0
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 0
+	}
+	return ms(time.Duration(ru.Utime.Nano() + ru.Stime.Nano()))
 }
 
 // spec is container id's: the workload on the rootfs, with no network and
@@ -289,9 +343,9 @@ func (r *runscDriver) remember(id string) {
 }
 
 // iteration runs one container through every operation and returns each
-// operation's time in ms and the checkpoint image size in MB.
-func (r *runscDriver) iteration(ctx context.Context, tag string) (map[string]float64, float64, error) {
-	t := map[string]float64{}
+// operation's time and CPU time in ms and the checkpoint image size in MB.
+func (r *runscDriver) iteration(ctx context.Context, tag string) (t, cpu map[string]float64, size float64, err error) {
+	t, cpu = map[string]float64{}, map[string]float64{}
 	// runsc resolves container IDs by prefix, so neither ID may be a
 	// prefix of the other.
 	base := "cb-" + tag + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
@@ -304,62 +358,72 @@ func (r *runscDriver) iteration(ctx context.Context, tag string) (map[string]flo
 		os.RemoveAll(filepath.Join(r.work, "images", id))
 	}()
 
-	d, err := r.run(ctx, id)
-	if err != nil {
-		return nil, 0, err
+	if t["run"], cpu["run"], err = r.run(ctx, id); err != nil {
+		return nil, nil, 0, err
 	}
-	t["run"] = d
 
 	img := filepath.Join(r.work, "images", id)
 	if err := os.MkdirAll(img, 0o700); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	spec, spec2 := r.spec(id), r.spec(id2)
-	if t["checkpoint"], err = timed(func() error {
-		return r.runsc(ctx, &spec, "checkpoint", "--image-path", img, "--compression=none", "--leave-running", id)
+	if t["checkpoint"], err = r.timedCPU(cpu, "checkpoint", func() (float64, error) {
+		return r.runscCPU(ctx, &spec, "checkpoint", "--image-path", img, "--compression=none", "--leave-running", id)
 	}); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	size := float64(dirBytes(img)) / (1 << 20)
+	size = float64(dirBytes(img)) / (1 << 20)
 
 	b2, err := r.bundle(id2)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	r.remember(id2)
-	if t["restore"], err = timed(func() error {
+	if t["restore"], err = r.timedCPU(cpu, "restore", func() (float64, error) {
 		return r.detached(ctx, &spec2, "restore", "--detach", "--image-path", img, "--bundle", b2, id2)
 	}); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	if t["pause"], err = timed(func() error { return r.runsc(ctx, nil, "pause", id2) }); err != nil {
-		return nil, 0, err
+	if t["pause"], err = r.timedCPU(cpu, "pause", func() (float64, error) { return r.runscCPU(ctx, nil, "pause", id2) }); err != nil {
+		return nil, nil, 0, err
 	}
-	if t["resume"], err = timed(func() error { return r.runsc(ctx, nil, "resume", id2) }); err != nil {
-		return nil, 0, err
+	if t["resume"], err = r.timedCPU(cpu, "resume", func() (float64, error) { return r.runscCPU(ctx, nil, "resume", id2) }); err != nil {
+		return nil, nil, 0, err
 	}
-	if t["delete"], err = timed(func() error { return r.runsc(ctx, nil, "delete", "--force", id) }); err != nil {
-		return nil, 0, err
+	if t["delete"], err = r.timedCPU(cpu, "delete", func() (float64, error) { return r.runscCPU(ctx, nil, "delete", "--force", id) }); err != nil {
+		return nil, nil, 0, err
 	}
-	return t, size, nil
+	return t, cpu, size, nil
+}
+
+// timedCPU times f, and records the CPU time it returns as cpu[op].
+func (r *runscDriver) timedCPU(cpu map[string]float64, op string, f func() (float64, error)) (float64, error) {
+	var c float64
+	d, err := timed(func() error {
+		var err error
+		c, err = f()
+		return err
+	})
+	cpu[op] = c
+	return d, err
 }
 
 // run starts the container and returns the time until its workload
-// printed "ready".
-func (r *runscDriver) run(ctx context.Context, id string) (float64, error) {
+// printed "ready" and the CPU time of the runsc run process.
+func (r *runscDriver) run(ctx context.Context, id string) (float64, float64, error) {
 	b, err := r.bundle(id)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer pr.Close()
 	logf, err := os.Create(filepath.Join(b, "runsc.log"))
 	if err != nil {
 		pw.Close()
-		return 0, err
+		return 0, 0, err
 	}
 	defer logf.Close()
 	r.remember(id)
@@ -374,22 +438,22 @@ func (r *runscDriver) run(ctx context.Context, id string) (float64, error) {
 	pw.Close()
 	if err != nil {
 		msg, _ := os.ReadFile(logf.Name())
-		return 0, fmt.Errorf("runsc run: %w: %s", err, gvisor.Reason(string(msg)))
+		return 0, 0, fmt.Errorf("runsc run: %w: %s", err, gvisor.Reason(string(msg)))
 	}
 	pr.SetReadDeadline(time.Now().Add(2 * time.Minute))
 	line, err := bufio.NewReader(pr).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
-		return 0, fmt.Errorf("workload in %s did not answer: %q %v", id, line, err)
+		return 0, 0, fmt.Errorf("workload in %s did not answer: %q %v", id, line, err)
 	}
-	return ms(time.Since(start)), nil
+	return ms(time.Since(start)), cmdCPU(cmd), nil
 }
 
 // detached runs a runsc command that leaves a sandbox behind, with its
 // output in a file for the same reason as in run.
-func (r *runscDriver) detached(ctx context.Context, spec *runtime.Spec, args ...string) error {
+func (r *runscDriver) detached(ctx context.Context, spec *runtime.Spec, args ...string) (float64, error) {
 	f, err := os.CreateTemp(r.work, "runsc-*.log")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
@@ -397,9 +461,9 @@ func (r *runscDriver) detached(ctx context.Context, spec *runtime.Spec, args ...
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Run(); err != nil {
 		msg, _ := os.ReadFile(f.Name())
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, gvisor.Reason(string(msg)))
+		return 0, fmt.Errorf("runsc %s: %w: %s", args[0], err, gvisor.Reason(string(msg)))
 	}
-	return nil
+	return cmdCPU(cmd), nil
 }
 
 func timed(f func() error) (float64, error) {

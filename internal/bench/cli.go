@@ -255,6 +255,7 @@ func opCommand(o *common, name, short string, kind opKind) *cobra.Command {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			WriteOpTable(o.stdout, rep.Rows, !noHeader)
+			WriteTelemetry(o.stdout, rep.Telemetry)
 			return o.writeJSON(rep)
 		},
 	}

@@ -18,7 +18,14 @@ import (
 // what a status means for the run.
 type Client struct {
 	api *client.Client
+	// base is the server's URL, for GET /metrics.
+	base string
+	// settle is how long a measured window waits for the host to go quiet.
+	settle settlePolicy
 }
+
+// newMeter returns an unopened measured window on c's server.
+func (c *Client) newMeter() *meter { return &meter{c: c} }
 
 // NewClient returns a client for baseURL sized for concurrency parallel
 // requests: with net/http's default of two idle connections per host,
@@ -41,7 +48,7 @@ func NewClient(baseURL, apiKey string, concurrency int) (*Client, error) {
 	}
 	api := client.New(baseURL, apiKey)
 	api.HTTP = &http.Client{Transport: tr, Timeout: 10 * time.Minute}
-	return &Client{api: api}, nil
+	return &Client{api: api, base: baseURL, settle: defaultSettle}, nil
 }
 
 // callError is a failed call as a benchmark reports it: a bare "404" after

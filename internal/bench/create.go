@@ -80,6 +80,9 @@ type CreateReport struct {
 	Raw     []Sample     `json:"raw"`
 	// Kept lists the sandboxes left running in create-only mode.
 	Kept []string `json:"kept,omitempty"`
+	// Telemetry covers the measured iterations; an operation is one
+	// iteration (a create and, in create-delete mode, its delete).
+	Telemetry
 }
 
 // Progress is told after each measured iteration, one call at a time.
@@ -112,6 +115,8 @@ func RunCreate(ctx context.Context, c *Client, cfg CreateConfig, progress Progre
 	var mu sync.Mutex
 	done, failed := 0, 0
 	var wg sync.WaitGroup
+	m := c.newMeter()
+	m.start()
 	start := time.Now()
 	for w := 0; w < cfg.Concurrency; w++ {
 		wg.Add(1)
@@ -148,7 +153,7 @@ dispatch:
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	rep := &CreateReport{Config: cfg, Raw: samples[:dispatched]}
+	rep := &CreateReport{Config: cfg, Raw: samples[:dispatched], Telemetry: m.stop(dispatched)}
 	rep.Summary = summarize(rep.Raw, cfg, elapsed)
 	rep.Summary.Partial = dispatched < cfg.Total
 	var creates, deletes []float64

@@ -69,6 +69,8 @@ func WriteCreateText(w io.Writer, rep *CreateReport) {
 	if len(rep.Kept) > 0 {
 		fmt.Fprintf(w, "\n%d sandboxes left running (create-only)\n", len(rep.Kept))
 	}
+	fmt.Fprintln(w)
+	WriteTelemetry(w, rep.Telemetry)
 }
 
 // Histogram draws xs as text: bins of equal width between min and max,

@@ -75,6 +75,19 @@ type OpReport struct {
 	Command string   `json:"command"`
 	Config  OpConfig `json:"config"`
 	Rows    []OpRow  `json:"rows"`
+	Telemetry
+}
+
+// measuredOps is the number of operations the CPU of a run is spread
+// over: the first row's operations per round times its measured rounds.
+// Where a round pairs two operations (snapshot+rollback, pause+resume,
+// snapshot and create in dirty), one operation is the pair, and the
+// deletes a round makes to clean up are part of it.
+func (r *OpReport) measuredOps() int {
+	if len(r.Rows) == 0 {
+		return 0
+	}
+	return r.Rows[0].Rounds * r.Rows[0].Count
 }
 
 // WriteOpTable prints rows under the report's columns (wall_avg wall_min

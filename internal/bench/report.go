@@ -291,6 +291,7 @@ func WriteReport(w io.Writer, o ReportOptions) error {
 	p.rollbackSection()
 	p.cloneSection()
 	p.pauseSection()
+	p.timeSection()
 	p.notes()
 	return p.err
 }

@@ -6,6 +6,7 @@ package bench
 
 import (
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -14,9 +15,10 @@ func (p *page) createSection() {
 	p.f("## 1. Create from a template (report §3.2)\n\n")
 	p.f("`POST /sandboxes` round trip (the server answers when the sandbox's agent answers), then\n")
 	p.f("`DELETE`. Raw runsc: `runsc run` of the same rootfs until a python3 workload prints, at the\n")
-	p.f("same concurrency.\n\n")
-	p.f("| c | n | success | avg | std | P50 | P90 | P95 | P99 | min | max | delete avg | throughput /s | raw runsc run avg | raw P50 | published avg |\n")
-	p.f("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p.f("same concurrency. *CPU ms/op* is the host's busy CPU per create+delete, cube-bench's own\n")
+	p.f("excluded, background work such as the warm-pool refill included (see §9).\n\n")
+	p.f("| c | n | success | avg | std | P50 | P90 | P95 | P99 | min | max | delete avg | throughput /s | CPU ms/op | raw runsc run avg | raw P50 | published avg |\n")
+	p.f("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range sortedKeys(rs.create) {
 		r := rs.create[c]
 		s := r.Create
@@ -31,9 +33,9 @@ func (p *page) createSection() {
 		if r.Delete.Count > 0 {
 			del = f1(r.Delete.Avg)
 		}
-		p.f("| %d | %d | %.1f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s |\n",
+		p.f("| %d | %d | %.1f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s | %s |\n",
 			c, r.Summary.Total, r.Summary.SuccessRate, f1(s.Avg), f1(s.Std), f1(s.P50), f1(s.P90), f1(s.P95), f1(s.P99),
-			f1(s.Min), f1(s.Max), del, r.Summary.ThroughputQPS, f1(baseOp(b, "run")), f1(bp50), pub(Published.CreateAvg, c))
+			f1(s.Min), f1(s.Max), del, r.Summary.ThroughputQPS, cpuCell(r.Telemetry), f1(baseOp(b, "run")), f1(bp50), pub(Published.CreateAvg, c))
 	}
 	p.f("\nPublished detail: c=1 min %.1f, P95 %.1f; c=20 P99 %.0f.\n", Published.CreateMin, Published.CreateP95, Published.CreateP99C20)
 	p.failure("create-")
@@ -112,18 +114,18 @@ type baseCol struct {
 }
 
 func (p *page) opTable(reports map[int]*OpReport, op string, bases []baseCol, pubWall, pubPer map[int]float64) {
-	p.f("| c | rounds | wall avg | wall min | wall P95 | wall max | per avg | each avg |")
+	p.f("| c | rounds | wall avg | wall min | wall P95 | wall max | per avg | each avg | CPU ms/op |")
 	for _, b := range bases {
 		p.f(" %s |", b.name)
 	}
-	p.f(" published wall | published per |\n|---|---|---|---|---|---|---|---|%s---|---|\n", strings.Repeat("---|", len(bases)))
+	p.f(" published wall | published per |\n|---|---|---|---|---|---|---|---|---|%s---|---|\n", strings.Repeat("---|", len(bases)))
 	for _, c := range sortedKeys(reports) {
 		r := row(reports[c], op)
 		if r == nil {
 			continue
 		}
-		p.f("| %d | %d | %s | %s | %s | %s | %s | %s |", c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
-			f1(r.PerAvg), f1(r.Each.Avg))
+		p.f("| %d | %d | %s | %s | %s | %s | %s | %s | %s |", c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
+			f1(r.PerAvg), f1(r.Each.Avg), cpuCell(reports[c].Telemetry))
 		for _, b := range bases {
 			p.f(" %s |", f1(b.at(c)))
 		}
@@ -258,7 +260,8 @@ func (p *page) rollbackSection() {
 	p.f("## 6. Rollback (report §4.4)\n\n")
 	p.f("Each of c sandboxes snapshots itself, then all roll back to their own snapshot at once.\n")
 	p.f("*rollback* times the rollback requests alone; *snapshot+rollback* is the report's flow.\n")
-	p.f("Raw runsc: checkpoint + restore, each one's time at the same concurrency.\n\n")
+	p.f("Raw runsc: checkpoint + restore, each one's time at the same concurrency. *CPU ms/op* is\n")
+	p.f("per snapshot+rollback, in both tables.\n\n")
 	p.f("**rollback**\n\n")
 	p.opTable(p.rs.rollback, "rollback", p.raw("raw runsc restore", "restore"), nil, nil)
 	p.f("\n**snapshot + rollback**\n\n")
@@ -273,8 +276,8 @@ func (p *page) cloneSection() {
 	p.f("`POST /sandboxes/{id}/clone {count: n, concurrency: c}` from one running sandbox (fork when\n")
 	p.f("the server has no clone route); wall is that request. Raw runsc estimate: one checkpoint plus\n")
 	p.f("n restores at concurrency c.\n\n")
-	p.f("| n | c | rounds | wall avg | wall min | wall P95 | wall max | per clone | raw runsc estimate | published wall | published per |\n")
-	p.f("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p.f("| n | c | rounds | wall avg | wall min | wall P95 | wall max | per clone | CPU ms/clone | raw runsc estimate | published wall | published per |\n")
+	p.f("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range sortedKeys(rs.clone) {
 		r := row(rs.clone[n], "clone")
 		if r == nil {
@@ -285,8 +288,8 @@ func (p *page) cloneSection() {
 		if b := rs.baseline[c]; b != nil {
 			est = baseOp(b, "checkpoint") + math.Ceil(float64(n)/float64(c))*baseOp(b, "restore")
 		}
-		p.f("| %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
-			f1(r.PerAvg), f1(est), pub(Published.CloneWall, n), pub(Published.ClonePer, n))
+		p.f("| %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
+			f1(r.PerAvg), cpuCell(rs.clone[n].Telemetry), f1(est), pub(Published.CloneWall, n), pub(Published.ClonePer, n))
 	}
 	p.failure("clone-")
 	p.perChart("clone-count.png", Chart{Title: "Clone: per-clone cost vs clone count", XLabel: "clones per request", YLabel: "wall / n (ms)"},
@@ -301,11 +304,132 @@ func (p *page) pauseSection() {
 	p.f("it to disk (freeing its memory and slot) only after `--pause-write-delay` (10 s); a resume\n")
 	p.f("before that thaws it in memory, which is what this table measures. Raw runsc `pause`/`resume`\n")
 	p.f("(freeze/thaw) are the like-for-like baseline; raw `checkpoint` and `restore` show what a\n")
-	p.f("pause written to disk and its resume cost.\n\n")
+	p.f("pause written to disk and its resume cost. *CPU ms/op* is per pause+resume, in both tables.\n\n")
 	p.f("**pause**\n\n")
 	p.opTable(p.rs.pause, "pause", append(p.raw("raw runsc pause (freeze)", "pause"), p.raw("raw runsc checkpoint", "checkpoint")...), Published.PauseWall, Published.PausePer)
 	p.f("\n**resume**\n\n")
 	p.opTable(p.rs.pause, "resume", append(p.raw("raw runsc resume (thaw)", "resume"), p.raw("raw runsc restore", "restore")...), Published.ResumeWall, Published.ResumePer)
 	p.failure("pause-resume-")
+	p.f("\n")
+}
+
+// cpuCell is a table's CPU ms/op: "—" for a result file without it.
+func cpuCell(t Telemetry) string {
+	if t.CPU == nil {
+		return "—"
+	}
+	return f1(t.CPU.PerOpMS)
+}
+
+// timeFamily is one table of "Where the time goes": a result file's
+// phases, spread over its measured operations.
+type timeFamily struct {
+	title string
+	t     *Telemetry // nil: the result file is missing
+	ops   int        // measured operations, when the file has no CPU
+}
+
+func (p *page) timeSection() {
+	rs := p.rs
+	p.f("## 9. Where the time goes\n\n")
+	p.f("What the server's `/metrics` histogram `cube_operation_phase_seconds` recorded during the\n")
+	p.f("measured rounds of one run of each family (warm-up excluded): each phase that ran, how often\n")
+	p.f("per benchmark operation, and its mean. A create *launch* takes a warm sandbox when the pool has one\n")
+	p.f("(*warm-init*) and otherwise restores one; *prepare* and *restore into-prepared* are the\n")
+	p.f("background work that keeps the pool full. *CPU ms/op* is the host's busy CPU (all processes,\n")
+	p.f("`/proc/stat`) from the first measured operation until the host is quiet again (below 10 %% of a\n")
+	p.f("core, at most 5 s), less cube-bench's own CPU, divided by the operations.\n\n")
+	fams := []timeFamily{
+		{title: "create, c=1", t: telemetryOf(rs.create[1]), ops: createOps(rs.create[1])},
+		{title: "create from a snapshot, c=1", t: opTelemetry(rs.cfs[1]), ops: opOps(rs.cfs[1])},
+		{title: "snapshot, c=1", t: opTelemetry(rs.snapshot[1]), ops: opOps(rs.snapshot[1])},
+		{title: "clone, n=1", t: opTelemetry(rs.clone[1]), ops: opOps(rs.clone[1])},
+	}
+	for _, fam := range fams {
+		p.timeTable(fam)
+	}
+	p.baselineCPUTable()
+}
+
+func telemetryOf(r *CreateReport) *Telemetry {
+	if r == nil {
+		return nil
+	}
+	return &r.Telemetry
+}
+
+func createOps(r *CreateReport) int {
+	if r == nil {
+		return 0
+	}
+	return len(r.Raw)
+}
+
+func opTelemetry(r *OpReport) *Telemetry {
+	if r == nil {
+		return nil
+	}
+	return &r.Telemetry
+}
+
+func opOps(r *OpReport) int {
+	if r == nil {
+		return 0
+	}
+	return r.measuredOps()
+}
+
+// timeTable prints one family's phases; "—" where its file predates them.
+func (p *page) timeTable(fam timeFamily) {
+	p.f("**%s**", fam.title)
+	if fam.t == nil {
+		p.f(": not run.\n\n")
+		return
+	}
+	ops := fam.ops
+	if c := fam.t.CPU; c != nil {
+		ops = c.Ops
+		p.f(" — CPU %s ms/op (host busy %.0f ms over %d ops, settle %.0f ms)", f1(c.PerOpMS), c.HostBusyMS, c.Ops, c.SettleMS)
+	} else {
+		p.f(" — CPU —")
+	}
+	if m := fam.t.WarmPoolMisses; m != nil {
+		p.f(", warm pool misses %d", *m)
+	}
+	p.f("\n\n| op | phase | count per op | mean ms |\n|---|---|---|---|\n")
+	if len(fam.t.Phases) == 0 {
+		p.f("| — | — | — | — |\n\n")
+		return
+	}
+	for _, ph := range fam.t.Phases {
+		per := "—"
+		if ops > 0 {
+			per = strconv.FormatFloat(float64(ph.Count)/float64(ops), 'f', 2, 64)
+		}
+		p.f("| %s | %s | %s | %s |\n", ph.Op, ph.Phase, per, f1(ph.MeanMS))
+	}
+	p.f("\n")
+}
+
+// baselineCPUTable prints the raw runsc CLI's CPU per operation at c=1.
+func (p *page) baselineCPUTable() {
+	b := p.rs.baseline[1]
+	if b == nil {
+		return
+	}
+	p.f("**raw runsc, c=1** — the runsc command's own CPU (wait4 rusage of the CLI and the children it\n")
+	p.f("waited for; the sandbox process a run or restore leaves behind, which does a checkpoint's and a\n")
+	p.f("restore's work, is not among them)\n\n| op | wall avg | CPU ms/op |\n|---|---|---|\n")
+	for _, op := range BaselineOps {
+		s, ok := b.Ops[op]
+		if !ok {
+			continue
+		}
+		cpu := "—"
+		if c, ok := b.CPU[op]; ok && c.Count > 0 {
+			cpu = f1(c.Avg)
+		}
+		p.f("| %s | %s | %s |\n", op, f1(s.Avg), cpu)
+	}
 	p.f("\n")
 }

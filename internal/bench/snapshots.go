@@ -15,14 +15,18 @@ func (p RoundProgress) tell(done, total int) {
 }
 
 // rounds runs warm-up rounds (discarded) then measured ones; round(r)
-// gets a negative r for warm-ups.
-func rounds(ctx context.Context, cfg OpConfig, p RoundProgress, round func(ctx context.Context, r int) error) error {
+// gets a negative r for warm-ups. m's window opens before the first
+// measured round, so warm-up work is not billed to the operations.
+func rounds(ctx context.Context, cfg OpConfig, p RoundProgress, m *meter, round func(ctx context.Context, r int) error) error {
 	total := cfg.Warmup + cfg.Rounds
 	for i := 0; i < total; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		r := i - cfg.Warmup
+		if r == 0 {
+			m.start()
+		}
 		if err := round(ctx, r); err != nil {
 			if r < 0 {
 				return fmt.Errorf("warm-up round %d: %w", i+1, err)
@@ -49,7 +53,8 @@ func RunSnapshot(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 		return nil, err
 	}
 	row := &rowBuilder{row: OpRow{Op: "snapshot", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
-	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+	m := c.newMeter()
+	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
 		snaps := make([]string, len(sbs))
 		sizes := make([]float64, len(sbs))
 		wall, each, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
@@ -70,7 +75,9 @@ func RunSnapshot(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 	if err != nil {
 		return nil, err
 	}
-	return &OpReport{Command: "snapshot", Config: cfg, Rows: []OpRow{row.done()}}, nil
+	rep := &OpReport{Command: "snapshot", Config: cfg, Rows: []OpRow{row.done()}}
+	rep.Telemetry = m.stop(rep.measuredOps())
+	return rep, nil
 }
 
 // RunCreateFromSnapshot measures POST /sandboxes with templateID set to a
@@ -91,7 +98,8 @@ func RunCreateFromSnapshot(ctx context.Context, c *Client, cfg OpConfig, p Round
 		return nil, fmt.Errorf("snapshotting the source sandbox: %w", err)
 	}
 	row := &rowBuilder{row: OpRow{Op: "create-from-snapshot", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
-	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+	m := c.newMeter()
+	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
 		ids := make([]string, cfg.Concurrency)
 		wall, each, err := batch(ctx, cfg.Concurrency, cfg.Concurrency, func(ctx context.Context, i int) error {
 			ref, err := f.create(ctx, snap, cfg.Timeout)
@@ -112,7 +120,9 @@ func RunCreateFromSnapshot(ctx context.Context, c *Client, cfg OpConfig, p Round
 	if err != nil {
 		return nil, err
 	}
-	return &OpReport{Command: "create-from-snapshot", Config: cfg, Rows: []OpRow{row.done()}}, nil
+	rep := &OpReport{Command: "create-from-snapshot", Config: cfg, Rows: []OpRow{row.done()}}
+	rep.Telemetry = m.stop(rep.measuredOps())
+	return rep, nil
 }
 
 // RunRollback measures POST /sandboxes/{id}/rollback. A sandbox may only
@@ -132,7 +142,8 @@ func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 	}
 	rb := &rowBuilder{row: OpRow{Op: "rollback", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	flow := &rowBuilder{row: OpRow{Op: "snapshot+rollback", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
-	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+	m := c.newMeter()
+	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
 		snaps := make([]string, len(sbs))
 		defer func() { f.dropSnapshots(nonEmpty(snaps)) }()
 		swall, seach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
@@ -162,7 +173,9 @@ func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 	if err != nil {
 		return nil, err
 	}
-	return &OpReport{Command: "rollback", Config: cfg, Rows: []OpRow{rb.done(), flow.done()}}, nil
+	rep := &OpReport{Command: "rollback", Config: cfg, Rows: []OpRow{rb.done(), flow.done()}}
+	rep.Telemetry = m.stop(rep.measuredOps())
+	return rep, nil
 }
 
 // RunClone measures POST /sandboxes/{id}/clone {count, concurrency} (or
@@ -185,7 +198,8 @@ func RunClone(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*O
 		}
 	}
 	row := &rowBuilder{row: OpRow{Op: "clone", Concurrency: cfg.Concurrency, Count: cfg.Count, DirtyMB: cfg.DirtyMB}}
-	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+	m := c.newMeter()
+	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
 		var ids []string
 		wall, _, err := batch(ctx, 1, 1, func(ctx context.Context, _ int) error {
 			var err error
@@ -205,7 +219,9 @@ func RunClone(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*O
 	if err != nil {
 		return nil, err
 	}
-	return &OpReport{Command: "clone", Config: cfg, Rows: []OpRow{row.done()}}, nil
+	rep := &OpReport{Command: "clone", Config: cfg, Rows: []OpRow{row.done()}}
+	rep.Telemetry = m.stop(rep.measuredOps())
+	return rep, nil
 }
 
 // RunPauseResume pauses Concurrency sandboxes at once (POST .../pause),
@@ -227,7 +243,8 @@ func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgres
 	}
 	pause := &rowBuilder{row: OpRow{Op: "pause", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	resume := &rowBuilder{row: OpRow{Op: "resume", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
-	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+	m := c.newMeter()
+	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
 		pwall, peach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
 			return c.Pause(ctx, sbs[i].id())
 		})
@@ -251,7 +268,9 @@ func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgres
 	if err != nil {
 		return nil, err
 	}
-	return &OpReport{Command: "pause-resume", Config: cfg, Rows: []OpRow{pause.done(), resume.done()}}, nil
+	rep := &OpReport{Command: "pause-resume", Config: cfg, Rows: []OpRow{pause.done(), resume.done()}}
+	rep.Telemetry = m.stop(rep.measuredOps())
+	return rep, nil
 }
 
 // RunDirty measures snapshot time and create-from-snapshot time against
@@ -275,7 +294,8 @@ func RunDirty(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*O
 	}
 	snap := &rowBuilder{row: OpRow{Op: "snapshot", Concurrency: 1, Count: 1, DirtyMB: cfg.DirtyMB}}
 	create := &rowBuilder{row: OpRow{Op: "create-from-snapshot", Concurrency: 1, Count: 1, DirtyMB: cfg.DirtyMB}}
-	err = rounds(ctx, cfg, p, func(ctx context.Context, r int) error {
+	m := c.newMeter()
+	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
 		// The first round finds the buffer freshly written.
 		if r > -cfg.Warmup {
 			if err := touch(ctx, c, src); err != nil {
@@ -319,7 +339,9 @@ func RunDirty(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*O
 	if err != nil {
 		return nil, err
 	}
-	return &OpReport{Command: "dirty", Config: cfg, Rows: []OpRow{snap.done(), create.done()}}, nil
+	rep := &OpReport{Command: "dirty", Config: cfg, Rows: []OpRow{snap.done(), create.done()}}
+	rep.Telemetry = m.stop(rep.measuredOps())
+	return rep, nil
 }
 
 // dirtyVar is the kernel variable holding the benchmark's buffer.
