@@ -20,6 +20,9 @@
 # A table whose command fails (say, a route the server does not implement
 # yet) gets its error recorded in $OUT_DIR/<name>.err and shown in the page;
 # the run carries on. Needs root (the baseline runs runsc).
+# Each server table also records the host CPU per operation (all of this
+# host's processes, so keep the machine otherwise idle) and, from the
+# server's GET /metrics, the phases its operations spent their time in.
 set -uo pipefail
 
 cd "$(dirname "$(readlink -f "$0")")/.."
@@ -44,6 +47,8 @@ die() { echo "bench: $*" >&2; exit 1; }
 curl -fsS -o /dev/null "$E2B_API_URL/health" || die "no Cube server answers at $E2B_API_URL (make run)"
 curl -fsS -o /dev/null -H "X-API-Key: $E2B_API_KEY" "$E2B_API_URL/templates/$CUBE_TEMPLATE_ID" ||
 	die "template $CUBE_TEMPLATE_ID is not known to the server (make template)"
+curl -fsS -o /dev/null "$E2B_API_URL/metrics" ||
+	echo "bench: warning: $E2B_API_URL/metrics does not answer; the page's 'Where the time goes' will be empty" >&2
 
 mkdir -p "$OUT_DIR"
 rm -f "$OUT_DIR"/*.json "$OUT_DIR"/*.err "$OUT_DIR"/*.txt "$OUT_DIR"/*.png

@@ -102,7 +102,7 @@ func (s *metricsSnapshot) since(before *metricsSnapshot) ([]PhaseStat, *int) {
 				continue
 			}
 			n := a.count - b.count
-			out = append(out, PhaseStat{Op: k.op, Phase: k.phase, Count: int(n), MeanMS: (a.sum - b.sum) * 1000 / float64(n)})
+			out = append(out, PhaseStat{Op: k.op, Phase: k.phase, Count: int(n), MeanMS: round3((a.sum - b.sum) * 1000 / float64(n))})
 		}
 		sortPhases(out)
 	}
