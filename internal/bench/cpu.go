@@ -30,6 +30,10 @@ type CPUReport struct {
 	// Unsettled is set when the host was still busy at the end of the
 	// settle limit (the other work on the host, or a long refill).
 	Unsettled bool `json:"unsettled,omitempty"`
+	// PreSettleMS is how long the window waited, before it opened, for
+	// the work of the set-up and warm-up (a pool refill) to finish, so
+	// that work is not billed to the measured operations.
+	PreSettleMS float64 `json:"pre_settle_ms,omitempty"`
 	// Ops is the number of measured operations; PerOpMS is
 	// (HostBusyMS - BenchMS) / Ops.
 	Ops     int     `json:"ops"`
@@ -182,10 +186,11 @@ func (w cpuWindow) stop(p settlePolicy, sample busySampler, ops int) *CPUReport 
 // meter is the measured window of a server benchmark: host CPU and the
 // server's /metrics, both read at its start and its end.
 type meter struct {
-	c       *Client
-	cpu     cpuWindow
-	metrics *metricsSnapshot
-	started bool
+	c         *Client
+	cpu       cpuWindow
+	metrics   *metricsSnapshot
+	started   bool
+	preSettle time.Duration
 }
 
 // start opens the window; it is called right before the first measured
@@ -195,6 +200,7 @@ func (m *meter) start() {
 		return
 	}
 	m.started = true
+	m.preSettle, _ = m.c.settle.settle(sampleHost)
 	m.metrics = m.c.scrapeMetrics()
 	m.cpu = startCPU()
 }
@@ -207,6 +213,9 @@ func (m *meter) stop(ops int) Telemetry {
 		return t
 	}
 	t.CPU = m.cpu.stop(m.c.settle, sampleHost, ops)
+	if t.CPU != nil {
+		t.CPU.PreSettleMS = ms(m.preSettle)
+	}
 	if m.metrics != nil {
 		if after := m.c.scrapeMetrics(); after != nil {
 			t.Phases, t.WarmPoolMisses = after.since(m.metrics)

@@ -338,7 +338,9 @@ func (p *page) timeSection() {
 	p.f("(*warm-init*) and otherwise restores one; *prepare* and *restore into-prepared* are the\n")
 	p.f("background work that keeps the pool full. *CPU ms/op* is the host's busy CPU (all processes,\n")
 	p.f("`/proc/stat`) from the first measured operation until the host is quiet again (below 10 %% of a\n")
-	p.f("core, at most 5 s), less cube-bench's own CPU, divided by the operations.\n\n")
+	p.f("core, at most 5 s), less cube-bench's own CPU, divided by the operations; the window opens only\n")
+	p.f("once the host is quiet after the set-up and warm-up, so their refills are not counted. It counts\n")
+	p.f("every process on the host: anything else running at the time inflates it.\n\n")
 	fams := []timeFamily{
 		{title: "create, c=1", t: telemetryOf(rs.create[1]), ops: createOps(rs.create[1])},
 		{title: "create from a snapshot, c=1", t: opTelemetry(rs.cfs[1]), ops: opOps(rs.cfs[1])},
