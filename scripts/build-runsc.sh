@@ -28,4 +28,6 @@ use ../..
 
 replace gvisor.dev/gvisor => ./gvisor
 WORK
-GOWORK=$PWD/$WORK/go.work CGO_ENABLED=0 $GO build -o "$OUT" gvisor.dev/gvisor/runsc
+# Workspace mode refuses -mod=mod, which some environments put in GOFLAGS.
+GOFLAGS=$(sed 's/-mod=[a-z]*//g' <<<"${GOFLAGS:-}") GOWORK=$PWD/$WORK/go.work CGO_ENABLED=0 \
+	$GO build -o "$OUT" gvisor.dev/gvisor/runsc
