@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&o.Envd, "cube-envd", "", "cube-envd binary (default: beside cube-server)")
 	flag.IntVar(&o.MaxSandboxes, "max-sandboxes", 200, "most sandboxes (running and paused) at once")
 	flag.IntVar(&o.PoolSize, "pool-size", 2, "warm sandboxes kept ready per template (0: none)")
+	flag.IntVar(&o.PreparedPerKey, "prepared-pool", 2, "containers made ahead of cold restores, per kind of restore asked for in the last 10 minutes (0: none)")
 	flag.DurationVar(&o.PauseWriteDelay, "pause-write-delay", 10*time.Second, "how long a paused sandbox stays in memory (resuming at once) before it is written to disk")
 	flag.DurationVar(&o.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a request may ask for")
 	flag.IntVar(&o.Slots, "slots", 0, "network slots (default: the netslot default)")

@@ -128,13 +128,15 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	own := *tpl
 	own.CPUCount, own.MemoryMB = rec.CPUCount, rec.MemoryMB
 	sameLimits := own.CPUCount == tpl.CPUCount && own.MemoryMB == tpl.MemoryMB
-	if image == tpl.Checkpoint && sameLimits {
+	// Only templates built from images have warm pools; snapshots are
+	// restored on demand.
+	if image == tpl.Checkpoint && sameLimits && tpl.SourceSandbox == "" {
 		if box := n.takeWarm(tpl.ID); box != nil {
 			if err := n.ready(ctx, box, rec, oldToken); err != nil {
 				n.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
 				n.discard(box, rec.ID)
 			} else {
-				n.log.Debug("sandbox launched", "sandbox", rec.ID, "warm", true, "took", time.Since(start))
+				n.tel.phase("launch", "warm-init", start)
 				return box, nil
 			}
 		}
@@ -146,14 +148,12 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	var c cleanup
 	defer n.cleanUp(&c, "launch", "sandbox", rec.ID)
 	c.Add(func() error { return n.retire(box) })
-	restored := time.Now()
+	restored := n.tel.phase("launch", "restore", start)
 	if err := n.ready(ctx, box, rec, oldToken); err != nil {
 		return nil, err
 	}
 	c.Release()
-	// The split shows where a cold start spends its time.
-	n.log.Debug("sandbox launched", "sandbox", rec.ID, "warm", false,
-		"restore", restored.Sub(start), "init", time.Since(restored))
+	n.tel.phase("launch", "init", restored)
 	return box, nil
 }
 
@@ -174,12 +174,22 @@ func (n *Node) ready(ctx context.Context, box *container, rec *store.Sandbox, ol
 	}, oldToken)
 }
 
-// restore starts image as container cid in a fresh network slot.
+// restore starts image as container cid in a fresh network slot, or in
+// a prepared container (which has its own ID and slot) when one waits.
 func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid string) (*container, error) {
+	at := time.Now()
 	if err := n.verifyImage(tpl, image); err != nil {
 		return nil, err
 	}
+	at = n.tel.phase("restore", "verify", at)
+	if box := n.restorePrepared(ctx, tpl, image); box != nil {
+		n.tel.phase("restore", "into-prepared", at)
+		return box, nil
+	}
 	slot, err := n.slots.Acquire(ctx)
+	for errors.Is(err, netslot.ErrExhausted) && n.freePreparedSlot() {
+		slot, err = n.slots.Acquire(ctx)
+	}
 	if errors.Is(err, netslot.ErrExhausted) {
 		return nil, cube.Errorf(cube.Capacity, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
 	}
@@ -193,6 +203,7 @@ func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid stri
 	if err != nil {
 		return nil, fmt.Errorf("restore sandbox from %s: %w", tpl.ID, err)
 	}
+	n.tel.phase("restore", "cold", at)
 	c.Release()
 	return &container{sb: sb, slot: slot}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"cube/internal/runtime"
 )
@@ -62,16 +63,20 @@ func (n *Node) writeImage(ctx context.Context, sb runtime.Sandbox, dir string, l
 	var c cleanup
 	defer n.cleanUp(&c, op, "dir", tmp)
 	c.Add(func() error { return os.RemoveAll(tmp) })
+	at := time.Now()
 	if err := sb.Checkpoint(ctx, tmp, leaveRunning); err != nil {
 		return "", "", diskError(op, err)
 	}
+	at = n.tel.phase(op, "checkpoint", at)
 	sum, err := imageChecksum(tmp)
 	if err != nil {
 		return "", "", fmt.Errorf("%s: fingerprint image: %w", op, err)
 	}
+	at = n.tel.phase(op, "checksum", at)
 	if err := fsyncTree(tmp); err != nil {
 		return "", "", diskError(op, err)
 	}
+	n.tel.phase(op, "fsync", at)
 	c.Release()
 	return tmp, sum, nil
 }

@@ -59,6 +59,7 @@ func (n *Node) checkpointForFork(ctx context.Context, sandboxID string) (*store.
 		return nil, "", err
 	}
 	dir := filepath.Join(n.cfg.DataDir, "snapshots", "fork-"+id.New("", 12))
+	defer n.tel.phase("clone", "checkpoint", time.Now())
 	if err := inst.box.sb.Checkpoint(ctx, dir, true); err != nil {
 		if rerr := os.RemoveAll(dir); rerr != nil {
 			n.log.Warn("fork: remove checkpoint image", "sandbox", sandboxID, "err", rerr)

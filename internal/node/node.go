@@ -90,12 +90,16 @@ type Config struct {
 	// PoolSize is how many warm sandboxes to keep ready per template built
 	// from an image; 0 disables the warm pool.
 	PoolSize int
+	// PreparedPerKey is how many prepared containers (see prepared.go) to
+	// keep per kind of restore asked for recently; 0 disables them.
+	PreparedPerKey int
 }
 
 // Node owns the sandboxes of this host.
 type Node struct {
 	cfg   Config
 	log   *slog.Logger
+	tel   *telemetry
 	store *store.Store
 	rt    Runtime
 	slots Slots
@@ -112,6 +116,15 @@ type Node struct {
 	// warm holds restored, not yet handed out sandboxes per template.
 	warm   map[string][]*container
 	refill chan struct{}
+	// demand grows a template's pool past PoolSize (pool.go); filling
+	// counts the refills under way per template.
+	demand  map[string]*poolDemand
+	filling map[string]int
+	// prepared holds containers made ahead of restores, per PrepareKey;
+	// wants the kinds of restore asked for recently.
+	prepared map[string][]*preparedBox
+	wants    map[string]*preparedWant
+	prepare  chan struct{}
 	// closing is set by Close: no background work starts from then on,
 	// and no warm sandbox joins the pool.
 	closing bool
@@ -142,10 +155,12 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{
-		cfg: cfg, log: cfg.Logger, store: cfg.Store, rt: cfg.Runtime, slots: cfg.Slots,
+		cfg: cfg, log: cfg.Logger, tel: newTelemetry(), store: cfg.Store, rt: cfg.Runtime, slots: cfg.Slots,
 		agentAt:   cfg.AgentAt,
 		sandboxes: map[string]*instance{},
 		warm:      map[string][]*container{}, refill: make(chan struct{}, 1),
+		demand: map[string]*poolDemand{}, filling: map[string]int{},
+		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, prepare: make(chan struct{}, 1),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if n.agentAt == nil {
@@ -229,7 +244,8 @@ func (n *Node) OnGone(f func(containerID string)) {
 
 // Start begins background work, each piece on its own goroutine until
 // Close: the reaper that ends sandboxes at their end time, the check for
-// sandboxes whose container died, and the warm pool's refiller. Pause
+// sandboxes whose container died, the warm pool's refiller and the
+// preparer of containers for cold restores. Pause
 // write-outs are scheduled as sandboxes pause.
 func (n *Node) Start() {
 	n.background(func() { n.reaper(n.ctx) })
@@ -237,6 +253,9 @@ func (n *Node) Start() {
 	if n.cfg.PoolSize > 0 {
 		n.background(func() { n.refiller(n.ctx) })
 		n.wakeRefill()
+	}
+	if n.preparer() != nil {
+		n.background(func() { n.prepareLoop(n.ctx) })
 	}
 }
 
@@ -252,7 +271,8 @@ func (n *Node) background(f func()) {
 	n.wg.Go(f)
 }
 
-// Close stops background work, waits for it, and empties the warm pool.
+// Close stops background work, waits for it, and empties the warm pool
+// and the prepared containers.
 // Running sandboxes keep running, and paused ones stay frozen, to be
 // re-adopted by the next start. It is safe to call twice.
 func (n *Node) Close() {
@@ -262,6 +282,7 @@ func (n *Node) Close() {
 	n.cancel()
 	n.wg.Wait()
 	n.drainWarm("")
+	n.drainPrepared()
 }
 
 // event appends a lifecycle line to a sandbox's log.

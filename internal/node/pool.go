@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"cube/internal/id"
@@ -12,25 +13,76 @@ import (
 // already restored from its snapshot and waiting in their network slots.
 // Handing one out is a claim plus envd's /init, which is what makes a
 // create take milliseconds instead of a restore's hundreds. The pool is
-// refilled in the background; when it is empty a create restores cold.
-// Warm sandboxes have no store record, so after a crash the reconciler
-// removes them like any unknown container.
+// refilled in the background by refillWorkers restores at once; when it is
+// empty a create restores cold. Warm sandboxes have no store record, so
+// after a crash the reconciler removes them like any unknown container.
+//
+// The pool's depth follows demand: every create that finds it empty (a
+// miss) or takes its last sandbox adds one to the template's depth, up to
+// poolGrowth times PoolSize, and each poolShrinkAfter without such a
+// create takes one back. A stream of creates faster than the refill thus
+// deepens the pool until it lasts, a burst drains it once and finds it
+// deeper the next time, and an idle template holds only PoolSize.
+const (
+	refillWorkers   = 2
+	poolGrowth      = 4
+	poolShrinkAfter = time.Minute
+)
 
-// takeWarm claims a warm sandbox of a template, if one is ready.
+// poolDemand is how far demand has grown one template's pool.
+type poolDemand struct {
+	extra    int       // sandboxes kept beyond PoolSize
+	lastMiss time.Time // when a create last found the pool empty or emptied it
+}
+
+// takeWarm claims a warm sandbox of a template, if one is ready. A create
+// that finds the pool empty (a miss), or empties it, grows the pool.
 func (n *Node) takeWarm(tplID string) *container {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	defer n.wakeRefill()
 	list := n.warm[tplID]
 	if len(list) == 0 {
+		n.tel.poolMisses.WithLabelValues(tplID).Inc()
+		n.growPool(tplID)
 		return nil
 	}
 	box := list[len(list)-1]
 	n.warm[tplID] = list[:len(list)-1]
-	n.wakeRefill()
+	if len(list) == 1 {
+		n.growPool(tplID)
+	}
 	return box
 }
 
-// wakeRefill nudges the refiller; n.mu may be held.
+// growPool adds one to tplID's pool target, up to poolGrowth times
+// PoolSize; n.mu held.
+func (n *Node) growPool(tplID string) {
+	d := n.demand[tplID]
+	if d == nil {
+		d = &poolDemand{}
+		n.demand[tplID] = d
+	}
+	d.lastMiss = time.Now()
+	if d.extra < (poolGrowth-1)*n.cfg.PoolSize {
+		d.extra++
+	}
+}
+
+// poolTarget is how many warm sandboxes tplID should have now; n.mu held.
+func (n *Node) poolTarget(tplID string, now time.Time) int {
+	d := n.demand[tplID]
+	if d == nil {
+		return n.cfg.PoolSize
+	}
+	for d.extra > 0 && now.Sub(d.lastMiss) > poolShrinkAfter {
+		d.extra--
+		d.lastMiss = d.lastMiss.Add(poolShrinkAfter)
+	}
+	return n.cfg.PoolSize + d.extra
+}
+
+// wakeRefill nudges the refillers; n.mu may be held.
 func (n *Node) wakeRefill() {
 	select {
 	case n.refill <- struct{}{}:
@@ -38,24 +90,31 @@ func (n *Node) wakeRefill() {
 	}
 }
 
-// refiller keeps every pool full until ctx is cancelled, one restore at a
-// time so that refills never crowd out the creates they serve.
+// refiller keeps every pool at its target until ctx is cancelled. Each of
+// the refillWorkers runs one restore at a time.
 func (n *Node) refiller(ctx context.Context) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.refill:
-		case <-t.C:
-		}
-		for ctx.Err() == nil && n.fillOne(ctx) {
-		}
+	var wg sync.WaitGroup
+	for range refillWorkers {
+		wg.Go(func() {
+			t := time.NewTicker(2 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-n.refill:
+				case <-t.C:
+				}
+				for ctx.Err() == nil && n.fillOne(ctx) {
+					n.wakeRefill() // more to do: let the other worker help
+				}
+			}
+		})
 	}
+	wg.Wait()
 }
 
-// fillOne adds one warm sandbox to the emptiest pool that needs one and
+// fillOne adds one warm sandbox to the pool furthest below its target and
 // reports whether it did.
 func (n *Node) fillOne(ctx context.Context) bool {
 	tpls, err := n.store.Templates().List(ctx, string(store.TemplateReady))
@@ -66,20 +125,30 @@ func (n *Node) fillOne(ctx context.Context) bool {
 		return false
 	}
 	var target *store.Template
-	best := n.cfg.PoolSize
+	short := 0
+	now := time.Now()
 	n.mu.Lock()
 	for _, t := range tpls {
 		if t.SourceSandbox != "" || t.Checkpoint == "" {
 			continue // snapshots are restored on demand
 		}
-		if have := len(n.warm[t.ID]); have < best {
-			target, best = t, have
+		have := len(n.warm[t.ID]) + n.filling[t.ID]
+		if gap := n.poolTarget(t.ID, now) - have; gap > short {
+			target, short = t, gap
 		}
+	}
+	if target != nil {
+		n.filling[target.ID]++
 	}
 	n.mu.Unlock()
 	if target == nil {
 		return false
 	}
+	defer func() {
+		n.mu.Lock()
+		n.filling[target.ID]--
+		n.mu.Unlock()
+	}()
 	// A restore begun is finished: Close waits the moment it takes, and
 	// the container is then drained with the pool.
 	box, err := n.restore(context.WithoutCancel(ctx), target, target.Checkpoint, "w"+id.New("", 12))
@@ -107,6 +176,7 @@ func (n *Node) drainWarm(tplID string) {
 		if tplID == "" || t == tplID {
 			out = append(out, list...)
 			delete(n.warm, t)
+			delete(n.demand, t)
 		}
 	}
 	n.mu.Unlock()

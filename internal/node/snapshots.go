@@ -79,14 +79,17 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 		return nil, err
 	}
 	fault.Point(fault.SnapshotAfterChecksum)
+	at := time.Now()
 	if err := publishImage(tmp, dir); err != nil {
 		return nil, diskError("snapshot", err)
 	}
+	at = n.tel.phase("snapshot", "publish", at)
 	fault.Point(fault.SnapshotAfterRename)
 	t.Status, t.SizeBytes, t.UpdatedAt = store.TemplateReady, dirSize(dir), time.Now().UTC()
 	if err := n.store.Templates().Put(ctx, t); err != nil {
 		return nil, err
 	}
+	n.tel.phase("snapshot", "record", at)
 	c.Release()
 	fault.Point(fault.SnapshotAfterRecord)
 	n.event(sandboxID, "info", "snapshot %s taken", snapID)

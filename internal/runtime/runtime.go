@@ -60,6 +60,28 @@ type Runtime interface {
 	List(ctx context.Context) ([]string, error)
 }
 
+// Preparer is a Runtime that can do the set-up of a restore ahead of
+// time, so that a restore on the request path only loads the image.
+type Preparer interface {
+	// PrepareKey names what a restore of image with spec needs: a
+	// prepared container of the same key can take it. The spec's ID and
+	// network namespace do not count.
+	PrepareKey(image string, spec Spec) (string, error)
+	// Prepare makes a container for spec (its own ID and namespace) that
+	// waits for a restore of an image with the same key.
+	Prepare(ctx context.Context, image string, spec Spec) (Prepared, error)
+}
+
+// Prepared is a container made ahead of a restore.
+type Prepared interface {
+	ID() string
+	// Restore loads image into the container, which is then a running
+	// Sandbox. On failure the container is gone.
+	Restore(ctx context.Context, image string) (Sandbox, error)
+	// Kill discards the container unused.
+	Kill(ctx context.Context) error
+}
+
 // Sandbox is one running (or paused) sandbox.
 type Sandbox interface {
 	ID() string

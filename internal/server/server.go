@@ -16,6 +16,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"cube/internal/api"
 	"cube/internal/egress"
 	"cube/internal/envd/protocol"
@@ -38,6 +41,9 @@ type Options struct {
 	Envd         string // path of cube-envd; default: beside the executable
 	MaxSandboxes int
 	PoolSize     int
+	// PreparedPerKey is how many containers are made ahead of cold
+	// restores per kind of restore in demand (node.Config.PreparedPerKey).
+	PreparedPerKey int
 	// PauseWriteDelay is how long a paused sandbox stays in memory.
 	PauseWriteDelay time.Duration
 	MaxTimeout      time.Duration
@@ -182,7 +188,7 @@ func Run(ctx context.Context, o Options) error {
 
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
-		MaxSandboxes: o.MaxSandboxes, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, Egress: filter,
+		MaxSandboxes: o.MaxSandboxes, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 	})
 	if err != nil {
@@ -201,9 +207,12 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("recover template builds: %w", err)
 	}
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(nd.Collectors()...)
 	apiSrv, err := api.NewServer(api.Config{
 		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: o.Domain,
-		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit,
+		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: reg,
 	}, backend{Node: nd, Builder: builder})
 	if err != nil {
 		return err

@@ -57,10 +57,9 @@ func init() {
 }
 
 // console is a sandbox's console as start sets it up: the end runsc
-// writes to and the keeper draining it.
+// writes to, while a keeper drains it.
 type console struct {
-	w      *os.File      // the FIFO, read-write: give it to runsc
-	keeper chan struct{} // closed when the keeper has exited
+	w *os.File // the FIFO, read-write: give it to runsc
 }
 
 // openConsole makes the console FIFO of bundle dir and starts its keeper.
@@ -88,18 +87,7 @@ func openConsole(dir string) (*console, error) {
 		w.Close()
 		return nil, err
 	}
-	return &console{w: w, keeper: done}, nil
-}
-
-// closeAndWait lets go of the console and waits (a while) for the keeper
-// to write out what is left, which it does once nothing else holds the
-// FIFO: call it when runsc failed and its processes are gone.
-func (c *console) closeAndWait() {
-	c.w.Close()
-	select {
-	case <-c.keeper:
-	case <-time.After(keeperExitWait):
-	}
+	return &console{w: w}, nil
 }
 
 // startKeeper starts the console keeper of bundle dir unless one runs

@@ -11,6 +11,8 @@ package gvisor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,19 +91,25 @@ func (r *Runtime) bundle(spec runtime.Spec, base *ociSpecT) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	oci := ociSpec(spec)
-	if base != nil {
-		merged := *base
-		merged.Linux.Namespaces = oci.Linux.Namespaces
-		merged.Linux.CgroupsPath = oci.Linux.CgroupsPath
-		merged.Linux.Resources = oci.Linux.Resources
-		merged.Annotations = oci.Annotations
-		oci = merged
-	}
-	if err := writeSpec(dir, oci); err != nil {
+	if err := writeSpec(dir, mergeSpec(spec, base)); err != nil {
 		return "", err
 	}
 	return dir, nil
+}
+
+// mergeSpec is the OCI spec of spec, or, when restoring, base with only
+// what belongs to the new sandbox taken from spec (see bundle).
+func mergeSpec(spec runtime.Spec, base *ociSpecT) ociSpecT {
+	oci := ociSpec(spec)
+	if base == nil {
+		return oci
+	}
+	merged := *base
+	merged.Linux.Namespaces = oci.Linux.Namespaces
+	merged.Linux.CgroupsPath = oci.Linux.CgroupsPath
+	merged.Linux.Resources = oci.Linux.Resources
+	merged.Annotations = oci.Annotations
+	return merged
 }
 
 // specFile is where a checkpoint image keeps the spec it was taken with.
@@ -123,7 +131,7 @@ func savedSpec(image string) (*ociSpecT, error) {
 	return &s, nil
 }
 
-// start runs runsc run or restore, detached, with the sandbox's console
+// start runs runsc run, restore or create, with the sandbox's console
 // going to a log file in the bundle. The bundle is removed if it fails.
 func (r *Runtime) start(ctx context.Context, spec runtime.Spec, base *ociSpecT, args ...string) (runtime.Sandbox, error) {
 	if spec.ID == "" || spec.Rootfs == "" {
@@ -143,22 +151,37 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, base *ociSpecT, 
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	full := append(append([]string(nil), args...), "--bundle", dir, spec.ID)
-	cmd := r.runscFor(spec.ID).Command(ctx, &spec, full...)
 	// Both streams go to the console FIFO, which the sandbox process runsc
 	// leaves behind inherits (a pipe of ours would never reach EOF).
-	cmd.Stdout = console.w
-	cmd.Stderr = console.w
-	if err := cmd.Run(); err != nil {
-		// runsc may have left a half-created container behind.
-		r.runsc(context.Background(), spec.ID, nil, "delete", "--force", spec.ID)
-		console.closeAndWait()
-		out, _ := readConsole(dir)
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("runsc %s %s: %w: %s", args[0], spec.ID, err, Reason(string(out)))
+	if err := r.runDetached(ctx, spec, dir, console.w, args...); err != nil {
+		return nil, r.failed(spec.ID, dir, console.w, args[0], err)
 	}
 	console.w.Close()
 	return &sandbox{r: r, id: spec.ID, spec: spec}, nil
+}
+
+// runDetached runs one runsc command on spec's container in bundle dir
+// with its output (and that of any sandbox process it leaves behind) on
+// the console FIFO w.
+func (r *Runtime) runDetached(ctx context.Context, spec runtime.Spec, dir string, w *os.File, args ...string) error {
+	full := append(append([]string(nil), args...), "--bundle", dir, spec.ID)
+	cmd := r.runscFor(spec.ID).Command(ctx, &spec, full...)
+	cmd.Stdout, cmd.Stderr = w, w
+	return cmd.Run()
+}
+
+// failed removes what a failed run, restore or create may have left
+// behind (a half-made container, the bundle) and returns the error with
+// runsc's own last words, read from the console first. w is the caller's
+// end of the console, closed once the container's processes are gone so
+// that the keeper finishes writing out.
+func (r *Runtime) failed(id, dir string, w *os.File, op string, err error) error {
+	r.runsc(context.Background(), id, nil, "delete", "--force", id)
+	w.Close()
+	waitKeeper(dir)
+	out, _ := readConsole(dir)
+	os.RemoveAll(dir)
+	return fmt.Errorf("runsc %s %s: %w: %s", op, id, err, Reason(string(out)))
 }
 
 // Boot starts a fresh sandbox.
@@ -180,6 +203,78 @@ func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) 
 	}
 	return r.start(ctx, spec, base, "restore", "--detach", "--background", "--image-path", image)
 }
+
+// PrepareKey names the containers Prepare makes that a restore of image
+// with spec can use: the merged OCI spec and the global flags, without the
+// container ID and network namespace, which each prepared container has
+// of its own.
+func (r *Runtime) PrepareKey(image string, spec runtime.Spec) (string, error) {
+	base, err := savedSpec(image)
+	if err != nil {
+		return "", err
+	}
+	spec.ID = "-"
+	if spec.NetNS != "" {
+		spec.NetNS = "-"
+	}
+	b, err := json.Marshal(struct {
+		Flags []string
+		Spec  ociSpecT
+	}{r.runscFor("").Flags(&spec), mergeSpec(spec, base)})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12]), nil
+}
+
+// Prepare runs `runsc create` for a restore of image (or of any image with
+// the same PrepareKey): the sandbox and gofer processes start, install
+// their seccomp filters and wait. runsc's restore loads a checkpoint into
+// a container that exists instead of creating one, which is most of a
+// cold restore's process set-up, done here ahead of the request.
+func (r *Runtime) Prepare(ctx context.Context, image string, spec runtime.Spec) (runtime.Prepared, error) {
+	base, err := savedSpec(image)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.start(ctx, spec, base, "create"); err != nil {
+		return nil, err
+	}
+	return &prepared{r: r, id: spec.ID, spec: spec}, nil
+}
+
+// prepared is a container made by runsc create, waiting for a restore.
+type prepared struct {
+	r    *Runtime
+	id   string
+	spec runtime.Spec
+}
+
+func (p *prepared) ID() string { return p.id }
+
+// Restore loads image into the prepared container. On failure the
+// container is gone.
+func (p *prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, error) {
+	dir := filepath.Join(p.r.cfg.Bundles, p.id)
+	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
+		p.Kill(context.Background())
+		return nil, fmt.Errorf("checkpoint image %s is incomplete: %w", image, err)
+	}
+	w, err := os.OpenFile(filepath.Join(dir, consoleFIFO), os.O_RDWR, 0)
+	if err != nil {
+		p.Kill(context.Background())
+		return nil, fmt.Errorf("console of %s: %w", p.id, err)
+	}
+	if err := p.r.runDetached(ctx, p.spec, dir, w, "restore", "--detach", "--background", "--image-path", image); err != nil {
+		return nil, p.r.failed(p.id, dir, w, "restore", err)
+	}
+	w.Close()
+	return &sandbox{r: p.r, id: p.id, spec: p.spec}, nil
+}
+
+// Kill deletes the prepared container and its bundle.
+func (p *prepared) Kill(ctx context.Context) error { return p.r.Remove(ctx, p.id) }
 
 // Attach returns a handle to a container that runsc already runs.
 func (r *Runtime) Attach(ctx context.Context, id string) (runtime.Sandbox, error) {

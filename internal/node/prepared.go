@@ -1,0 +1,230 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"cube/internal/id"
+	"cube/internal/netslot"
+	"cube/internal/runtime"
+	"cube/internal/store"
+)
+
+// Prepared containers take the process set-up out of a cold restore. A
+// restore that no warm sandbox serves (create from a snapshot, rollback,
+// clone, resume from disk, a warm-pool refill) spends about half its time
+// starting runsc's sandbox and gofer processes and installing their
+// filters, none of which depends on the image. The node therefore keeps,
+// for every kind of restore asked for recently (a PrepareKey: same
+// rootfs, agent, limits and flags), a few containers already made by the
+// runtime, each in its own network slot, and restores into one of them.
+// A kind not asked for in preparedTTL has its containers discarded.
+// Prepared containers have no store record: after a crash the reconciler
+// removes them like any unknown container.
+
+// preparedTTL is how long a kind of restore keeps its prepared containers
+// after it was last asked for.
+const preparedTTL = 10 * time.Minute
+
+// preparedBox is a prepared container and the slot it was made in.
+type preparedBox struct {
+	p    runtime.Prepared
+	slot *netslot.Slot
+}
+
+// preparedWant is a kind of restore asked for recently: what to prepare
+// it from.
+type preparedWant struct {
+	image string
+	tpl   store.Template
+	last  time.Time
+}
+
+// preparer is the runtime's Preparer, or nil when it has none or the
+// pool is off.
+func (n *Node) preparer() runtime.Preparer {
+	if n.cfg.PreparedPerKey <= 0 {
+		return nil
+	}
+	p, _ := n.rt.(runtime.Preparer)
+	return p
+}
+
+// restorePrepared restores image into a prepared container of its kind,
+// if one waits, and notes the kind as wanted either way. nil means
+// restore cold: no container waited, or restoring into it failed (the
+// container is then gone, and a cold restore says why if it fails too).
+func (n *Node) restorePrepared(ctx context.Context, tpl *store.Template, image string) *container {
+	pr := n.preparer()
+	if pr == nil {
+		return nil
+	}
+	// A restore always has a network namespace, hence the stand-in.
+	key, err := pr.PrepareKey(image, Spec(tpl, "", "-"))
+	if err != nil {
+		return nil
+	}
+	n.mu.Lock()
+	n.wants[key] = &preparedWant{image: image, tpl: *tpl, last: time.Now()}
+	var pb *preparedBox
+	if list := n.prepared[key]; len(list) > 0 {
+		pb = list[len(list)-1]
+		n.prepared[key] = list[:len(list)-1]
+	}
+	n.mu.Unlock()
+	n.wakePrepare()
+	if pb == nil {
+		return nil
+	}
+	sb, err := pb.p.Restore(ctx, image)
+	if err != nil {
+		n.log.Warn("restore into a prepared container failed; restoring cold", "template", tpl.ID, "container", pb.p.ID(), "err", err)
+		n.release(pb.slot)
+		return nil
+	}
+	return &container{sb: sb, slot: pb.slot}
+}
+
+// wakePrepare nudges the preparer loop; n.mu may be held.
+func (n *Node) wakePrepare() {
+	select {
+	case n.prepare <- struct{}{}:
+	default:
+	}
+}
+
+// prepareLoop keeps PreparedPerKey containers ready for every wanted kind
+// until ctx is cancelled, one at a time, and drops kinds gone stale.
+func (n *Node) prepareLoop(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.prepare:
+		case <-t.C:
+		}
+		n.dropStalePrepared(time.Now())
+		for ctx.Err() == nil && n.prepareOne(ctx) {
+		}
+	}
+}
+
+// prepareOne makes one container for the wanted kind that has the fewest
+// and reports whether it did anything.
+func (n *Node) prepareOne(ctx context.Context) bool {
+	pr := n.preparer()
+	n.mu.Lock()
+	var key string
+	var want *preparedWant
+	best := n.cfg.PreparedPerKey
+	for k, w := range n.wants {
+		if have := len(n.prepared[k]); have < best {
+			key, want, best = k, w, have
+		}
+	}
+	n.mu.Unlock()
+	if want == nil || pr == nil {
+		return false
+	}
+	slot, err := n.slots.Acquire(ctx)
+	if err != nil {
+		return false // no slot to spare: the sandboxes need them more
+	}
+	cid := "p" + id.New("", 12)
+	defer n.tel.phase("prepare", "create", time.Now())
+	p, err := pr.Prepare(context.WithoutCancel(ctx), want.image, Spec(&want.tpl, cid, slot.NetNS))
+	if err != nil {
+		n.release(slot)
+		n.log.Warn("prepare a container failed; not preparing this kind until asked again", "template", want.tpl.ID, "err", err)
+		n.mu.Lock()
+		if n.wants[key] == want {
+			delete(n.wants, key)
+		}
+		n.mu.Unlock()
+		return true
+	}
+	pb := &preparedBox{p: p, slot: slot}
+	n.mu.Lock()
+	if n.closing || n.wants[key] == nil {
+		n.mu.Unlock()
+		n.killPrepared(pb)
+		return false
+	}
+	n.prepared[key] = append(n.prepared[key], pb)
+	n.mu.Unlock()
+	return true
+}
+
+// dropStalePrepared forgets kinds not asked for since preparedTTL before
+// now and discards their containers.
+func (n *Node) dropStalePrepared(now time.Time) {
+	var out []*preparedBox
+	n.mu.Lock()
+	for k, w := range n.wants {
+		if now.Sub(w.last) > preparedTTL {
+			delete(n.wants, k)
+			out = append(out, n.prepared[k]...)
+			delete(n.prepared, k)
+		}
+	}
+	n.mu.Unlock()
+	for _, pb := range out {
+		n.killPrepared(pb)
+	}
+}
+
+// freePreparedSlot discards one prepared container, if any, so that its
+// slot serves a sandbox instead, and reports whether it did.
+func (n *Node) freePreparedSlot() bool {
+	n.mu.Lock()
+	var pb *preparedBox
+	for k, list := range n.prepared {
+		if len(list) > 0 {
+			pb = list[len(list)-1]
+			n.prepared[k] = list[:len(list)-1]
+			break
+		}
+	}
+	n.mu.Unlock()
+	if pb == nil {
+		return false
+	}
+	n.killPrepared(pb)
+	return true
+}
+
+// drainPrepared discards every prepared container.
+func (n *Node) drainPrepared() {
+	n.mu.Lock()
+	var out []*preparedBox
+	for k, list := range n.prepared {
+		out = append(out, list...)
+		delete(n.prepared, k)
+	}
+	n.mu.Unlock()
+	for _, pb := range out {
+		n.killPrepared(pb)
+	}
+}
+
+func (n *Node) killPrepared(pb *preparedBox) {
+	if err := pb.p.Kill(context.Background()); err != nil {
+		n.log.Warn("discard prepared container", "container", pb.p.ID(), "err", err)
+	}
+	if err := n.release(pb.slot); err != nil {
+		n.log.Warn("release network slot", "slot", pb.slot.Index, "err", err)
+	}
+}
+
+// Prepared is the number of prepared containers waiting, of every kind.
+func (n *Node) Prepared() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	total := 0
+	for _, list := range n.prepared {
+		total += len(list)
+	}
+	return total
+}
