@@ -41,6 +41,8 @@ type Options struct {
 	// it is written to disk: zero keeps it there for the whole test (an
 	// hour), negative writes it out at once.
 	PauseWriteDelay time.Duration
+	// PreparedPerKey turns on prepared containers (node.Config).
+	PreparedPerKey int
 }
 
 // New starts a node on fresh fakes; it is closed when the test ends.
@@ -74,7 +76,7 @@ func (n *Node) start(t testing.TB) {
 		delay = time.Hour
 	}
 	nn, err := node.New(node.Config{DataDir: n.DataDir, Envd: n.envd, Runtime: n.Runtime, Slots: n.Slots,
-		Store: n.Store, Logger: logger(), MaxSandboxes: n.opts.MaxSandboxes, PoolSize: n.opts.PoolSize,
+		Store: n.Store, Logger: logger(), MaxSandboxes: n.opts.MaxSandboxes, PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
 		EnvdVersion: protocol.Version, PauseWriteDelay: delay, AgentAt: n.Agents.At})
 	if err != nil {
 		t.Fatal(err)

@@ -303,3 +303,62 @@ func (s *Sandbox) Console() ([]byte, error) { return nil, nil }
 func (s *Sandbox) Exec(ctx context.Context, args ...string) ([]byte, error) {
 	return nil, errors.New("fake runtime: exec is not supported")
 }
+
+// Created is the state of a container made by Prepare and not yet
+// restored into.
+const Created State = "created"
+
+// OpPrepare names Prepare, for failure injection.
+const OpPrepare Op = "prepare"
+
+// PrepareKey keys a restore by the spec's rootfs, agent and limits, as the
+// real runtime does by everything but the container's ID and namespace.
+func (r *Runtime) PrepareKey(image string, spec runtime.Spec) (string, error) {
+	return fmt.Sprintf("%s|%s|%d|%d|%d", spec.Rootfs, spec.AgentDir, spec.WritableMB, spec.CPUCount, spec.MemoryMB), nil
+}
+
+// Prepare adds a container in state Created.
+func (r *Runtime) Prepare(ctx context.Context, image string, spec runtime.Spec) (runtime.Prepared, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.failing(OpPrepare); err != nil {
+		return nil, err
+	}
+	sb, err := r.start(spec, "")
+	if err != nil {
+		return nil, err
+	}
+	sb.state = Created
+	return prepared{sb}, nil
+}
+
+// prepared is a fake container waiting for a restore.
+type prepared struct{ sb *Sandbox }
+
+func (p prepared) ID() string { return p.sb.id }
+
+// Restore loads image into the created container; on failure the
+// container is gone, as with runsc.
+func (p prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, error) {
+	r := p.sb.rt
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.failing(OpRestore)
+	if err == nil {
+		if _, serr := os.Stat(filepath.Join(image, "checkpoint.img")); serr != nil {
+			err = fmt.Errorf("fake runtime: restore: %w", serr)
+		}
+	}
+	if err == nil && (r.containers[p.sb.id] != p.sb || p.sb.state != Created) {
+		err = fmt.Errorf("fake runtime: restore into %q: not a created container", p.sb.id)
+	}
+	if err != nil {
+		delete(r.containers, p.sb.id)
+		return nil, err
+	}
+	p.sb.state, p.sb.image = Running, image
+	r.restores = append(r.restores, Restore{Image: image, Spec: p.sb.spec})
+	return p.sb, nil
+}
+
+func (p prepared) Kill(ctx context.Context) error { return p.sb.Kill(ctx) }

@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -295,4 +296,93 @@ func TestRestoreUsesCheckpointedSpec(t *testing.T) {
 	if got := token(t, b); got != tok {
 		t.Fatalf("token %s, want %s", got, tok)
 	}
+}
+
+func TestRestoreIntoPreparedContainer(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	a, err := f.rt.Boot(c, f.spec("pra"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokA := token(t, a)
+	img := filepath.Join(t.TempDir(), "img")
+	if err := a.Checkpoint(c, img, true); err != nil {
+		t.Fatal(err)
+	}
+	// Containers of one spec share a key whatever their IDs; other
+	// limits make another key.
+	k1, err := f.rt.PrepareKey(img, f.spec("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, _ := f.rt.PrepareKey(img, f.spec("y"))
+	other := f.spec("x")
+	other.MemoryMB = 512
+	k3, _ := f.rt.PrepareKey(img, other)
+	if k1 == "" || k1 != k2 || k1 == k3 {
+		t.Fatalf("keys: same spec %q / %q, other limits %q", k1, k2, k3)
+	}
+
+	p, err := f.rt.Prepare(c, img, f.spec("prb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.rt.runsc(c, "prb", nil, "state", "prb")
+	if err != nil || !strings.Contains(string(out), `"created"`) {
+		t.Fatalf("prepared container state: %v %s", err, out)
+	}
+	b, err := p.Restore(c, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.ID() != "prb" {
+		t.Fatalf("restored into %s, want prb", b.ID())
+	}
+	if got := token(t, b); got != tokA {
+		t.Fatalf("restored token %s, want %s", got, tokA)
+	}
+	if err := b.Kill(c); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restore that fails, before runsc (no image) or in it (a damaged
+	// image), leaves nothing: no container, no bundle.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "checkpoint.img"), []byte("not a checkpoint"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, image := range []string{t.TempDir(), bad} {
+		cid := fmt.Sprintf("prc%d", i)
+		q, err := f.rt.Prepare(c, img, f.spec(cid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = q.Restore(c, image)
+		if err == nil {
+			t.Fatalf("restore of %s into a prepared container succeeded", image)
+		}
+		t.Logf("restore of a bad image: %v", err)
+		ids, _ := f.rt.List(c)
+		if slices.Contains(ids, cid) {
+			t.Fatalf("a failed restore left its container: %v", ids)
+		}
+		if _, err := os.Stat(filepath.Join(f.rt.cfg.Bundles, cid)); !os.IsNotExist(err) {
+			t.Fatalf("a failed restore left its bundle: %v", err)
+		}
+	}
+
+	// An unused prepared container is discarded by Kill.
+	d, err := f.rt.Prepare(c, img, f.spec("prd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Kill(c); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := f.rt.List(c)
+	if slices.Contains(ids, "prd") {
+		t.Fatalf("Kill left the prepared container: %v", ids)
+	}
+	a.Kill(c)
 }

@@ -1,0 +1,146 @@
+package node_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/node/nodefake"
+)
+
+// created lists the containers waiting in state Created.
+func created(n *nodefake.Node) []string {
+	var out []string
+	for _, id := range n.Runtime.Containers() {
+		if c := n.Runtime.Container(id); c != nil && c.State() == nodefake.Created {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func TestFakePreparedContainersServeColdRestores(t *testing.T) {
+	n := newFake(t, nodefake.Options{PreparedPerKey: 2})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	if _, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap"); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is prepared before a kind of restore is asked for: the
+	// first create restored cold, and asked for the template's kind.
+	eventually(t, "two containers are prepared", func() bool { return len(created(n)) == 2 && n.Prepared() == 2 })
+	waiting := created(n)
+
+	// A create from the snapshot (same rootfs, agent and limits) restores
+	// into one of them: its container is a prepared one, now running, and
+	// the pool is made up again.
+	b := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	bC, bHost := served(t, n, b.ID)
+	if !slices.Contains(waiting, bC) {
+		t.Fatalf("b runs in %s, not in a prepared container of %v", bC, waiting)
+	}
+	if st := n.Runtime.Container(bC).State(); st != nodefake.Running {
+		t.Fatalf("b's container is %s", st)
+	}
+	inits := n.Agents.Inits()
+	if in := inits[len(inits)-1]; in.Host != bHost || in.Token != b.EnvdAccessToken || in.OldToken != a.EnvdAccessToken {
+		t.Fatalf("init of b = %+v (a's token %s)", in, a.EnvdAccessToken)
+	}
+	eventually(t, "the prepared pool is made up again", func() bool { return len(created(n)) == 2 })
+
+	// Other limits are another kind: that create restores cold.
+	waiting = created(n)
+	c := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap", MemoryMB: 4096})
+	if cC, _ := served(t, n, c.ID); slices.Contains(waiting, cC) {
+		t.Fatalf("a sandbox with other limits took prepared container %s", cC)
+	}
+
+	// Closing discards the prepared containers and their slots; the
+	// sandboxes keep running.
+	eventually(t, "both kinds are prepared", func() bool { return len(created(n)) == 4 })
+	n.Close()
+	if left := created(n); len(left) != 0 {
+		t.Fatalf("prepared containers left after Close: %v", left)
+	}
+	for _, id := range []string{a.ID, b.ID, c.ID} {
+		if _, err := n.GetSandbox(fctx(t), id); err != nil {
+			t.Fatalf("sandbox %s after Close: %v", id, err)
+		}
+	}
+}
+
+func TestFakePreparedRestoreFailureFallsBackCold(t *testing.T) {
+	n := newFake(t, nodefake.Options{PreparedPerKey: 1})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	if _, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a container is prepared", func() bool { return len(created(n)) == 1 })
+	spare := created(n)[0]
+	// The prepared container is lost behind the node's back: the restore
+	// into it fails, and the create restores cold instead of failing.
+	n.Runtime.Lose(spare)
+	b := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	if bC, _ := served(t, n, b.ID); bC == spare || !strings.HasPrefix(bC, b.ID) {
+		t.Fatalf("b runs in %s, not in a container restored cold for it", bC)
+	}
+	// Its slot went back to the pool: only the sandboxes' and the new
+	// prepared container's slots are held.
+	eventually(t, "a new container is prepared", func() bool { return len(created(n)) == 1 })
+	if held := n.Slots.Held(); len(held) != 3 {
+		t.Fatalf("slots held = %v, want a's, b's and one prepared", held)
+	}
+
+	// A kind that cannot be prepared is dropped, not retried forever.
+	n.Runtime.Fail(nodefake.OpPrepare, errors.New("no"))
+	waiting := created(n)
+	c := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	if cC, _ := served(t, n, c.ID); !slices.Contains(waiting, cC) {
+		t.Fatalf("c runs in %s, not in the prepared container %v", cC, waiting)
+	}
+	eventually(t, "nothing is prepared", func() bool { return len(created(n)) == 0 })
+}
+
+func TestFakePreparedContainersGiveWaySlotsToSandboxes(t *testing.T) {
+	// Four slots: a sandbox, its snapshot's two prepared containers and
+	// one free. Creates still get slots: prepared containers give theirs
+	// up before a create fails for want of one.
+	n := newFake(t, nodefake.Options{PreparedPerKey: 2, Slots: 4})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	if _, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "two containers are prepared", func() bool { return len(created(n)) == 2 })
+	var ids []string
+	for range 3 {
+		ids = append(ids, fakeCreate(t, n, cube.CreateRequest{Template: "a-snap", MemoryMB: 1024}).ID)
+	}
+	if len(n.Slots.Held()) != 4 || len(created(n)) != 0 {
+		t.Fatalf("slots %v, prepared %v: want all four slots with sandboxes", n.Slots.Held(), created(n))
+	}
+	_, err := n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "a-snap", MemoryMB: 1024, Timeout: 60e9})
+	wantKind(t, "create with every slot taken by sandboxes", err, cube.Capacity)
+}
+
+func TestFakeWarmPoolDeepensWithDemand(t *testing.T) {
+	n := newFake(t, nodefake.Options{PoolSize: 1, Slots: 32})
+	eventually(t, "the pool is filled", func() bool { return n.Warm("tiny") == 1 })
+	// Restores stop working: the pool cannot keep up, as under a burst.
+	// The create that empties the pool and each one that then finds it
+	// empty deepen it by one, up to four times its size.
+	n.Runtime.Fail(nodefake.OpRestore, errors.New("busy"))
+	fakeCreate(t, n, cube.CreateRequest{})
+	for range 5 {
+		if _, err := n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "tiny", Timeout: 60e9}); err == nil {
+			t.Fatal("a create succeeded with the pool empty and restores failing")
+		}
+	}
+	n.Runtime.Fail(nodefake.OpRestore, nil)
+	eventually(t, "the pool has grown to four", func() bool { return n.Warm("tiny") == 4 })
+	time.Sleep(50 * time.Millisecond)
+	if got := n.Warm("tiny"); got != 4 {
+		t.Fatalf("the pool grew past four times its size: %d", got)
+	}
+}
