@@ -8,7 +8,8 @@
 #   E2B_API_KEY       API key (default: read from $DATA_DIR/api-key)
 #   CUBE_TEMPLATE_ID  template to benchmark (default code-interpreter-v1)
 #   DATA_DIR          the server's data directory (default /var/lib/cube);
-#                     the baseline finds the template's rootfs there
+#                     the baseline finds the template's rootfs there, and
+#                     pause-resume --from-disk the sandboxes' pause images
 #   RUNSC             runsc binary for the baseline (default bin/runsc)
 #   BENCH             cube-bench binary (default bin/cube-bench)
 #   OUT_DIR           results directory (default docs/bench)
@@ -113,6 +114,8 @@ step clone-n20 clone -n 20 -c 10 --rounds "$(q 3 1)" -q
 
 note "4.6 pause/resume at c=1/10"
 for c in 1 10; do step "pause-resume-c$c" pause-resume -c "$c" -n "$(q 5 2)" -q; done
+note "4.6 resume from disk at c=1: each round waits for the pause image (the server's --pause-write-delay, ~12 s a round)"
+step pause-resume-disk-c1 pause-resume --from-disk --data-dir "$DATA_DIR" -c 1 -n "$(q 3 1)" -q
 
 note "raw runsc baseline on the template's rootfs, same host, same run (scaled down: runsc is slow)"
 step baseline-c1 baseline --runsc "$RUNSC" --data-dir "$DATA_DIR" -c 1 -n "$(q 10 3)" --idle "$(q 10 3)" -q

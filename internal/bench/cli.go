@@ -177,7 +177,7 @@ Environment: E2B_API_URL, E2B_API_KEY, CUBE_TEMPLATE_ID.`,
 	pf.StringVar(&o.apiKey, "api-key", "", "API key (default $E2B_API_KEY, else <data-dir>/api-key)")
 	pf.StringVarP(&o.template, "template", "t", "", "template ID or alias (default $CUBE_TEMPLATE_ID)")
 	pf.StringVarP(&o.output, "output", "o", "", "also write the results as JSON to this file")
-	pf.StringVar(&o.dataDir, "data-dir", "/var/lib/cube", "server data directory (API key and rootfs lookups on a local server)")
+	pf.StringVar(&o.dataDir, "data-dir", "/var/lib/cube", "server data directory (API key, rootfs and pause image lookups on a local server)")
 	pf.IntVar(&o.timeout, "timeout", 300, "lifetime of each created sandbox in seconds")
 	pf.BoolVarP(&o.quiet, "quiet", "q", false, "no progress line")
 
@@ -223,6 +223,9 @@ func opCommand(o *common, name, short string, kind opKind) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Template = o.templateID()
 			cfg.Timeout = o.timeout
+			if cfg.FromDisk {
+				cfg.DataDir = o.dataDir
+			}
 			conc := cfg.Concurrency
 			if kind == opClone {
 				conc = 2
@@ -274,6 +277,9 @@ func opCommand(o *common, name, short string, kind opKind) *cobra.Command {
 	default:
 		f.IntVarP(&cfg.Concurrency, "concurrency", "c", 1, "operations in flight at once (one sandbox each)")
 		f.IntVarP(&cfg.Rounds, "rounds", "n", 5, "measured rounds")
+	}
+	if kind == opPauseResume {
+		f.BoolVar(&cfg.FromDisk, "from-disk", false, "resume only once the server has written the paused sandboxes to disk (<data-dir>/sandboxes/<id>/pause/checkpoint.img, after its --pause-write-delay): a restore instead of a thaw; run it on the server's host")
 	}
 	return cmd
 }

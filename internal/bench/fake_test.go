@@ -34,6 +34,9 @@ type fakeAPI struct {
 	// noSnapshots makes the snapshot routes answer 501; noClone leaves
 	// the clone route out of the router.
 	noSnapshots, noClone bool
+	// onPause and onConnect, when set, see each sandbox paused and each
+	// connected (with f.mu held), as the server's disk would.
+	onPause, onConnect func(id string)
 }
 
 func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
@@ -201,6 +204,9 @@ func (f *fakeAPI) pause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.paused[id] = true
+	if f.onPause != nil {
+		f.onPause(id)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -211,6 +217,9 @@ func (f *fakeAPI) connect(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	if f.paused[id] {
 		code = http.StatusCreated
+	}
+	if f.onConnect != nil {
+		f.onConnect(id)
 	}
 	delete(f.paused, id)
 	w.WriteHeader(code)

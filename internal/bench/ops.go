@@ -31,6 +31,11 @@ type OpConfig struct {
 	Warmup  int `json:"warmup"`
 	// Timeout is the lifetime of the sandboxes the benchmark creates.
 	Timeout int `json:"timeout_s"`
+	// FromDisk (pause-resume) resumes each sandbox only once the server
+	// has written its pause image under DataDir, so the resume restores it
+	// from disk instead of thawing it in memory.
+	FromDisk bool   `json:"from_disk,omitempty"`
+	DataDir  string `json:"data_dir,omitempty"`
 }
 
 func (c OpConfig) validate(needCount bool) error {
@@ -47,6 +52,8 @@ func (c OpConfig) validate(needCount bool) error {
 		return fmt.Errorf("dirty memory (-d) cannot be negative, got %d", c.DirtyMB)
 	case c.Warmup < 0:
 		return fmt.Errorf("warm-up rounds cannot be negative, got %d", c.Warmup)
+	case c.FromDisk && c.DataDir == "":
+		return fmt.Errorf("--from-disk needs the server's data directory (--data-dir)")
 	}
 	return nil
 }

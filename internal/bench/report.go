@@ -71,6 +71,7 @@ type resultSet struct {
 	rollback  map[int]*OpReport
 	clone     map[int]*OpReport
 	pause     map[int]*OpReport
+	pauseDisk map[int]*OpReport // pause-resume --from-disk
 	failures  map[string]string // result name → error text
 }
 
@@ -81,7 +82,7 @@ func loadResults(dir string) (*resultSet, error) {
 		create: map[int]*CreateReport{}, baseline: map[int]*BaselineReport{}, baseDirty: map[int]*BaselineReport{},
 		snapshot: map[int]*OpReport{}, dirty: map[int]*OpReport{}, cfs: map[int]*OpReport{},
 		rollback: map[int]*OpReport{}, clone: map[int]*OpReport{}, pause: map[int]*OpReport{},
-		failures: map[string]string{}}
+		pauseDisk: map[int]*OpReport{}, failures: map[string]string{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -126,6 +127,8 @@ func loadResults(dir string) (*resultSet, error) {
 			target = newEntry(rs.clone, n)
 		case "pause-resume-c":
 			target = newEntry(rs.pause, n)
+		case "pause-resume-disk-c":
+			target = newEntry(rs.pauseDisk, n)
 		default:
 			continue
 		}
@@ -216,6 +219,18 @@ func verdict(v, limit float64, unit string) string {
 	return fmt.Sprintf("❌ %s %s > %s (over by %s, %.1f×)", f(v), unit, f(limit), f(v-limit), v/limit)
 }
 
+// verdictAtLeast compares a measured value with a lower bound, worded
+// like verdict.
+func verdictAtLeast(v, limit float64, unit string) string {
+	if math.IsNaN(v) {
+		return "not measured"
+	}
+	if v >= limit {
+		return fmt.Sprintf("✅ %s %s ≥ %s", f1(v), unit, f1(limit))
+	}
+	return fmt.Sprintf("❌ %s %s < %s (short by %s, %.1f×)", f1(v), unit, f1(limit), f1(limit-v), v/limit)
+}
+
 // Machine describes the host the benchmarks ran on.
 type Machine struct {
 	CPU, Kernel, OS, Runsc string
@@ -282,6 +297,7 @@ func WriteReport(w io.Writer, o ReportOptions) error {
 	p := &page{w: w, rs: rs, o: o}
 	p.header()
 	p.targets()
+	p.speedTargets()
 	p.commands()
 	p.createSection()
 	p.densitySection()

@@ -114,17 +114,27 @@ type baseCol struct {
 }
 
 func (p *page) opTable(reports map[int]*OpReport, op string, bases []baseCol, pubWall, pubPer map[int]float64) {
+	p.opHeader(bases)
+	p.opRows(reports, op, strconv.Itoa, bases, pubWall, pubPer)
+}
+
+func (p *page) opHeader(bases []baseCol) {
 	p.f("| c | rounds | wall avg | wall min | wall P95 | wall max | per avg | each avg | CPU ms/op |")
 	for _, b := range bases {
 		p.f(" %s |", b.name)
 	}
 	p.f(" published wall | published per |\n|---|---|---|---|---|---|---|---|---|%s---|---|\n", strings.Repeat("---|", len(bases)))
+}
+
+// opRows prints op's row of each report under opHeader's columns; label
+// turns the concurrency into the first cell.
+func (p *page) opRows(reports map[int]*OpReport, op string, label func(int) string, bases []baseCol, pubWall, pubPer map[int]float64) {
 	for _, c := range sortedKeys(reports) {
 		r := row(reports[c], op)
 		if r == nil {
 			continue
 		}
-		p.f("| %d | %d | %s | %s | %s | %s | %s | %s | %s |", c, r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
+		p.f("| %s | %d | %s | %s | %s | %s | %s | %s | %s |", label(c), r.Rounds, f1(r.Wall.Avg), f1(r.Wall.Min), f1(r.Wall.P95), f1(r.Wall.Max),
 			f1(r.PerAvg), f1(r.Each.Avg), cpuCell(reports[c].Telemetry))
 		for _, b := range bases {
 			p.f(" %s |", f1(b.at(c)))
@@ -302,13 +312,19 @@ func (p *page) pauseSection() {
 	p.f("c sandboxes paused at once (`POST /sandboxes/{id}/pause`), then resumed at once\n")
 	p.f("(`POST /sandboxes/{id}/connect`). The service's pause freezes the sandbox at once and writes\n")
 	p.f("it to disk (freeing its memory and slot) only after `--pause-write-delay` (10 s); a resume\n")
-	p.f("before that thaws it in memory, which is what this table measures. Raw runsc `pause`/`resume`\n")
-	p.f("(freeze/thaw) are the like-for-like baseline; raw `checkpoint` and `restore` show what a\n")
-	p.f("pause written to disk and its resume cost. *CPU ms/op* is per pause+resume, in both tables.\n\n")
+	p.f("before that thaws it in memory, which is what the rows by c measure. The *from disk* row\n")
+	p.f("(`pause-resume --from-disk`) resumes only once every pause image is on disk, so the resume\n")
+	p.f("restores it (into a prepared container, or cold: see §9). Raw runsc `pause`/`resume`\n")
+	p.f("(freeze/thaw) are the like-for-like baseline of the in-memory rows; raw `checkpoint` and\n")
+	p.f("`restore` that of a pause written to disk and its resume. *CPU ms/op* is per pause+resume, in\n")
+	p.f("both tables (from disk: the write-out included).\n\n")
 	p.f("**pause**\n\n")
 	p.opTable(p.rs.pause, "pause", append(p.raw("raw runsc pause (freeze)", "pause"), p.raw("raw runsc checkpoint", "checkpoint")...), Published.PauseWall, Published.PausePer)
 	p.f("\n**resume**\n\n")
-	p.opTable(p.rs.pause, "resume", append(p.raw("raw runsc resume (thaw)", "resume"), p.raw("raw runsc restore", "restore")...), Published.ResumeWall, Published.ResumePer)
+	bases := append(p.raw("raw runsc resume (thaw)", "resume"), p.raw("raw runsc restore", "restore")...)
+	p.opHeader(bases)
+	p.opRows(p.rs.pause, opResume, strconv.Itoa, bases, Published.ResumeWall, Published.ResumePer)
+	p.opRows(p.rs.pauseDisk, opResumeFromDisk, func(c int) string { return strconv.Itoa(c) + ", from disk" }, bases, nil, nil)
 	p.failure("pause-resume-")
 	p.f("\n")
 }
@@ -346,6 +362,7 @@ func (p *page) timeSection() {
 		{title: "create from a snapshot, c=1", t: opTelemetry(rs.cfs[1]), ops: opOps(rs.cfs[1])},
 		{title: "snapshot, c=1", t: opTelemetry(rs.snapshot[1]), ops: opOps(rs.snapshot[1])},
 		{title: "clone, n=1", t: opTelemetry(rs.clone[1]), ops: opOps(rs.clone[1])},
+		{title: "pause + resume from disk, c=1", t: opTelemetry(rs.pauseDisk[1]), ops: opOps(rs.pauseDisk[1])},
 	}
 	for _, fam := range fams {
 		p.timeTable(fam)

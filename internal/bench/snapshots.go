@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // RoundProgress is told after each round, warm-up included.
@@ -226,7 +227,9 @@ func RunClone(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*O
 
 // RunPauseResume pauses Concurrency sandboxes at once (POST .../pause),
 // then resumes them at once (POST .../connect), each round; one row per
-// half.
+// half. With FromDisk the resume waits until the server has written every
+// paused sandbox to disk (its pause image under DataDir), so it measures
+// a restore from that image rather than a thaw.
 func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
 	if err := cfg.validate(false); err != nil {
 		return nil, err
@@ -237,17 +240,32 @@ func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgres
 	if err != nil {
 		return nil, err
 	}
+	ids := make([]string, len(sbs))
+	for i, sb := range sbs {
+		ids[i] = sb.id()
+	}
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = 300
 	}
+	resumeOp := opResume
+	if cfg.FromDisk {
+		resumeOp = opResumeFromDisk
+	}
 	pause := &rowBuilder{row: OpRow{Op: "pause", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
-	resume := &rowBuilder{row: OpRow{Op: "resume", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	resume := &rowBuilder{row: OpRow{Op: resumeOp, Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	m := c.newMeter()
 	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
+		// Image mtimes come from the kernel's coarse clock; an older image
+		// is a previous round's.
+		paused := time.Now().Add(-50 * time.Millisecond)
 		pwall, peach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
 			return c.Pause(ctx, sbs[i].id())
 		})
+		var werr error
+		if err == nil && cfg.FromDisk {
+			werr = waitPauseImages(ctx, cfg.DataDir, ids, paused)
+		}
 		// Resume whatever paused, even when some pauses failed, so the
 		// next round and the cleanup find running sandboxes.
 		rwall, reach, rerr := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
@@ -255,6 +273,9 @@ func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgres
 		})
 		if err != nil {
 			return fmt.Errorf("pause: %w", err)
+		}
+		if werr != nil {
+			return werr
 		}
 		if rerr != nil {
 			return fmt.Errorf("resume: %w", rerr)
