@@ -38,7 +38,11 @@ var phaseOrder = map[string][]string{
 	"prepare":  {"create"},
 	"snapshot": {"checkpoint", "checksum", "fsync", "publish", "record"},
 	"clone":    {"checkpoint"},
-	"pause":    {"checkpoint", "checksum", "fsync"},
+	// A pause freezes and records at once; its write-out to disk
+	// (checkpoint, checksum, fsync) comes after --pause-write-delay.
+	"pause":            {"freeze", "record", "checkpoint", "checksum", "fsync"},
+	"resume":           {"thaw", "record"},
+	"resume-from-disk": {"launch", "record"},
 }
 
 type opPhase struct{ op, phase string }

@@ -226,3 +226,20 @@ func TestVerdictAtLeast(t *testing.T) {
 		t.Errorf("NaN: %q", got)
 	}
 }
+
+func TestPauseAndResumePhasesInRunOrder(t *testing.T) {
+	ps := []PhaseStat{
+		{Op: "resume-from-disk", Phase: "record"}, {Op: "pause", Phase: "fsync"}, {Op: "restore", Phase: "into-prepared"},
+		{Op: "pause", Phase: "record"}, {Op: "resume-from-disk", Phase: "launch"}, {Op: "pause", Phase: "checkpoint"},
+		{Op: "pause", Phase: "freeze"}, {Op: "restore", Phase: "verify"},
+	}
+	sortPhases(ps)
+	var got []string
+	for _, p := range ps {
+		got = append(got, p.Op+"/"+p.Phase)
+	}
+	want := "pause/freeze pause/record pause/checkpoint pause/fsync restore/verify restore/into-prepared resume-from-disk/launch resume-from-disk/record"
+	if strings.Join(got, " ") != want {
+		t.Errorf("order %v, want %s", got, want)
+	}
+}
