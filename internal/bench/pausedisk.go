@@ -18,12 +18,13 @@ const (
 // pauseImageWait says how pause-resume --from-disk waits for the server
 // to write a paused sandbox to disk (after its --pause-write-delay, 10 s
 // by default): it looks for the image every Poll, for at most Limit, then
-// lets the server finish recording the write-out for Grace (it publishes
-// the image first, then records the sandbox as paused on disk and stops
-// its frozen container; a resume sent before that would wait for it).
+// lets the server finish the write-out for Grace. The server publishes the
+// image first, then records the sandbox as paused on disk and retires its
+// frozen container, all under the sandbox's lock, so a resume sent before
+// that would wait for it and bill the write-out's tail to the resume.
 var pauseImageWait = struct {
 	Poll, Limit, Grace time.Duration
-}{Poll: 50 * time.Millisecond, Limit: 60 * time.Second, Grace: 250 * time.Millisecond}
+}{Poll: 50 * time.Millisecond, Limit: 60 * time.Second, Grace: time.Second}
 
 // pauseImage is where the server keeps the pause image of a sandbox.
 func pauseImage(dataDir, id string) string {
