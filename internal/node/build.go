@@ -37,9 +37,9 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 	}
 	tpl.Envd = n.agentDir
 	phase(PhaseBooting)
-	slot, err := n.slots.Acquire(ctx)
+	slot, err := n.acquireSlot(ctx, true)
 	if err != nil {
-		return fmt.Errorf("network slot: %w", err)
+		return err
 	}
 	// The build container and its slot go whatever the outcome: only the
 	// image stays.

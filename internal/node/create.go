@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"cube/internal/cube"
@@ -186,15 +187,11 @@ func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid stri
 		n.tel.phase("restore", "into-prepared", at)
 		return box, nil
 	}
-	slot, err := n.slots.Acquire(ctx)
-	for errors.Is(err, netslot.ErrExhausted) && n.freePreparedSlot() {
-		slot, err = n.slots.Acquire(ctx)
-	}
-	if errors.Is(err, netslot.ErrExhausted) {
-		return nil, cube.Errorf(cube.Capacity, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
-	}
+	// Refills of the warm pool take only free slots; a sandbox a user
+	// asked for may take one from a pool.
+	slot, err := n.acquireSlot(ctx, !strings.HasPrefix(cid, warmPrefix))
 	if err != nil {
-		return nil, fmt.Errorf("network slot: %w", err)
+		return nil, err
 	}
 	var c cleanup
 	defer n.cleanUp(&c, "restore", "container", cid)
@@ -206,6 +203,23 @@ func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid stri
 	n.tel.phase("restore", "cold", at)
 	c.Release()
 	return &container{sb: sb, slot: slot}, nil
+}
+
+// acquireSlot takes a free network slot. When none is free and evict is
+// set, prepared containers and then warm sandboxes give theirs up first:
+// they exist to make sandboxes faster, never to stop one.
+func (n *Node) acquireSlot(ctx context.Context, evict bool) (*netslot.Slot, error) {
+	slot, err := n.slots.Acquire(ctx)
+	for evict && errors.Is(err, netslot.ErrExhausted) && (n.freePreparedSlot() || n.freeWarmSlot()) {
+		slot, err = n.slots.Acquire(ctx)
+	}
+	if errors.Is(err, netslot.ErrExhausted) {
+		return nil, cube.Errorf(cube.Capacity, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("network slot: %w", err)
+	}
+	return slot, nil
 }
 
 // containerID names the runsc container of a sandbox. A sandbox that is

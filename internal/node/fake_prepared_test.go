@@ -144,3 +144,18 @@ func TestFakeWarmPoolDeepensWithDemand(t *testing.T) {
 		t.Fatalf("the pool grew past four times its size: %d", got)
 	}
 }
+
+func TestFakeWarmPoolGivesWaySlotsToBuildsAndSandboxes(t *testing.T) {
+	// Two slots, both held by the warm pool: a template build and then a
+	// sandbox of another template still get one.
+	n := newFake(t, nodefake.Options{PoolSize: 2, Slots: 2})
+	eventually(t, "the pool is filled", func() bool { return n.Warm("tiny") == 2 })
+	n.AddTemplate(t, "other")
+	s := fakeCreate(t, n, cube.CreateRequest{Template: "other", MemoryMB: 1024})
+	if _, err := n.GetSandbox(fctx(t), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Warm("tiny"); got > 1 {
+		t.Fatalf("the pool kept %d sandboxes with one slot left for it", got)
+	}
+}

@@ -43,9 +43,11 @@ func (n *Node) pause(ctx context.Context, inst *instance, rec *store.Sandbox) er
 		return err
 	}
 	box := inst.box
+	at := time.Now()
 	if err := box.sb.Pause(ctx); err != nil {
 		return fmt.Errorf("pause: %w", err)
 	}
+	at = n.tel.phase("pause", "freeze", at)
 	var c cleanup
 	defer n.cleanUp(&c, "pause", "sandbox", rec.ID)
 	c.Add(func() error { return box.sb.Resume(context.WithoutCancel(ctx)) })
@@ -55,6 +57,7 @@ func (n *Node) pause(ctx context.Context, inst *instance, rec *store.Sandbox) er
 	if err := n.save(ctx, rec); err != nil {
 		return err
 	}
+	n.tel.phase("pause", "record", at)
 	c.Release()
 	n.scheduleWriteOut(inst, rec.PausedAt)
 	return nil
@@ -75,11 +78,13 @@ func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) e
 	// A pause image no longer needed once the sandbox runs; removed only
 	// after the record stops naming it.
 	var stale string
+	at, op := time.Now(), "resume"
 	if inst.state == statePaused {
 		box := inst.box
 		if err := box.sb.Resume(ctx); err != nil {
 			return fmt.Errorf("resume: %w", err)
 		}
+		at = n.tel.phase(op, "thaw", at)
 		c.Add(func() error { return box.sb.Pause(context.WithoutCancel(ctx)) })
 		n.changeState(inst, rec, stateRunning)
 		c.Add(func() error { n.changeState(inst, rec, statePaused); return nil })
@@ -92,10 +97,12 @@ func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) e
 			stale = rec.PauseImage
 		}
 	} else {
+		op = "resume-from-disk"
 		image, err := n.resumeFromDisk(ctx, inst, rec, &c)
 		if err != nil {
 			return err
 		}
+		at = n.tel.phase(op, "launch", at)
 		stale = image
 	}
 	rec.EndAt = rec.EndAt.Add(paused)
@@ -103,6 +110,7 @@ func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) e
 	if err := n.save(ctx, rec); err != nil {
 		return err
 	}
+	n.tel.phase(op, "record", at)
 	c.Release()
 	n.event(rec.ID, "info", "resumed after %s paused", paused.Round(time.Millisecond))
 	if stale != "" {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"cube/internal/cube"
 	"cube/internal/id"
 	"cube/internal/store"
 )
@@ -28,6 +29,9 @@ const (
 	poolGrowth      = 4
 	poolShrinkAfter = time.Minute
 )
+
+// warmPrefix starts the container IDs of warm sandboxes.
+const warmPrefix = "w"
 
 // poolDemand is how far demand has grown one template's pool.
 type poolDemand struct {
@@ -151,7 +155,10 @@ func (n *Node) fillOne(ctx context.Context) bool {
 	}()
 	// A restore begun is finished: Close waits the moment it takes, and
 	// the container is then drained with the pool.
-	box, err := n.restore(context.WithoutCancel(ctx), target, target.Checkpoint, "w"+id.New("", 12))
+	box, err := n.restore(context.WithoutCancel(ctx), target, target.Checkpoint, warmPrefix+id.New("", 12))
+	if cube.KindOf(err) == cube.Capacity {
+		return false // every slot serves a sandbox: no room for the pool
+	}
 	if err != nil {
 		n.log.Warn("warm pool: restore failed", "template", target.ID, "err", err)
 		return false
@@ -183,6 +190,29 @@ func (n *Node) drainWarm(tplID string) {
 	for _, box := range out {
 		n.discard(box, "")
 	}
+}
+
+// freeWarmSlot discards one warm sandbox of the deepest pool, if any, so
+// that its slot serves a sandbox asked for instead, and reports whether
+// it did.
+func (n *Node) freeWarmSlot() bool {
+	n.mu.Lock()
+	var deepest string
+	for t, list := range n.warm {
+		if len(list) > len(n.warm[deepest]) {
+			deepest = t
+		}
+	}
+	list := n.warm[deepest]
+	if len(list) == 0 {
+		n.mu.Unlock()
+		return false
+	}
+	box := list[len(list)-1]
+	n.warm[deepest] = list[:len(list)-1]
+	n.mu.Unlock()
+	n.discard(box, "")
+	return true
 }
 
 // Warm is the number of warm sandboxes ready for a template.
