@@ -15,14 +15,18 @@ GO_BINS := cube-server cubemastercli cube-bench
 
 all: build
 
-## build: the five binaries in bin/ (cube-envd and runsc static).
-build: $(addprefix bin/,$(GO_BINS)) bin/cube-envd bin/runsc
+## build: the six binaries in bin/ (cube-envd, cube-console and runsc static).
+build: $(addprefix bin/,$(GO_BINS)) bin/cube-envd bin/cube-console bin/runsc
 
 bin/cube-server bin/cubemastercli bin/cube-bench: FORCE
 	$(GO) build -o $@ ./cmd/$(notdir $@)
 
 bin/cube-envd: FORCE
 	CGO_ENABLED=0 $(GO) build -o $@ ./cmd/cube-envd
+
+# One console keeper runs per sandbox: a small static binary of its own.
+bin/cube-console: FORCE
+	CGO_ENABLED=0 $(GO) build -ldflags=-s -o $@ ./cmd/cube-console
 
 # runsc is large and slow to compile; it is rebuilt only when go.mod
 # (which pins its pseudo-version) or its build changes. Its seccomp programs

@@ -26,7 +26,7 @@ cd "$root"
 
 die() { echo "e2e: $*" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || die "needs root (cube-server creates network namespaces and runs gVisor)"
-for b in cube-server cubemastercli cube-envd runsc; do
+for b in cube-server cubemastercli cube-envd cube-console runsc; do
 	[ -x "bin/$b" ] || die "bin/$b is missing: run make build first"
 done
 command -v node >/dev/null || die "node is not installed (Node >= 20.18.1 is needed)"

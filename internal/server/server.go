@@ -39,6 +39,9 @@ type Options struct {
 	Domain       string
 	Runsc        string // path of runsc; default: beside the executable
 	Envd         string // path of cube-envd; default: beside the executable
+	// Console is the cube-console binary of the console keepers; default
+	// beside the executable, and when none is there cube-server itself.
+	Console string
 	MaxSandboxes int
 	PoolSize     int
 	// PreparedPerKey is how many containers are made ahead of cold
@@ -97,6 +100,11 @@ func (o *Options) Check() error {
 	if o.Envd == "" {
 		o.Envd = filepath.Join(filepath.Dir(exe), "cube-envd")
 	}
+	if o.Console == "" {
+		if c := filepath.Join(filepath.Dir(exe), "cube-console"); fileExists(c) {
+			o.Console = c
+		}
+	}
 	for _, b := range []string{o.Runsc, o.Envd} {
 		if _, err := os.Stat(b); err != nil {
 			return fmt.Errorf("%s not found: build it with `make build` or point to it with --%s", b, filepath.Base(b))
@@ -150,7 +158,7 @@ func Run(ctx context.Context, o Options) error {
 
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: o.Runsc, Root: filepath.Join(o.DataDir, "runsc"),
-		Bundles: filepath.Join(o.DataDir, "bundles"), Debug: o.Debug,
+		Bundles: filepath.Join(o.DataDir, "bundles"), Debug: o.Debug, Keeper: o.Console,
 	})
 	if err != nil {
 		return err
@@ -257,4 +265,9 @@ func Run(ctx context.Context, o Options) error {
 type backend struct {
 	*node.Node
 	*template.Builder
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

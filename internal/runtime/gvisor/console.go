@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"cube/internal/runtime/gvisor/keeper"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +24,8 @@ import (
 // bytes, as a pair of files of half that each (consoleLog, and
 // consoleOld before it).
 //
-// The keeper is a process of its own (this binary again, see init), so
+// The keeper is a process of its own (cube-console, see package keeper;
+// or this binary again, see init), so
 // the console keeps draining while the server restarts; the sandbox's
 // runsc processes hold the FIFO open for reading and writing, so a
 // sandbox never sees a broken pipe (SIGPIPE would kill its PID 1), even
@@ -32,11 +35,11 @@ import (
 // sandbox's last process does.
 const (
 	// ConsoleLimit bounds the console output kept on disk per sandbox.
-	ConsoleLimit = 2 << 20
+	ConsoleLimit = keeper.Limit
 
 	consoleFIFO = "console.pipe"
-	consoleLog  = "console.log"
-	consoleOld  = "console.log.1"
+	consoleLog  = keeper.Log
+	consoleOld  = keeper.Old
 	// consoleLock is held (flock) by the sandbox's keeper while it runs,
 	// and holds its PID.
 	consoleLock = "console.lock"
@@ -44,15 +47,18 @@ const (
 	consolePipeSize = 1 << 20
 	// keeperEnv, set to a bundle directory, makes this binary that
 	// bundle's console keeper instead of what it normally is.
-	keeperEnv = "CUBE_CONSOLE_KEEPER"
+	keeperEnv = keeper.Env
 	// keeperExitWait bounds the wait for a keeper to finish after the
 	// sandbox's processes are gone.
 	keeperExitWait = 5 * time.Second
 )
 
+// init makes any binary that links this package a console keeper when
+// started as one: the fallback when no cube-console binary is installed
+// (Config.Keeper), and how tests run keepers.
 func init() {
 	if dir := os.Getenv(keeperEnv); dir != "" {
-		os.Exit(keepConsole(dir, 3))
+		os.Exit(keeper.Keep(dir, 3))
 	}
 }
 
@@ -63,7 +69,7 @@ type console struct {
 }
 
 // openConsole makes the console FIFO of bundle dir and starts its keeper.
-func openConsole(dir string) (*console, error) {
+func openConsole(dir, bin string) (*console, error) {
 	fifo := filepath.Join(dir, consoleFIFO)
 	// A keeper of an earlier container of this ID that is still going
 	// keeps its own FIFO and lock: these names are for the new one.
@@ -79,7 +85,7 @@ func openConsole(dir string) (*console, error) {
 		return nil, fmt.Errorf("console fifo: %w", err)
 	}
 	unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, consolePipeSize)
-	done, err := startKeeper(dir)
+	done, err := startKeeper(dir, bin)
 	if err == nil && done == nil {
 		err = errors.New("console lock taken")
 	}
@@ -92,7 +98,7 @@ func openConsole(dir string) (*console, error) {
 
 // startKeeper starts the console keeper of bundle dir unless one runs
 // already (done nil then). done is closed when the keeper exits.
-func startKeeper(dir string) (done chan struct{}, err error) {
+func startKeeper(dir, bin string) (done chan struct{}, err error) {
 	lock, err := os.OpenFile(filepath.Join(dir, consoleLock), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("console lock: %w", err)
@@ -112,7 +118,7 @@ func startKeeper(dir string) (done chan struct{}, err error) {
 	}
 	defer r.Close()
 	cmd := &exec.Cmd{
-		Path: "/proc/self/exe",
+		Path: bin,
 		Args: []string{"cube-console-keeper", filepath.Base(dir)},
 		Env:  []string{keeperEnv + "=" + dir, "GOMAXPROCS=1"},
 		// fd 3 the FIFO, fd 4 the lock, which the keeper holds from now
@@ -138,11 +144,11 @@ func startKeeper(dir string) (done chan struct{}, err error) {
 // adoptConsole starts a keeper for a running sandbox whose keeper is gone
 // (the server restarted and something ended it). A bundle without a
 // console FIFO has nothing to drain.
-func adoptConsole(dir string) error {
+func adoptConsole(dir, bin string) error {
 	if _, err := os.Stat(filepath.Join(dir, consoleFIFO)); err != nil {
 		return nil
 	}
-	_, err := startKeeper(dir)
+	_, err := startKeeper(dir, bin)
 	return err
 }
 
@@ -158,91 +164,6 @@ func waitKeeper(dir string) {
 	deadline := time.Now().Add(keeperExitWait)
 	for unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// keepConsole is the keeper's main: it copies the FIFO open at fd to the
-// bundle's console files until every writer is gone. It never stops
-// reading early, since a full FIFO would block the sandbox's writers.
-func keepConsole(dir string, fd int) int {
-	unix.SetNonblock(fd, false)
-	in := os.NewFile(uintptr(fd), consoleFIFO)
-	out := &ringFiles{dir: dir, half: ConsoleLimit / 2}
-	defer out.close()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := in.Read(buf)
-		out.write(buf[:n])
-		if err != nil {
-			if err == io.EOF {
-				return 0
-			}
-			return 1
-		}
-	}
-}
-
-// ringFiles keeps the newest 2*half bytes written to it in two files:
-// when consoleLog reaches half, it becomes consoleOld (replacing the one
-// before) and a new consoleLog starts. A write error (the bundle was
-// removed) makes it drop everything from then on.
-type ringFiles struct {
-	dir    string
-	half   int64
-	cur    *os.File
-	size   int64
-	broken bool
-}
-
-func (r *ringFiles) write(p []byte) {
-	for len(p) > 0 && !r.broken {
-		if r.cur == nil || r.size >= r.half {
-			if err := r.next(); err != nil {
-				r.broken = true
-				return
-			}
-		}
-		chunk := p[:min(int64(len(p)), r.half-r.size)]
-		n, err := r.cur.Write(chunk)
-		r.size += int64(n)
-		p = p[n:]
-		if err != nil {
-			r.broken = true
-		}
-	}
-}
-
-// next opens consoleLog to append to, first turning a full one into
-// consoleOld.
-func (r *ringFiles) next() error {
-	path := filepath.Join(r.dir, consoleLog)
-	if r.cur != nil {
-		r.cur.Close()
-		r.cur = nil
-		if err := os.Rename(path, filepath.Join(r.dir, consoleOld)); err != nil {
-			return err
-		}
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return err
-	}
-	r.cur, r.size = f, st.Size()
-	if r.size >= r.half {
-		// Left full by a keeper before this one.
-		return r.next()
-	}
-	return nil
-}
-
-func (r *ringFiles) close() {
-	if r.cur != nil {
-		r.cur.Close()
 	}
 }
 
@@ -291,4 +212,6 @@ func readTail(path string, n int64) ([]byte, error) {
 // has died (killed by hand, by the host for memory, or with the server's
 // cgroup on a restart): without one, the sandbox's console writes block
 // once the FIFO is full. The node calls it periodically.
-func (s *sandbox) KeepConsole() error { return adoptConsole(filepath.Join(s.r.cfg.Bundles, s.id)) }
+func (s *sandbox) KeepConsole() error {
+	return adoptConsole(filepath.Join(s.r.cfg.Bundles, s.id), s.r.keeperBin())
+}

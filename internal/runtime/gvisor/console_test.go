@@ -139,7 +139,7 @@ func TestConsoleKeeperIsReplacedOnAttach(t *testing.T) {
 	}
 	waitConsole(t, again, "written after the keeper died\nflood end\n")
 	// Attaching again while that keeper runs starts no second one.
-	if done, err := startKeeper(bundle); done != nil || err != nil {
+	if done, err := startKeeper(bundle, f.rt.keeperBin()); done != nil || err != nil {
 		t.Fatalf("a second keeper started beside the first: %v", err)
 	}
 }

@@ -37,6 +37,9 @@ type Config struct {
 	Bundles string
 	// Debug, when set, makes runsc write debug logs under Bundles/<id>/.
 	Debug bool
+	// Keeper is the cube-console binary each sandbox's console keeper
+	// runs; empty runs this binary again as the keeper (see console.go).
+	Keeper string
 }
 
 // Runtime is the gVisor implementation of runtime.Runtime.
@@ -62,6 +65,14 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	return &Runtime{cfg: cfg}, nil
+}
+
+// keeperBin is the binary console keepers run.
+func (r *Runtime) keeperBin() string {
+	if r.cfg.Keeper != "" {
+		return r.cfg.Keeper
+	}
+	return "/proc/self/exe"
 }
 
 // runscFor is the runsc command line for calls on sandbox id ("" for
@@ -146,7 +157,7 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, base *ociSpecT, 
 	for _, f := range []string{consoleLog, consoleOld} {
 		os.Remove(filepath.Join(dir, f))
 	}
-	console, err := openConsole(dir)
+	console, err := openConsole(dir, r.keeperBin())
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -297,7 +308,7 @@ func (r *Runtime) Attach(ctx context.Context, id string) (runtime.Sandbox, error
 	}
 	// The server restarted: if the console keeper went with it, a new
 	// one takes over what waits in the FIFO.
-	if err := adoptConsole(filepath.Join(r.cfg.Bundles, id)); err != nil {
+	if err := adoptConsole(filepath.Join(r.cfg.Bundles, id), r.keeperBin()); err != nil {
 		return nil, fmt.Errorf("console of %s: %w", id, err)
 	}
 	return &sandbox{r: r, id: id, spec: spec}, nil

@@ -36,7 +36,9 @@ func newFixture(t *testing.T) *fixture {
 	agent := filepath.Join(dir, "agent")
 	os.MkdirAll(agent, 0o755)
 	testenv.BuildStatic(t, "./internal/runtime/gvisor/testdata/holder", agent, "holder")
-	rt, err := New(Config{Runsc: runsc, Root: filepath.Join(dir, "runsc"), Bundles: filepath.Join(dir, "bundles")})
+	// The keepers run the cube-console binary the server installs.
+	rt, err := New(Config{Runsc: runsc, Root: filepath.Join(dir, "runsc"), Bundles: filepath.Join(dir, "bundles"),
+		Keeper: testenv.Bin(t, "cube-console")})
 	if err != nil {
 		t.Fatal(err)
 	}
