@@ -34,14 +34,14 @@ import (
 
 // Options are cube-server's settings.
 type Options struct {
-	Listen       string
-	DataDir      string
-	Domain       string
-	Runsc        string // path of runsc; default: beside the executable
-	Envd         string // path of cube-envd; default: beside the executable
+	Listen  string
+	DataDir string
+	Domain  string
+	Runsc   string // path of runsc; default: beside the executable
+	Envd    string // path of cube-envd; default: beside the executable
 	// Console is the cube-console binary of the console keepers; default
 	// beside the executable, and when none is there cube-server itself.
-	Console string
+	Console      string
 	MaxSandboxes int
 	PoolSize     int
 	// PreparedPerKey is how many containers are made ahead of cold
