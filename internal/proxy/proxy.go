@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -281,9 +282,58 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// closes the rest of the request body as soon as the answer's headers
 	// go out, which cuts the upload to the sandbox mid-way and with it
 	// the connection the answer streams on.
-	http.NewResponseController(w).EnableFullDuplex()
+	rc := http.NewResponseController(w)
+	rc.EnableFullDuplex()
 	ctx := context.WithValue(r.Context(), ctxKey{}, &proxied{route: rt, target: target})
+	if r.Body == nil || r.Body == http.NoBody {
+		p.rp.ServeHTTP(w, r.WithContext(ctx))
+		return
+	}
+	body := &guardedBody{rc: r.Body}
+	r.Body = body
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	body.finish(rc)
+}
+
+// guardedBody is a request body the transport may still be reading, to
+// send it on, when the sandbox has answered and the handler returns: a
+// sandbox may answer without reading it (Python's http.server does with
+// 501). With full duplex, net/http would then read the client's next
+// request from the connection while that read is in flight. finish waits
+// for it and ends the body for the transport.
+type guardedBody struct {
+	mu   sync.Mutex
+	rc   io.ReadCloser
+	done bool
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return 0, io.EOF
+	}
+	return b.rc.Read(p)
+}
+
+// Close leaves the body to the server, which closes it after the handler.
+func (b *guardedBody) Close() error { return nil }
+
+// finish waits for a read in flight, cutting it short after a second
+// (the client has stopped sending: the connection is not reused then),
+// and ends the body.
+func (b *guardedBody) finish(rc *http.ResponseController) {
+	deadline := time.Now().Add(time.Second)
+	for !b.mu.TryLock() {
+		if time.Now().After(deadline) {
+			rc.SetReadDeadline(time.Now())
+			b.mu.Lock()
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.done = true
+	b.mu.Unlock()
 }
 
 // resolve asks the resolver, unless it said recently that the sandbox does

@@ -359,3 +359,56 @@ func TestAnswerBeforeRequestBodyEnds(t *testing.T) {
 		t.Fatalf("status %d, body %q", res.StatusCode, body)
 	}
 }
+
+// A sandbox that answers a POST without reading its body and closes the
+// connection (Python's http.server answers 501 so) must not leave the
+// proxy reading the client's connection from two goroutines: the next
+// request on that keep-alive connection is served as usual.
+func TestAnswerWithoutReadingBodyKeepsConnectionUsable(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusNotImplemented)
+			io.WriteString(w, "Unsupported method")
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	px := newProxy(t, resolver{"sb1": {Addr: hostPort(t, up.URL)}}, "")
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 20 {
+		// A chunked body whose end comes a moment after its first bytes:
+		// the sandbox has answered by then.
+		pr, pw := io.Pipe()
+		go func() {
+			io.WriteString(pw, "x=1")
+			time.Sleep(20 * time.Millisecond)
+			pw.Close()
+		}()
+		req, _ := http.NewRequest("POST", px.URL+"/p", pr)
+		req.Header.Set(HeaderSandboxID, "sb1")
+		req.Header.Set(HeaderSandboxPort, "8000")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("POST %d: %v", i, err)
+		}
+		io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotImplemented {
+			t.Fatalf("POST %d: status %d", i, res.StatusCode)
+		}
+		req, _ = http.NewRequest("GET", px.URL+"/g", nil)
+		req.Header.Set(HeaderSandboxID, "sb1")
+		req.Header.Set(HeaderSandboxPort, "8000")
+		res, err = client.Do(req)
+		if err != nil {
+			t.Fatalf("GET after POST %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("GET after POST %d: %d %q", i, res.StatusCode, b)
+		}
+	}
+}
