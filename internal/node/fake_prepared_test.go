@@ -159,3 +159,19 @@ func TestFakeWarmPoolGivesWaySlotsToBuildsAndSandboxes(t *testing.T) {
 		t.Fatalf("the pool kept %d sandboxes with one slot left for it", got)
 	}
 }
+
+func TestFakeDeletingATemplateDiscardsItsPreparedContainers(t *testing.T) {
+	n := newFake(t, nodefake.Options{PreparedPerKey: 2})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	eventually(t, "two containers are prepared", func() bool { return len(created(n)) == 2 })
+	if err := n.KillSandbox(fctx(t), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteTemplate(fctx(t), "tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if left := created(n); len(left) != 0 {
+		t.Fatalf("prepared containers of a deleted template: %v", left)
+	}
+	wantHeld(t, n, nil, nil)
+}

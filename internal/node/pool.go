@@ -175,20 +175,34 @@ func (n *Node) fillOne(ctx context.Context) bool {
 }
 
 // drainWarm kills the warm sandboxes of one template, or of all when
-// tplID is empty.
+// tplID is empty, and waits (a while) for refills under way to end: each
+// one finds the template gone or is drained here.
 func (n *Node) drainWarm(tplID string) {
-	n.mu.Lock()
-	var out []*container
-	for t, list := range n.warm {
-		if tplID == "" || t == tplID {
-			out = append(out, list...)
-			delete(n.warm, t)
-			delete(n.demand, t)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n.mu.Lock()
+		var out []*container
+		busy := 0
+		for t, list := range n.warm {
+			if tplID == "" || t == tplID {
+				out = append(out, list...)
+				delete(n.warm, t)
+				delete(n.demand, t)
+			}
 		}
-	}
-	n.mu.Unlock()
-	for _, box := range out {
-		n.discard(box, "")
+		for t, k := range n.filling {
+			if tplID == "" || t == tplID {
+				busy += k
+			}
+		}
+		n.mu.Unlock()
+		for _, box := range out {
+			n.discard(box, "")
+		}
+		if busy == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -175,6 +175,26 @@ func (n *Node) dropStalePrepared(now time.Time) {
 	}
 }
 
+// dropPreparedOf forgets the kinds of restore last asked for from tpl and,
+// for a template (not a snapshot), every kind on its root filesystem, and
+// discards their containers: a template's files go with it, and its
+// prepared containers hold them open.
+func (n *Node) dropPreparedOf(tpl *store.Template) {
+	var out []*preparedBox
+	n.mu.Lock()
+	for k, w := range n.wants {
+		if w.tpl.ID == tpl.ID || (tpl.SourceSandbox == "" && w.tpl.Rootfs == tpl.Rootfs) {
+			delete(n.wants, k)
+			out = append(out, n.prepared[k]...)
+			delete(n.prepared, k)
+		}
+	}
+	n.mu.Unlock()
+	for _, pb := range out {
+		n.killPrepared(pb)
+	}
+}
+
 // freePreparedSlot discards one prepared container, if any, so that its
 // slot serves a sandbox instead, and reports whether it did.
 func (n *Node) freePreparedSlot() bool {

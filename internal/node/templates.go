@@ -92,6 +92,7 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 		fault.Point(fault.TemplateDeleteAfterIntent)
 	}
 	n.drainWarm(t.ID)
+	n.dropPreparedOf(t)
 	n.removeTemplateFiles(t)
 	if snapshot {
 		fault.Point(fault.SnapshotDeleteAfterRemove)
