@@ -393,11 +393,17 @@ func (s *sandbox) Console() ([]byte, error) {
 }
 
 func (s *sandbox) Pause(ctx context.Context) error {
+	if s.r.inProcess() {
+		return s.r.pauseIn(s.id)
+	}
 	_, err := s.r.runsc(ctx, s.id, nil, "pause", s.id)
 	return err
 }
 
 func (s *sandbox) Resume(ctx context.Context) error {
+	if s.r.inProcess() {
+		return s.r.resumeIn(s.id)
+	}
 	_, err := s.r.runsc(ctx, s.id, nil, "resume", s.id)
 	return err
 }
