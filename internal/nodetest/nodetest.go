@@ -134,7 +134,7 @@ func (n *Node) TinyTemplate(t testing.TB, tplID string, aliases ...string) *stor
 		StartCmd: []string{"/holder"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := n.BuildSnapshot(ctx, tpl, ProbeEnvd, nil); err != nil {
+	if err := n.BuildSnapshot(ctx, tpl, probeHolder, nil); err != nil {
 		t.Fatal(err)
 	}
 	tpl.Status = store.TemplateReady
@@ -150,6 +150,26 @@ const HolderPort = 8080
 // NoKeepAlive never reuses a connection: a killed sandbox's address goes
 // to the next sandbox.
 var NoKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}
+
+// probeHolder waits until envd answers and the holder serves its token:
+// the snapshot is taken only then, so every sandbox of a tiny template
+// serves it from its first moment.
+func probeHolder(ctx context.Context, addr netip.Addr) error {
+	if err := ProbeEnvd(ctx, addr); err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		resp, err := NoKeepAlive.Get("http://" + netip.AddrPortFrom(addr, HolderPort).String() + "/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("the holder never served its token")
+}
 
 // ProbeEnvd waits until envd answers /health at addr.
 func ProbeEnvd(ctx context.Context, addr netip.Addr) error {
