@@ -105,7 +105,7 @@ func TestProxyRemembersUnknownSandboxes(t *testing.T) {
 	e := newEnv(t)
 	for i := 0; i < 5; i++ {
 		r := e.do("GET", "/", nil, "X-API-Key", "", "E2b-Sandbox-Id", "zzz", "E2b-Sandbox-Port", "49983")
-		wantProxyError(t, r, http.StatusBadGateway, "zzz", `sandbox "zzz" not found`)
+		wantProxyError(t, r, http.StatusBadGateway, "zzz", proxy.MsgNotFound)
 	}
 	e.fake.mu.Lock()
 	n := e.fake.resolves["zzz"]

@@ -98,8 +98,10 @@ func (n *Node) open(ctx context.Context, sandboxID string) (*instance, *store.Sa
 	return inst, rec, nil
 }
 
+// notFound is E2B's answer for a sandbox that does not exist, word for
+// word: users and tools match on it.
 func notFound(sandboxID string) error {
-	return cube.Errorf(cube.NotFound, "sandbox %q not found", sandboxID)
+	return cube.Errorf(cube.NotFound, "Sandbox %q doesn't exist or you don't have access to it", sandboxID)
 }
 
 // requireState refuses op unless the sandbox is in one of allowed, with

@@ -26,7 +26,7 @@ func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bo
 	}
 	defer inst.mu.Unlock()
 	if inst.state.paused() {
-		return cube.Errorf(cube.Conflict, "sandbox %q is already paused", sandboxID)
+		return cube.Errorf(cube.Conflict, "Error pausing sandbox - sandbox '%s' is already paused", sandboxID)
 	}
 	if err := n.pause(ctx, inst, rec); err != nil {
 		return err

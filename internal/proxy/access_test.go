@@ -237,7 +237,7 @@ func TestUnknownSandboxesRemembered(t *testing.T) {
 		req.Header.Set(HeaderSandboxID, id)
 		req.Header.Set(HeaderSandboxPort, "49983")
 		res, body := send(t, req)
-		want := `sandbox "` + id + `" not found`
+		want := MsgNotFound
 		if id == "paused" {
 			want = "is paused"
 		}

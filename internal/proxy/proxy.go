@@ -258,6 +258,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	target, err := p.resolve(r.Context(), rt)
+	if cube.KindOf(err) == cube.NotFound {
+		WriteError(w, http.StatusBadGateway, rt.SandboxID, MsgNotFound)
+		return
+	}
 	if err != nil {
 		WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
 		return
@@ -429,26 +433,39 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		return
 	}
 	p.log.Warn("sandbox unreachable", "sandbox", sid, "err", err)
-	msg := "sandbox is not reachable"
+	body := ErrorBody{SandboxID: sid, Message: MsgPortNotOpen, Code: http.StatusBadGateway}
 	if px != nil {
-		msg = fmt.Sprintf("sandbox %s port %d is not reachable", sid, px.route.Port)
+		body.Port = px.route.Port
 	}
-	WriteError(w, http.StatusBadGateway, sid, msg)
+	writeBody(w, body)
 }
 
+// E2B's proxy says these, word for word; the SDKs' own tests and users'
+// code match on them.
+const (
+	MsgNotFound    = "The sandbox was not found"
+	MsgPortNotOpen = "The sandbox is running but port is not open"
+)
+
 // ErrorBody is what the proxy answers with when it cannot or may not reach
-// a sandbox; the SDKs look for sandboxId in it.
+// a sandbox; the SDKs look for sandboxId in it. Port is set when the
+// sandbox runs but nothing answers on the port.
 type ErrorBody struct {
 	SandboxID string `json:"sandboxId"`
 	Message   string `json:"message"`
+	Port      int    `json:"port,omitempty"`
 	Code      int    `json:"code"`
 }
 
 // WriteError answers with the proxy's error shape, which the SDKs parse.
 func WriteError(w http.ResponseWriter, status int, sandboxID, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(ErrorBody{SandboxID: sandboxID, Message: msg, Code: status})
+	writeBody(w, ErrorBody{SandboxID: sandboxID, Message: msg, Code: status})
+}
+
+func writeBody(w http.ResponseWriter, body ErrorBody) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(body.Code)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // authorised reports whether r may reach target. A private sandbox

@@ -208,8 +208,8 @@ func TestUnreachableSandboxes(t *testing.T) {
 	cases := []struct {
 		id, port, wantID, msg string
 	}{
-		{"nope", "49983", "nope", `sandbox "nope" not found`},
-		{"dead", "49983", "dead", "not reachable"},
+		{"nope", "49983", "nope", "The sandbox was not found"},
+		{"dead", "49983", "dead", "The sandbox is running but port is not open"},
 		{"dead", "", "dead", "both"},
 		{"Bad!", "80", "Bad!", "invalid sandbox id"},
 	}

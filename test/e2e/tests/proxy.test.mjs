@@ -59,9 +59,11 @@ test('a POST body reaches the sandbox and the answer comes back', async () => {
   assert.match(r.body.toString(), /Unsupported method/)
 })
 
-test('a port nothing listens on is a 502', async () => {
+test('a port nothing listens on is a 502 in E2B\'s words, with the port', async () => {
   const r = await rawRequest('/', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8999' } })
   assert.equal(r.status, 502)
+  const json = JSON.parse(r.body.toString())
+  assert.deepEqual(json, { sandboxId: sbx.sandboxId, message: 'The sandbox is running but port is not open', port: 8999, code: 502 })
 })
 
 test('an unknown sandbox is a 502 naming it', async () => {
@@ -75,7 +77,7 @@ test('an unknown sandbox is a 502 naming it', async () => {
     const json = JSON.parse(r.body.toString())
     assert.equal(json.code, 502)
     assert.equal(json.sandboxId, id)
-    assert.ok(json.message, 'the answer says why')
+    assert.equal(json.message, 'The sandbox was not found', 'E2B\'s words, which users match on')
   }
 })
 

@@ -184,6 +184,14 @@ describe('kill and connect', () => {
     const err = await rejection(Sandbox.connect('nosuchsandbox0000'))
     assert.ok(err instanceof SandboxNotFoundError, String(err))
   })
+
+  test('an unknown sandbox is a 404 in E2B\'s words, and killing it answers false', async () => {
+    const id = `nosuch${runTag}`
+    const res = await api('GET', `/sandboxes/${id}`)
+    assert.equal(res.status, 404, res.text)
+    assert.deepEqual(res.json, { code: 404, message: `Sandbox "${id}" doesn't exist or you don't have access to it` })
+    assert.equal(await Sandbox.kill(id), false)
+  })
 })
 
 describe('errors', () => {
