@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"cube/internal/cube"
@@ -142,7 +141,7 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 			}
 		}
 	}
-	box, err := n.restore(ctx, &own, image, containerID(rec.ID))
+	box, err := n.restore(ctx, &own, image, containerID(rec.ID), true)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +176,9 @@ func (n *Node) ready(ctx context.Context, box *container, rec *store.Sandbox, ol
 
 // restore starts image as container cid in a fresh network slot, or in
 // a prepared container (which has its own ID and slot) when one waits.
-func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid string) (*container, error) {
+// Refills of the warm pool pass evict false and take only a free slot; a
+// sandbox a user asked for may take one from a pool.
+func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid string, evict bool) (*container, error) {
 	at := time.Now()
 	if err := n.verifyImage(tpl, image); err != nil {
 		return nil, err
@@ -187,9 +188,7 @@ func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid stri
 		n.tel.phase("restore", "into-prepared", at)
 		return box, nil
 	}
-	// Refills of the warm pool take only free slots; a sandbox a user
-	// asked for may take one from a pool.
-	slot, err := n.acquireSlot(ctx, !strings.HasPrefix(cid, warmPrefix))
+	slot, err := n.acquireSlot(ctx, evict)
 	if err != nil {
 		return nil, err
 	}

@@ -155,7 +155,7 @@ func (n *Node) fillOne(ctx context.Context) bool {
 	}()
 	// A restore begun is finished: Close waits the moment it takes, and
 	// the container is then drained with the pool.
-	box, err := n.restore(context.WithoutCancel(ctx), target, target.Checkpoint, warmPrefix+id.New("", 12))
+	box, err := n.restore(context.WithoutCancel(ctx), target, target.Checkpoint, warmPrefix+id.New("", 12), false)
 	if cube.KindOf(err) == cube.Capacity {
 		return false // every slot serves a sandbox: no room for the pool
 	}
