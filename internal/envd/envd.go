@@ -31,8 +31,9 @@ type Options struct {
 	// DefaultUser is used when a request names no user. Empty means
 	// "user" when that account exists, else the account envd runs as.
 	DefaultUser string
-	// DefaultWorkdir is where processes start and relative paths resolve
-	// when a request says nothing; empty means the user's home.
+	// DefaultWorkdir is where processes start when a request names no
+	// directory, and what an empty path means; empty means the user's
+	// home. Relative paths resolve in the acting user's home, as on E2B.
 	DefaultWorkdir string
 	// AccessToken, when set, is required from the start (normally /init
 	// sets it).

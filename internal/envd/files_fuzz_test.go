@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,8 +18,9 @@ import (
 )
 
 // inside reports whether a relative request path stays under dir once
-// resolved; the fuzzer only sends those, because envd (correctly) writes
-// wherever a path says and this runs on the host.
+// resolved; the fuzzer only sends those (below a directory of its own in
+// the user's home, where relative paths resolve), because envd (correctly)
+// writes wherever a path says and this runs on the host.
 func inside(dir, p string) bool {
 	if p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "~") || strings.ContainsRune(p, 0) {
 		return false
@@ -37,8 +39,17 @@ func FuzzUpload(f *testing.F) {
 	f.Add("", "c.txt", []byte("multi"), true)
 	f.Add("d", "../x", []byte("traversal"), true)
 	f.Add("e/", "", []byte{}, false)
-	dir := f.TempDir()
-	srv, err := envd.New(envd.Options{Logger: slog.New(slog.DiscardHandler), DefaultWorkdir: dir, DefaultUser: currentUser(f)})
+	me, err := users.Current()
+	if err != nil {
+		f.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(me.Home, "cube-envd-fuzz-")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { os.RemoveAll(dir) })
+	below := func(p string) string { return filepath.Base(dir) + "/" + p }
+	srv, err := envd.New(envd.Options{Logger: slog.New(slog.DiscardHandler), DefaultWorkdir: f.TempDir(), DefaultUser: me.Name})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -50,6 +61,11 @@ func FuzzUpload(f *testing.F) {
 		if multi {
 			if (path == "" && !inside(dir, filename)) || (path != "" && !inside(dir, path)) {
 				return
+			}
+			if path == "" {
+				filename = below(filename)
+			} else {
+				path = below(path)
 			}
 			mw := multipart.NewWriter(&body)
 			part, err := mw.CreateFormFile("file", filename)
@@ -63,6 +79,7 @@ func FuzzUpload(f *testing.F) {
 			if !inside(dir, path) {
 				return
 			}
+			path = below(path)
 			body.Write(data)
 		}
 		q := url.Values{}

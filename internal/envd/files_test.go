@@ -46,15 +46,16 @@ func TestUploadDownloadSizes(t *testing.T) {
 	s := newSandbox(t)
 	for _, size := range []int{0, 1, 50 << 20} {
 		data := randomBytes(size)
+		// A relative path lands in the user's home; missing parents are made.
 		name := fmt.Sprintf("dir%d/file-%d.bin", size, size)
-		q := "/files?path=" + url.QueryEscape(name)
+		q := "/files?path=" + url.QueryEscape(s.rel(name))
 		status, body, _ := s.do("POST", q, bytes.NewReader(data), map[string]string{"Content-Type": "application/octet-stream"})
 		if status != 200 {
 			t.Fatalf("upload %d B: %d %s", size, status, body)
 		}
 		var written []files.WrittenFile
 		if err := json.Unmarshal(body, &written); err != nil || len(written) != 1 ||
-			written[0].Path != filepath.Join(s.dir, name) || written[0].Type != "file" || written[0].Name != filepath.Base(name) {
+			written[0].Path != s.inHome(name) || written[0].Type != "file" || written[0].Name != filepath.Base(name) {
 			t.Fatalf("upload answer %s (%v)", body, err)
 		}
 		res, err := http.Get(s.url + q)
@@ -81,14 +82,14 @@ func TestGzipBothWays(t *testing.T) {
 	zw := gzip.NewWriter(&zbuf)
 	zw.Write(data)
 	zw.Close()
-	status, body, _ := s.do("POST", "/files?path=z.txt", &zbuf, map[string]string{"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+	status, body, _ := s.do("POST", "/files?path="+s.rel("z.txt"), &zbuf, map[string]string{"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
 	if status != 200 {
 		t.Fatalf("gzip upload: %d %s", status, body)
 	}
-	if b, _ := os.ReadFile(filepath.Join(s.dir, "z.txt")); !bytes.Equal(b, data) {
+	if b, _ := os.ReadFile(s.inHome("z.txt")); !bytes.Equal(b, data) {
 		t.Fatalf("gzip upload stored %d bytes", len(b))
 	}
-	status, got, hdr := s.do("GET", "/files?path=z.txt", nil, map[string]string{"Accept-Encoding": "gzip"})
+	status, got, hdr := s.do("GET", "/files?path="+s.rel("z.txt"), nil, map[string]string{"Accept-Encoding": "gzip"})
 	if status != 200 || hdr.Get("Content-Encoding") != "gzip" {
 		t.Fatalf("gzip download: %d %v", status, hdr)
 	}
@@ -100,7 +101,7 @@ func TestGzipBothWays(t *testing.T) {
 	if !bytes.Equal(plain, data) {
 		t.Fatalf("gzip download: %d bytes after inflating", len(plain))
 	}
-	status, _, _ = s.do("POST", "/files?path=bad.txt", bytes.NewReader([]byte("not gzip")), map[string]string{"Content-Encoding": "gzip"})
+	status, _, _ = s.do("POST", "/files?path="+s.rel("bad.txt"), bytes.NewReader([]byte("not gzip")), map[string]string{"Content-Encoding": "gzip"})
 	if status != 400 {
 		t.Fatalf("bad gzip: %d", status)
 	}
@@ -126,8 +127,8 @@ func multipartBody(t *testing.T, parts map[string][]byte) (io.Reader, string) {
 func TestMultipartSeveralFiles(t *testing.T) {
 	s := newSandbox(t)
 	parts := map[string][]byte{
-		"one.txt":                             []byte("1"),
-		"nested/deeper/two.bin":               randomBytes(100000),
+		s.rel("one.txt"):                      []byte("1"),
+		s.rel("nested/deeper/two.bin"):        randomBytes(100000),
 		filepath.Join(s.dir, "abs/three.txt"): {},
 	}
 	body, ctype := multipartBody(t, parts)
@@ -143,7 +144,7 @@ func TestMultipartSeveralFiles(t *testing.T) {
 	for name, data := range parts {
 		p := name
 		if !filepath.IsAbs(p) {
-			p = filepath.Join(s.dir, name)
+			p = filepath.Join(s.home(), name)
 		}
 		if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, data) {
 			t.Fatalf("%s: %v, %d bytes", name, err, len(b))
@@ -151,20 +152,21 @@ func TestMultipartSeveralFiles(t *testing.T) {
 	}
 	// With a path parameter the single part lands there, whatever its name.
 	body, ctype = multipartBody(t, map[string][]byte{"ignored": []byte("via path")})
-	status, resp, _ = s.do("POST", "/files?path=chosen.txt", body, map[string]string{"Content-Type": ctype})
-	if b, _ := os.ReadFile(filepath.Join(s.dir, "chosen.txt")); status != 200 || string(b) != "via path" {
+	status, resp, _ = s.do("POST", "/files?path="+s.rel("chosen.txt"), body, map[string]string{"Content-Type": ctype})
+	if b, _ := os.ReadFile(s.inHome("chosen.txt")); status != 200 || string(b) != "via path" {
 		t.Fatalf("multipart with path: %d %s %q", status, resp, b)
 	}
 }
 
 func TestUploadMetadata(t *testing.T) {
 	s := newSandbox(t)
-	status, body, _ := s.do("POST", "/files?path=m.txt", bytes.NewReader([]byte("x")), map[string]string{
+	m := s.rel("m.txt")
+	status, body, _ := s.do("POST", "/files?path="+m, bytes.NewReader([]byte("x")), map[string]string{
 		"Content-Type": "application/octet-stream", "X-Metadata-Owner-Team": "blue"})
 	if status != 200 {
 		t.Fatalf("upload with metadata: %d %s", status, body)
 	}
-	st, err := s.fs.Stat(s.ctx(), connect.NewRequest(&fspb.StatRequest{Path: "m.txt"}))
+	st, err := s.fs.Stat(s.ctx(), connect.NewRequest(&fspb.StatRequest{Path: m}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,12 +174,12 @@ func TestUploadMetadata(t *testing.T) {
 		t.Fatalf("metadata: %v", st.Msg.GetEntry().GetMetadata())
 	}
 	// A new upload without metadata clears it.
-	s.do("POST", "/files?path=m.txt", bytes.NewReader([]byte("y")), map[string]string{"Content-Type": "application/octet-stream"})
-	st, _ = s.fs.Stat(s.ctx(), connect.NewRequest(&fspb.StatRequest{Path: "m.txt"}))
+	s.do("POST", "/files?path="+m, bytes.NewReader([]byte("y")), map[string]string{"Content-Type": "application/octet-stream"})
+	st, _ = s.fs.Stat(s.ctx(), connect.NewRequest(&fspb.StatRequest{Path: m}))
 	if len(st.Msg.GetEntry().GetMetadata()) != 0 {
 		t.Fatalf("metadata survived a new upload: %v", st.Msg.GetEntry().GetMetadata())
 	}
-	status, _, _ = s.do("POST", "/files?path=m.txt", bytes.NewReader(nil), map[string]string{"X-Metadata-K": "caf\xc3\xa9"})
+	status, _, _ = s.do("POST", "/files?path="+m, bytes.NewReader(nil), map[string]string{"X-Metadata-K": "caf\xc3\xa9"})
 	if status != 400 {
 		t.Fatalf("non-ASCII metadata: %d", status)
 	}
@@ -185,15 +187,21 @@ func TestUploadMetadata(t *testing.T) {
 
 func TestFilesErrors(t *testing.T) {
 	s := newSandbox(t)
-	os.Mkdir(filepath.Join(s.dir, "adir"), 0o755)
+	adir := filepath.Join(s.dir, "adir")
+	os.Mkdir(adir, 0o755)
+	// A parent that is a file: nothing can be created below it.
+	os.WriteFile(filepath.Join(s.dir, "file-parent"), nil, 0o644)
 	for _, tc := range []struct {
 		method, path string
 		want         int
 	}{
-		{"GET", "/files?path=missing.txt", 404},
-		{"GET", "/files?path=adir", 400},
+		{"GET", "/files?path=" + filepath.Join(s.dir, "missing.txt"), 404},
+		{"GET", "/files?path=" + adir, 400},
 		{"GET", "/files", 400},
-		{"POST", "/files?path=adir", 400},
+		{"POST", "/files?path=" + adir, 400},
+		{"POST", "/files?path=" + filepath.Join(s.dir, "file-parent/x.txt"), 400},
+		{"GET", "/files?path=~nobody/x", 400},
+		{"POST", "/files?path=~nobody/x", 400},
 		{"POST", "/files", 400},
 		{"GET", "/files?path=x&username=no-such-user-in-cube", 401},
 		{"DELETE", "/files?path=x", 405},
@@ -222,7 +230,7 @@ func TestUploadOnFullDiskLeavesNothing(t *testing.T) {
 		t.Skip("cannot mount a small tmpfs here: ", err)
 	}
 	defer syscall.Unmount(small, syscall.MNT_DETACH)
-	status, body, _ := s.do("POST", "/files?path=small/big.bin", bytes.NewReader(randomBytes(3<<20)), map[string]string{"Content-Type": "application/octet-stream"})
+	status, body, _ := s.do("POST", "/files?path="+filepath.Join(small, "big.bin"), bytes.NewReader(randomBytes(3<<20)), map[string]string{"Content-Type": "application/octet-stream"})
 	if status != http.StatusInsufficientStorage {
 		t.Fatalf("upload to a full disk: %d %s", status, body)
 	}
@@ -231,7 +239,7 @@ func TestUploadOnFullDiskLeavesNothing(t *testing.T) {
 		t.Fatalf("a failed upload left %v behind", left)
 	}
 	// The space is free again afterwards.
-	status, body, _ = s.do("POST", "/files?path=small/fits.bin", bytes.NewReader(randomBytes(512<<10)), map[string]string{"Content-Type": "application/octet-stream"})
+	status, body, _ = s.do("POST", "/files?path="+filepath.Join(small, "fits.bin"), bytes.NewReader(randomBytes(512<<10)), map[string]string{"Content-Type": "application/octet-stream"})
 	if status != 200 {
 		t.Fatalf("upload after a failed one: %d %s", status, body)
 	}
@@ -309,7 +317,10 @@ func TestSignedURLs(t *testing.T) {
 	if st := s.init(map[string]any{"accessToken": token}, ""); st != 204 {
 		t.Fatal("init")
 	}
-	os.WriteFile(filepath.Join(s.dir, "s.txt"), []byte("signed"), 0o644)
+	// Signed paths are the client's, relative ones included; they resolve
+	// in the user's home.
+	os.WriteFile(s.inHome("s.txt"), []byte("signed"), 0o644)
+	sn := s.rel("s.txt")
 	user := ""
 	get := func(query string) int {
 		st, _, _ := s.do("GET", "/files?"+query, nil, nil)
@@ -324,32 +335,32 @@ func TestSignedURLs(t *testing.T) {
 	}
 	future := time.Now().Add(time.Hour).Unix()
 	past := time.Now().Add(-time.Minute).Unix()
-	if st := get(q("s.txt", files.Sign("s.txt", "read", user, token, 0), 0)); st != 200 {
+	if st := get(q(sn, files.Sign(sn, "read", user, token, 0), 0)); st != 200 {
 		t.Fatalf("valid signature: %d", st)
 	}
-	if st := get(q("s.txt", files.Sign("s.txt", "read", user, token, future), future)); st != 200 {
+	if st := get(q(sn, files.Sign(sn, "read", user, token, future), future)); st != 200 {
 		t.Fatalf("valid signature with expiry: %d", st)
 	}
-	if st := get(q("s.txt", files.Sign("s.txt", "read", user, token, past), past)); st != 401 {
+	if st := get(q(sn, files.Sign(sn, "read", user, token, past), past)); st != 401 {
 		t.Fatalf("expired signature: %d", st)
 	}
-	if st := get(q("s.txt", files.Sign("s.txt", "read", user, "other-token", 0), 0)); st != 401 {
+	if st := get(q(sn, files.Sign(sn, "read", user, "other-token", 0), 0)); st != 401 {
 		t.Fatalf("signature made with another token: %d", st)
 	}
-	if st := get(q("s.txt", files.Sign("s.txt", "write", user, token, 0), 0)); st != 401 {
+	if st := get(q(sn, files.Sign(sn, "write", user, token, 0), 0)); st != 401 {
 		t.Fatalf("write signature used to read: %d", st)
 	}
-	if st := get(q("other.txt", files.Sign("s.txt", "read", user, token, 0), 0)); st != 401 {
+	if st := get(q(s.rel("other.txt"), files.Sign(sn, "read", user, token, 0), 0)); st != 401 {
 		t.Fatalf("signature for another path: %d", st)
 	}
-	if st := get(q("s.txt", files.Sign("s.txt", "read", user, token, future), future+1)); st != 401 {
+	if st := get(q(sn, files.Sign(sn, "read", user, token, future), future+1)); st != 401 {
 		t.Fatalf("signature with a doctored expiry: %d", st)
 	}
-	up := "/files?" + q("up.txt", files.Sign("up.txt", "write", user, token, future), future)
+	up := "/files?" + q(s.rel("up.txt"), files.Sign(s.rel("up.txt"), "write", user, token, future), future)
 	if st, body, _ := s.do("POST", up, bytes.NewReader([]byte("via url")), map[string]string{"Content-Type": "application/octet-stream"}); st != 200 {
 		t.Fatalf("signed upload: %d %s", st, body)
 	}
-	if b, _ := os.ReadFile(filepath.Join(s.dir, "up.txt")); string(b) != "via url" {
+	if b, _ := os.ReadFile(s.inHome("up.txt")); string(b) != "via url" {
 		t.Fatalf("signed upload stored %q", b)
 	}
 	// The SDK's own shape: "v1_" + unpadded base64 of the sha256.
@@ -420,7 +431,7 @@ func TestUploadSeenByWatchersUnderItsName(t *testing.T) {
 	if !stream.Receive() || stream.Msg().GetStart() == nil {
 		t.Fatalf("no start event: %v", stream.Err())
 	}
-	if st, body, _ := s.do("POST", "/files?path=up.txt", bytes.NewReader([]byte("data")), map[string]string{"Content-Type": "application/octet-stream"}); st != 200 {
+	if st, body, _ := s.do("POST", "/files?path="+filepath.Join(s.dir, "up.txt"), bytes.NewReader([]byte("data")), map[string]string{"Content-Type": "application/octet-stream"}); st != 200 {
 		t.Fatalf("upload: %d %s", st, body)
 	}
 	var seen []string

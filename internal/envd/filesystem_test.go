@@ -12,64 +12,66 @@ import (
 	fspb "cube/internal/envd/gen/filesystem"
 )
 
+// Relative paths name files in the acting user's home (root's here), as
+// on E2B, whatever the default workdir.
 func TestStatMakeDirMoveRemove(t *testing.T) {
 	s := newSandbox(t)
 	ctx := s.ctx()
-	os.WriteFile(filepath.Join(s.dir, "a.txt"), []byte("hello"), 0o640)
-	os.Symlink("a.txt", filepath.Join(s.dir, "link"))
+	os.WriteFile(s.inHome("a.txt"), []byte("hello"), 0o640)
+	os.Symlink("a.txt", s.inHome("link"))
 
-	st, err := s.fsJS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "a.txt"}))
+	st, err := s.fsJS.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: s.rel("a.txt")}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := st.Msg.GetEntry()
-	if e.GetName() != "a.txt" || e.GetPath() != filepath.Join(s.dir, "a.txt") || e.GetType() != fspb.FileType_FILE_TYPE_FILE ||
+	if e.GetName() != "a.txt" || e.GetPath() != s.inHome("a.txt") || e.GetType() != fspb.FileType_FILE_TYPE_FILE ||
 		e.GetSize() != 5 || e.GetMode() != 0o640 || e.GetPermissions() != "-rw-r-----" || e.GetOwner() == "" || e.GetModifiedTime() == nil {
 		t.Fatalf("stat: %v", e)
 	}
-	st, err = s.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: filepath.Join(s.dir, "link")}))
+	st, err = s.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: s.inHome("link")}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != filepath.Join(s.dir, "a.txt") {
+	if st.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != s.inHome("a.txt") {
 		t.Fatalf("stat of a link: %v", st.Msg.GetEntry())
 	}
-	_, err = s.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "missing"}))
+	_, err = s.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: s.rel("missing")}))
 	wantCode(t, err, connect.CodeNotFound)
 
-	md, err := s.fsJS.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "x/y/z"}))
+	md, err := s.fsJS.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: s.rel("x/y/z")}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if md.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_DIRECTORY || md.Msg.GetEntry().GetPath() != filepath.Join(s.dir, "x/y/z") {
+	if md.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_DIRECTORY || md.Msg.GetEntry().GetPath() != s.inHome("x/y/z") {
 		t.Fatalf("makedir: %v", md.Msg.GetEntry())
 	}
-	_, err = s.fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "x/y/z"}))
+	_, err = s.fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: s.rel("x/y/z")}))
 	wantCode(t, err, connect.CodeAlreadyExists)
-	_, err = s.fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "a.txt"}))
+	_, err = s.fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: s.rel("a.txt")}))
 	wantCode(t, err, connect.CodeInvalidArgument)
 
-	mv, err := s.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "a.txt", Destination: "x/moved.txt"}))
+	mv, err := s.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: s.rel("a.txt"), Destination: s.rel("x/moved.txt")}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mv.Msg.GetEntry().GetPath() != filepath.Join(s.dir, "x/moved.txt") {
+	if mv.Msg.GetEntry().GetPath() != s.inHome("x/moved.txt") {
 		t.Fatalf("move: %v", mv.Msg.GetEntry())
 	}
-	if b, _ := os.ReadFile(filepath.Join(s.dir, "x/moved.txt")); string(b) != "hello" {
+	if b, _ := os.ReadFile(s.inHome("x/moved.txt")); string(b) != "hello" {
 		t.Fatalf("moved file holds %q", b)
 	}
-	_, err = s.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "a.txt", Destination: "b.txt"}))
+	_, err = s.fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: s.rel("a.txt"), Destination: s.rel("b.txt")}))
 	wantCode(t, err, connect.CodeNotFound)
 
-	if _, err := s.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "x"})); err != nil {
+	if _, err := s.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: s.rel("x")})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(s.dir, "x")); !os.IsNotExist(err) {
+	if _, err := os.Stat(s.inHome("x")); !os.IsNotExist(err) {
 		t.Fatalf("x still there: %v", err)
 	}
 	// Removing what is not there is done already, as on E2B.
-	if _, err := s.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "x"})); err != nil {
+	if _, err := s.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: s.rel("x")})); err != nil {
 		t.Fatalf("second remove: %v", err)
 	}
 }
@@ -77,17 +79,17 @@ func TestStatMakeDirMoveRemove(t *testing.T) {
 func TestListDirDepth(t *testing.T) {
 	s := newSandbox(t)
 	for _, p := range []string{"d/e/f/g.txt", "d/top.txt", "d/e/mid.txt"} {
-		os.MkdirAll(filepath.Join(s.dir, filepath.Dir(p)), 0o755)
-		os.WriteFile(filepath.Join(s.dir, p), nil, 0o644)
+		os.MkdirAll(s.inHome(filepath.Dir(p)), 0o755)
+		os.WriteFile(s.inHome(p), nil, 0o644)
 	}
 	names := func(depth uint32) []string {
-		res, err := s.fsJS.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: "d", Depth: depth}))
+		res, err := s.fsJS.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: s.rel("d"), Depth: depth}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out []string
 		for _, e := range res.Msg.GetEntries() {
-			rel, _ := filepath.Rel(filepath.Join(s.dir, "d"), e.GetPath())
+			rel, _ := filepath.Rel(s.inHome("d"), e.GetPath())
 			out = append(out, rel)
 		}
 		sort.Strings(out)
@@ -105,9 +107,9 @@ func TestListDirDepth(t *testing.T) {
 	if got := names(10); !equal(got, []string{"e", "e/f", "e/f/g.txt", "e/mid.txt", "top.txt"}) {
 		t.Fatalf("depth 10: %v", got)
 	}
-	_, err := s.fs.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: "d/top.txt"}))
+	_, err := s.fs.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: s.rel("d/top.txt")}))
 	wantCode(t, err, connect.CodeInvalidArgument)
-	_, err = s.fs.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: "nope"}))
+	_, err = s.fs.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: s.rel("nope")}))
 	wantCode(t, err, connect.CodeNotFound)
 }
 
@@ -139,8 +141,6 @@ func TestPermissionDeniedForUser(t *testing.T) {
 	wantCode(t, err, connect.CodePermissionDenied)
 	_, err = s.fs.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: private}))
 	wantCode(t, err, connect.CodePermissionDenied)
-	_, err = s.fs.MakeDir(s.ctx(), connect.NewRequest(&fspb.MakeDirRequest{Path: filepath.Join(private, "sub")}))
-	wantCode(t, err, connect.CodePermissionDenied)
 	_, err = s.fs.Remove(s.ctx(), connect.NewRequest(&fspb.RemoveRequest{Path: filepath.Join(private, "secret")}))
 	wantCode(t, err, connect.CodePermissionDenied)
 
@@ -155,6 +155,18 @@ func TestPermissionDeniedForUser(t *testing.T) {
 	if res.Msg.GetEntry().GetOwner() != "nobody" {
 		t.Fatalf("directory made for nobody is owned by %q", res.Msg.GetEntry().GetOwner())
 	}
+	// Directories are made by envd, as E2B's agent makes them, even where
+	// nobody could not: the new one is nobody's, mode 0755, and what
+	// stood there before is untouched.
+	res, err = s.fs.MakeDir(s.ctx(), connect.NewRequest(&fspb.MakeDirRequest{Path: filepath.Join(private, "sub", "deeper")}))
+	if err != nil {
+		t.Fatalf("make a directory below a root-only one for nobody: %v", err)
+	}
+	if e := res.Msg.GetEntry(); e.GetOwner() != "nobody" || e.GetPermissions() != "drwxr-xr-x" {
+		t.Fatalf("directory made below a root-only one: %v", e)
+	}
+	ownedBy(t, filepath.Join(private, "sub"), s.nobody(), 0o755)
+	ownedBy(t, private, rootUser, 0o700)
 }
 
 // Events must arrive in the order the changes happened; other events may
@@ -164,7 +176,7 @@ func TestWatchDirRecursive(t *testing.T) {
 	os.MkdirAll(filepath.Join(s.dir, "w", "sub"), 0o755)
 	ctx, cancel := context.WithCancel(s.ctx())
 	defer cancel()
-	stream, err := s.fsJS.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: "w", Recursive: true, IncludeEntry: true}))
+	stream, err := s.fsJS.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: filepath.Join(s.dir, "w"), Recursive: true, IncludeEntry: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,9 +227,9 @@ func TestWatchDirRecursive(t *testing.T) {
 			}
 		}
 	}
-	_, err = s.fs.WatchDir(s.ctx(), connect.NewRequest(&fspb.WatchDirRequest{Path: "w/nope"}))
+	_, err = s.fs.WatchDir(s.ctx(), connect.NewRequest(&fspb.WatchDirRequest{Path: filepath.Join(s.dir, "w/nope")}))
 	if err == nil {
-		st, _ := s.fs.WatchDir(s.ctx(), connect.NewRequest(&fspb.WatchDirRequest{Path: "w/nope"}))
+		st, _ := s.fs.WatchDir(s.ctx(), connect.NewRequest(&fspb.WatchDirRequest{Path: filepath.Join(s.dir, "w/nope")}))
 		st.Receive()
 		err = st.Err()
 	}
@@ -250,6 +262,6 @@ func TestPollingWatcher(t *testing.T) {
 	}
 	_, err = s.fs.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: id}))
 	wantCode(t, err, connect.CodeNotFound)
-	_, err = s.fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "missing"}))
+	_, err = s.fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: filepath.Join(s.dir, "missing")}))
 	wantCode(t, err, connect.CodeNotFound)
 }

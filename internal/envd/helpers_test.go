@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"cube/internal/envd/gen/filesystem/filesystempbconnect"
 	pb "cube/internal/envd/gen/process"
 	"cube/internal/envd/gen/process/processpbconnect"
+	"cube/internal/envd/users"
 )
 
 // sandbox is an envd served on the host, with clients for both codecs.
@@ -35,6 +37,7 @@ type sandbox struct {
 	token   string // sent as X-Access-Token when set
 	user    string // sent as Basic authorization when set
 	headers http.Header
+	homeRel string // see rel
 }
 
 func newSandbox(t *testing.T) *sandbox {
@@ -61,6 +64,48 @@ func newSandbox(t *testing.T) *sandbox {
 	s.fs = filesystempbconnect.NewFilesystemClient(hc, hs.URL)
 	s.fsJS = filesystempbconnect.NewFilesystemClient(hc, hs.URL, connect.WithProtoJSON())
 	return s
+}
+
+// home is the default user's home directory, where relative paths
+// resolve (the default workdir, s.dir, is only what the empty path means).
+func (s *sandbox) home() string {
+	s.t.Helper()
+	name := users.DefaultName
+	if os.Geteuid() == 0 {
+		name = users.RootName
+	} else if _, err := users.Lookup(name); err != nil {
+		cur, err := users.Current()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		name = cur.Name
+	}
+	u, err := users.Lookup(name)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return u.Home
+}
+
+// rel is name as a relative path, inside a directory of the default user's
+// home made for this sandbox and removed after the test, so tests can send
+// relative paths without meeting each other's files or leaving any behind.
+func (s *sandbox) rel(name string) string {
+	s.t.Helper()
+	if s.homeRel == "" {
+		dir, err := os.MkdirTemp(s.home(), "cube-envd-test-")
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		s.t.Cleanup(func() { os.RemoveAll(dir) })
+		s.homeRel = filepath.Base(dir)
+	}
+	return filepath.Join(s.homeRel, name)
+}
+
+// inHome is where rel(name) lands: an absolute path in the home.
+func (s *sandbox) inHome(name string) string {
+	return filepath.Join(s.home(), s.rel(name))
 }
 
 // headerTransport adds the sandbox's current token and user to every call.

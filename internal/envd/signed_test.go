@@ -77,11 +77,12 @@ func TestExpiredSignatureIsRefusedAsE2BDoes(t *testing.T) {
 	if st := s.init(map[string]any{"accessToken": token}, ""); st != 204 {
 		t.Fatalf("init: %d", st)
 	}
-	os.WriteFile(filepath.Join(s.dir, "f.txt"), []byte("x"), 0o644)
+	f := s.rel("f.txt")
+	os.WriteFile(s.inHome("f.txt"), []byte("x"), 0o644)
 	past := time.Now().Add(-10 * time.Second).Unix()
 	for _, op := range []string{"read", "write"} {
 		method := map[string]string{"read": "GET", "write": "POST"}[op]
-		st, body, _ := s.do(method, signedURL("f.txt", op, "", token, past), bytes.NewReader([]byte("new")), nil)
+		st, body, _ := s.do(method, signedURL(f, op, "", token, past), bytes.NewReader([]byte("new")), nil)
 		var e struct {
 			Code    int    `json:"code"`
 			Message string `json:"message"`
@@ -91,12 +92,12 @@ func TestExpiredSignatureIsRefusedAsE2BDoes(t *testing.T) {
 			t.Fatalf("%s with an expired signature: %d %s", op, st, body)
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(s.dir, "f.txt")); string(b) != "x" {
+	if b, _ := os.ReadFile(s.inHome("f.txt")); string(b) != "x" {
 		t.Fatalf("an expired write URL changed the file to %q", b)
 	}
 	// A forged signature with a past expiry is reported as invalid, not
 	// as expired: the signature is checked first.
-	v := url.Values{"path": {"f.txt"}, "signature": {"v1_forged"}, "signature_expiration": {strconv.FormatInt(past, 10)}}
+	v := url.Values{"path": {f}, "signature": {"v1_forged"}, "signature_expiration": {strconv.FormatInt(past, 10)}}
 	if st, body, _ := s.do("GET", "/files?"+v.Encode(), nil, nil); st != 401 || !bytes.Contains(body, []byte(`"invalid signature"`)) {
 		t.Fatalf("forged signature with a past expiry: %d %s", st, body)
 	}

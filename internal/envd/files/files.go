@@ -282,13 +282,16 @@ func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string
 	if err != nil {
 		return WrittenFile{}, http.StatusBadRequest, err
 	}
+	// Missing parents are created by envd and given to u, as E2B's agent
+	// does; the file itself is opened as u, so the kernel decides whether
+	// u may create or replace it.
+	if err := u.MakeDirs(filepath.Dir(path)); err != nil {
+		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
+	}
 	var f *os.File
 	err = u.Do(func() error {
 		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 			return fmt.Errorf("%s is a directory: %w", path, syscall.EISDIR)
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
 		}
 		var err error
 		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)

@@ -89,20 +89,18 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRe
 	if err != nil {
 		return nil, err
 	}
-	var e *pb.EntryInfo
-	err = u.Do(func() error {
-		if fi, err := os.Stat(path); err == nil {
-			if fi.IsDir() {
-				return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory %s already exists", path))
-			}
-			return invalid("%s exists and is not a directory", path)
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory %s already exists", path))
 		}
-		if err := os.MkdirAll(path, 0o755); err != nil {
-			return err
-		}
-		e, err = Entry(path)
-		return err
-	})
+		return nil, invalid("%s exists and is not a directory", path)
+	}
+	// Created by envd and given to u, ancestors included, as E2B's agent
+	// does: a user may make a directory wherever a missing parent stands.
+	if err := u.MakeDirs(path); err != nil {
+		return nil, connectError(err)
+	}
+	e, err := Entry(path)
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -118,14 +116,17 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	// The source is looked at and renamed as u, so u moves only what u
+	// may; the destination's missing parents are created by envd for u,
+	// as for MakeDir.
+	if err := u.Do(func() error { _, err := os.Lstat(src); return err }); err != nil {
+		return nil, connectError(err)
+	}
+	if err := u.MakeDirs(filepath.Dir(dst)); err != nil {
+		return nil, connectError(err)
+	}
 	var e *pb.EntryInfo
 	err = u.Do(func() error {
-		if _, err := os.Lstat(src); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
 		if err := os.Rename(src, dst); err != nil {
 			return err
 		}

@@ -90,15 +90,9 @@ func (s *Service) start(u *users.User, req *pb.StartRequest) (*proc, *subscriber
 	if cfg == nil || cfg.GetCmd() == "" {
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
 	}
-	cwd := s.state.Workdir(u)
-	if cfg.Cwd != nil && cfg.GetCwd() != "" {
-		var err error
-		if cwd, err = s.state.Path(u, cfg.GetCwd()); err != nil {
-			return nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
-		}
-	}
-	if st, err := os.Stat(cwd); err != nil || !st.IsDir() {
-		return nil, nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("working directory %s does not exist or is not a directory", cwd))
+	cwd, err := s.cwd(u, cfg.GetCwd())
+	if err != nil {
+		return nil, nil, err
 	}
 	if req.Tag != nil && req.GetTag() != "" {
 		if _, err := s.find(&pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: req.GetTag()}}); err == nil {
@@ -246,4 +240,23 @@ func startError(cmd, path, cwd string, u *users.User, err error) error {
 		return fmt.Errorf("start %s: %s exists, but the interpreter on its #! line or its dynamic loader is missing from the sandbox image: %w", cmd, abs, err)
 	}
 	return fmt.Errorf("start %s: user %s may not execute %s (or search a directory on its way): %w", cmd, u.Name, abs, err)
+}
+
+// cwd resolves the working directory a request names for u as paths are
+// resolved everywhere (state.Path): none means the default workdir, else
+// u's home; a relative one starts at u's home. It must be an existing
+// directory; the wording of the error is E2B's agent's.
+func (s *Service) cwd(u *users.User, requested string) (string, error) {
+	cwd, err := s.state.Path(u, requested)
+	if err != nil {
+		return "", connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	st, err := os.Stat(cwd)
+	switch {
+	case err != nil:
+		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd '%s' does not exist", cwd))
+	case !st.IsDir():
+		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd '%s' is not a directory", cwd))
+	}
+	return cwd, nil
 }

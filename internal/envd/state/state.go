@@ -37,7 +37,7 @@ type State struct {
 // New returns the settings of a sandbox that has not been initialised.
 // baseEnv is the template's environment (KEY=VALUE), defaultUser the account
 // used when a request names none, defaultWorkdir ("" for the user's home)
-// the directory relative paths start from.
+// where processes start and what the empty path means (see Path).
 func New(baseEnv []string, defaultUser, defaultWorkdir string) *State {
 	env := map[string]string{}
 	for _, kv := range baseEnv {
@@ -175,8 +175,9 @@ func (s *State) DefaultUser() string {
 	return s.defaultUser
 }
 
-// Workdir is where u's processes start and relative paths are resolved
-// when a request gives no directory.
+// Workdir is where u's processes start when a request names no working
+// directory, and what the empty path means: the default workdir, else u's
+// home.
 func (s *State) Workdir(u *users.User) string {
 	s.mu.RLock()
 	wd := s.defaultWorkdir
@@ -224,19 +225,26 @@ func BasicUser(h http.Header) (string, error) {
 	return name, nil
 }
 
-// Path turns a client's path into an absolute, clean one for u: "~" and
-// "~/…" are u's home; other relative paths start at the working directory.
+// Path turns a client's path into an absolute, clean one for u, the way
+// E2B's agent does, which the SDKs and their users count on: the empty
+// path is the working directory (see Workdir); "~" and "~/…" are u's home;
+// any other relative path starts at u's home too, not at the working
+// directory, so "notes.txt" is /home/user/notes.txt for user and
+// /root/notes.txt for root. "~name" (another user's home) is refused.
 func (s *State) Path(u *users.User, p string) (string, error) {
+	home := filepath.Join("/", u.Home)
 	switch {
 	case p == "":
-		return "", fmt.Errorf("empty path")
+		return filepath.Clean(s.Workdir(u)), nil
 	case p == "~":
-		return filepath.Clean(u.Home), nil
+		return home, nil
 	case strings.HasPrefix(p, "~/"):
-		return filepath.Join(u.Home, p[2:]), nil
+		return filepath.Join(home, p[2:]), nil
+	case strings.HasPrefix(p, "~"):
+		return "", fmt.Errorf("path %q: only ~ (the acting user's own home) can be expanded, not ~name", p)
 	case filepath.IsAbs(p):
 		return filepath.Clean(p), nil
 	default:
-		return filepath.Join(s.Workdir(u), p), nil
+		return filepath.Join(home, p), nil
 	}
 }
