@@ -1,7 +1,9 @@
 // Package filesystem implements envd's filesystem.Filesystem service. Every
 // operation runs with the file-system identity of the requesting user, so
 // the kernel, not envd, decides what that user may see and change, and new
-// files belong to the user.
+// files belong to the user. The one exception is making directories
+// (MakeDir, and the missing parents of a Move's destination): envd makes
+// them itself and gives them to the user, as E2B's agent does.
 package filesystem
 
 import (
