@@ -130,7 +130,7 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	sameLimits := own.CPUCount == tpl.CPUCount && own.MemoryMB == tpl.MemoryMB
 	// Only templates built from images have warm pools; snapshots are
 	// restored on demand.
-	if image == tpl.Checkpoint && sameLimits && tpl.SourceSandbox == "" {
+	if n.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && tpl.SourceSandbox == "" {
 		if box := n.takeWarm(tpl.ID); box != nil {
 			if err := n.ready(ctx, box, rec, oldToken); err != nil {
 				n.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
@@ -207,9 +207,21 @@ func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid stri
 // acquireSlot takes a free network slot. When none is free and evict is
 // set, prepared containers and then warm sandboxes give theirs up first:
 // they exist to make sandboxes faster, never to stop one.
+//
+// A slot freed so may be taken meanwhile by a refill or a prepare under
+// way, which then holds it without a container to give up yet; while such
+// background work runs, acquireSlot waits for it (at most slotWait) and
+// evicts again rather than failing.
 func (n *Node) acquireSlot(ctx context.Context, evict bool) (*netslot.Slot, error) {
+	deadline := time.Now().Add(slotWait)
 	slot, err := n.slots.Acquire(ctx)
-	for evict && errors.Is(err, netslot.ErrExhausted) && (n.freePreparedSlot() || n.freeWarmSlot()) {
+	for evict && errors.Is(err, netslot.ErrExhausted) {
+		if !n.freePreparedSlot() && !n.freeWarmSlot() {
+			if !n.backgroundBusy() || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		slot, err = n.slots.Acquire(ctx)
 	}
 	if errors.Is(err, netslot.ErrExhausted) {
@@ -219,6 +231,21 @@ func (n *Node) acquireSlot(ctx context.Context, evict bool) (*netslot.Slot, erro
 		return nil, fmt.Errorf("network slot: %w", err)
 	}
 	return slot, nil
+}
+
+// slotWait bounds how long a sandbox waits for background work to give
+// way a slot.
+const slotWait = 5 * time.Second
+
+// backgroundBusy reports whether a refill or a prepare is under way.
+func (n *Node) backgroundBusy() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	busy := n.preparing
+	for _, k := range n.filling {
+		busy += k
+	}
+	return busy > 0
 }
 
 // containerID names the runsc container of a sandbox. A sandbox that is

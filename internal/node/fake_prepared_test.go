@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/node"
 	"cube/internal/node/nodefake"
 )
 
@@ -142,6 +143,14 @@ func TestFakeWarmPoolDeepensWithDemand(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if got := n.Warm("tiny"); got != 4 {
 		t.Fatalf("the pool grew past four times its size: %d", got)
+	}
+
+	// Without creates that need them, the extra sandboxes go again, and
+	// their containers and slots with them.
+	defer node.SetPoolShrinkAfter(10 * time.Millisecond)()
+	eventually(t, "the pool has shrunk back to its size", func() bool { return n.Warm("tiny") == 1 })
+	if got := len(n.Runtime.Containers()); got != 2 {
+		t.Fatalf("containers after the pool shrank: %v (want the sandbox and one warm)", n.Runtime.Containers())
 	}
 }
 

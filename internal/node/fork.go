@@ -59,13 +59,14 @@ func (n *Node) checkpointForFork(ctx context.Context, sandboxID string) (*store.
 		return nil, "", err
 	}
 	dir := filepath.Join(n.cfg.DataDir, "snapshots", "fork-"+id.New("", 12))
-	defer n.tel.phase("clone", "checkpoint", time.Now())
+	start := time.Now()
 	if err := inst.box.sb.Checkpoint(ctx, dir, true); err != nil {
 		if rerr := os.RemoveAll(dir); rerr != nil {
 			n.log.Warn("fork: remove checkpoint image", "sandbox", sandboxID, "err", rerr)
 		}
 		return nil, "", diskError("fork", err)
 	}
+	n.tel.phase("clone", "checkpoint", start)
 	return rec, dir, nil
 }
 

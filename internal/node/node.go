@@ -125,6 +125,9 @@ type Node struct {
 	prepared map[string][]*preparedBox
 	wants    map[string]*preparedWant
 	prepare  chan struct{}
+	// preparing counts the prepares under way (at most one: the
+	// preparer makes one container at a time).
+	preparing int
 	// closing is set by Close: no background work starts from then on,
 	// and no warm sandbox joins the pool.
 	closing bool

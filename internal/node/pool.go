@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cube/internal/cube"
@@ -25,10 +26,15 @@ import (
 // deepens the pool until it lasts, a burst drains it once and finds it
 // deeper the next time, and an idle template holds only PoolSize.
 const (
-	refillWorkers   = 2
-	poolGrowth      = 4
-	poolShrinkAfter = time.Minute
+	refillWorkers = 2
+	poolGrowth    = 4
 )
+
+// poolShrinkAfter is how long a pool keeps a sandbox of extra depth
+// without a create that needed it (nanoseconds; tests shorten it).
+var poolShrinkAfter atomic.Int64
+
+func init() { poolShrinkAfter.Store(int64(time.Minute)) }
 
 // warmPrefix starts the container IDs of warm sandboxes.
 const warmPrefix = "w"
@@ -79,9 +85,10 @@ func (n *Node) poolTarget(tplID string, now time.Time) int {
 	if d == nil {
 		return n.cfg.PoolSize
 	}
-	for d.extra > 0 && now.Sub(d.lastMiss) > poolShrinkAfter {
+	shrink := time.Duration(poolShrinkAfter.Load())
+	for d.extra > 0 && now.Sub(d.lastMiss) > shrink {
 		d.extra--
-		d.lastMiss = d.lastMiss.Add(poolShrinkAfter)
+		d.lastMiss = d.lastMiss.Add(shrink)
 	}
 	return n.cfg.PoolSize + d.extra
 }
@@ -109,6 +116,7 @@ func (n *Node) refiller(ctx context.Context) {
 				case <-n.refill:
 				case <-t.C:
 				}
+				n.trimOne(time.Now())
 				for ctx.Err() == nil && n.fillOne(ctx) {
 					n.wakeRefill() // more to do: let the other worker help
 				}
@@ -163,8 +171,11 @@ func (n *Node) fillOne(ctx context.Context) bool {
 		n.log.Warn("warm pool: restore failed", "template", target.ID, "err", err)
 		return false
 	}
+	// A template deleted after this read is drained by drainWarm, which
+	// waits for this refill; the store is read outside n.mu.
+	t, err := n.store.Templates().Get(context.WithoutCancel(ctx), target.ID)
 	n.mu.Lock()
-	if t, err := n.store.Templates().Get(context.WithoutCancel(ctx), target.ID); err != nil || t.Status != store.TemplateReady || n.closing {
+	if err != nil || t.Status != store.TemplateReady || n.closing {
 		n.mu.Unlock()
 		n.discard(box, "") // deleted or shutting down meanwhile
 		return false
@@ -172,6 +183,25 @@ func (n *Node) fillOne(ctx context.Context) bool {
 	n.warm[target.ID] = append(n.warm[target.ID], box)
 	n.mu.Unlock()
 	return true
+}
+
+// trimOne discards one warm sandbox of a pool deeper than its target now,
+// if any: a pool deepened by a burst gives its sandboxes (memory, slots)
+// back one at a time as demand falls, one per refiller tick.
+func (n *Node) trimOne(now time.Time) {
+	n.mu.Lock()
+	var box *container
+	for t, list := range n.warm {
+		if len(list) > n.poolTarget(t, now) {
+			box = list[len(list)-1]
+			n.warm[t] = list[:len(list)-1]
+			break
+		}
+	}
+	n.mu.Unlock()
+	if box != nil {
+		n.discard(box, "")
+	}
 }
 
 // drainWarm kills the warm sandboxes of one template, or of all when

@@ -65,7 +65,13 @@ func (n *Node) restorePrepared(ctx context.Context, tpl *store.Template, image s
 		return nil
 	}
 	n.mu.Lock()
-	n.wants[key] = &preparedWant{image: image, tpl: *tpl, last: time.Now()}
+	// Prepare from an image that lasts: a template's or snapshot's own
+	// checkpoint rather than a clone's or a pause's, which go soon.
+	if w := n.wants[key]; w != nil && image != tpl.Checkpoint {
+		w.last = time.Now()
+	} else {
+		n.wants[key] = &preparedWant{image: image, tpl: *tpl, last: time.Now()}
+	}
 	var pb *preparedBox
 	if list := n.prepared[key]; len(list) > 0 {
 		pb = list[len(list)-1]
@@ -132,8 +138,16 @@ func (n *Node) prepareOne(ctx context.Context) bool {
 	if err != nil {
 		return false // no slot to spare: the sandboxes need them more
 	}
+	n.mu.Lock()
+	n.preparing++
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.preparing--
+		n.mu.Unlock()
+	}()
 	cid := "p" + id.New("", 12)
-	defer n.tel.phase("prepare", "create", time.Now())
+	start := time.Now()
 	p, err := pr.Prepare(context.WithoutCancel(ctx), want.image, Spec(&want.tpl, cid, slot.NetNS))
 	if err != nil {
 		n.release(slot)
@@ -145,6 +159,7 @@ func (n *Node) prepareOne(ctx context.Context) bool {
 		n.mu.Unlock()
 		return true
 	}
+	n.tel.phase("prepare", "create", start)
 	pb := &preparedBox{p: p, slot: slot}
 	n.mu.Lock()
 	if n.closing || n.wants[key] == nil {
@@ -178,7 +193,8 @@ func (n *Node) dropStalePrepared(now time.Time) {
 // dropPreparedOf forgets the kinds of restore last asked for from tpl and,
 // for a template (not a snapshot), every kind on its root filesystem, and
 // discards their containers: a template's files go with it, and its
-// prepared containers hold them open.
+// prepared containers hold them open. A prepare under way finds its kind
+// gone and discards what it made; this waits (a while) for it.
 func (n *Node) dropPreparedOf(tpl *store.Template) {
 	var out []*preparedBox
 	n.mu.Lock()
@@ -192,6 +208,22 @@ func (n *Node) dropPreparedOf(tpl *store.Template) {
 	n.mu.Unlock()
 	for _, pb := range out {
 		n.killPrepared(pb)
+	}
+	n.waitBackground(func() bool { return n.preparing == 0 }, time.Minute)
+}
+
+// waitBackground waits until done (called with n.mu held) reports true,
+// or for at most limit.
+func (n *Node) waitBackground(done func() bool, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		n.mu.Lock()
+		ok := done()
+		n.mu.Unlock()
+		if ok || time.Now().After(deadline) {
+			return ok
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

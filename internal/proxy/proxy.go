@@ -295,8 +295,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body := &guardedBody{rc: r.Body}
 	r.Body = body
+	defer body.finish(rc)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
-	body.finish(rc)
 }
 
 // guardedBody is a request body the transport may still be reading, to
@@ -327,14 +327,21 @@ func (b *guardedBody) Close() error { return nil }
 // (the client has stopped sending: the connection is not reused then),
 // and ends the body.
 func (b *guardedBody) finish(rc *http.ResponseController) {
-	deadline := time.Now().Add(time.Second)
-	for !b.mu.TryLock() {
-		if time.Now().After(deadline) {
-			rc.SetReadDeadline(time.Now())
-			b.mu.Lock()
-			break
+	if !b.mu.TryLock() {
+		// The answer is complete: let it reach the client while the
+		// read finishes.
+		rc.Flush()
+		deadline := time.Now().Add(time.Second)
+		for !b.mu.TryLock() {
+			if time.Now().After(deadline) {
+				if rc.SetReadDeadline(time.Now()) != nil {
+					return // no way to cut the read short; the connection is not reused
+				}
+				b.mu.Lock()
+				break
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
 	}
 	b.done = true
 	b.mu.Unlock()

@@ -1,8 +1,10 @@
 package gvisor
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/log"
 	"gvisor.dev/gvisor/runsc/config"
@@ -60,19 +62,35 @@ func (r *Runtime) load(id string) (*container.Container, *config.Config, error) 
 }
 
 // pauseIn and resumeIn are the in-process forms of runsc pause and
-// resume.
-func (r *Runtime) pauseIn(id string) error {
-	c, _, err := r.load(id)
-	if err != nil {
-		return err
-	}
-	return c.Pause()
+// resume. runsc's library takes no context, so the call runs on its own
+// goroutine and the caller stops waiting when ctx ends or after
+// controlTimeout (a wedged sandbox); the call is then left to finish.
+func (r *Runtime) pauseIn(ctx context.Context, id string) error {
+	return r.control(ctx, id, "pause", (*container.Container).Pause)
 }
 
-func (r *Runtime) resumeIn(id string) error {
-	c, _, err := r.load(id)
-	if err != nil {
+func (r *Runtime) resumeIn(ctx context.Context, id string) error {
+	return r.control(ctx, id, "resume", (*container.Container).Resume)
+}
+
+// controlTimeout bounds an in-process request to a sandbox.
+const controlTimeout = 30 * time.Second
+
+func (r *Runtime) control(ctx context.Context, id, op string, call func(*container.Container) error) error {
+	done := make(chan error, 1)
+	go func() {
+		c, _, err := r.load(id)
+		if err == nil {
+			err = call(c)
+		}
+		done <- err
+	}()
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	select {
+	case err := <-done:
 		return err
+	case <-ctx.Done():
+		return fmt.Errorf("runsc %s %s: %w", op, id, ctx.Err())
 	}
-	return c.Resume()
 }

@@ -249,6 +249,11 @@ func (r *Runtime) Prepare(ctx context.Context, image string, spec runtime.Spec) 
 	if err != nil {
 		return nil, err
 	}
+	if base == nil {
+		// Without the image's spec the container would differ from its
+		// key (see PrepareKey), and restores into it would fail.
+		return nil, fmt.Errorf("checkpoint image %s is gone or has no spec", image)
+	}
 	if _, err := r.start(ctx, spec, base, "create"); err != nil {
 		return nil, err
 	}
@@ -394,7 +399,7 @@ func (s *sandbox) Console() ([]byte, error) {
 
 func (s *sandbox) Pause(ctx context.Context) error {
 	if s.r.inProcess() {
-		return s.r.pauseIn(s.id)
+		return s.r.pauseIn(ctx, s.id)
 	}
 	_, err := s.r.runsc(ctx, s.id, nil, "pause", s.id)
 	return err
@@ -402,7 +407,7 @@ func (s *sandbox) Pause(ctx context.Context) error {
 
 func (s *sandbox) Resume(ctx context.Context) error {
 	if s.r.inProcess() {
-		return s.r.resumeIn(s.id)
+		return s.r.resumeIn(ctx, s.id)
 	}
 	_, err := s.r.runsc(ctx, s.id, nil, "resume", s.id)
 	return err
