@@ -158,7 +158,9 @@ func (n *Node) fillOne(ctx context.Context) bool {
 	}
 	defer func() {
 		n.mu.Lock()
-		n.filling[target.ID]--
+		if n.filling[target.ID]--; n.filling[target.ID] <= 0 {
+			delete(n.filling, target.ID)
+		}
 		n.mu.Unlock()
 	}()
 	// A restore begun is finished: Close waits the moment it takes, and

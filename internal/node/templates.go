@@ -93,6 +93,7 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 	}
 	n.drainWarm(t.ID)
 	n.dropPreparedOf(t)
+	n.tel.poolMisses.DeleteLabelValues(t.ID)
 	n.removeTemplateFiles(t)
 	if snapshot {
 		fault.Point(fault.SnapshotDeleteAfterRemove)
