@@ -150,19 +150,54 @@ type Proxy struct {
 
 	mu         sync.Mutex
 	transports map[string]*http.Transport // by Target.Upstream
+	// active holds the cancel function of every request in flight, by
+	// upstream, so Forget can end them.
+	active map[string]map[*context.CancelFunc]struct{}
 }
 
 // Forget drops the connection pool of one upstream. The server registers
 // it with the node, which calls it when a sandbox container stops: its
 // network slot, and so its address, goes to the next sandbox. Other
 // sandboxes' connections are untouched.
+//
+// Requests in flight to it end too: a stream from a sandbox that is gone
+// (a command's output when the sandbox is killed) would otherwise wait on
+// a connection whose other end vanished with its network namespace, with
+// no reset to end it, until a timeout far away.
 func (p *Proxy) Forget(upstream string) {
 	p.mu.Lock()
 	tr := p.transports[upstream]
 	delete(p.transports, upstream)
+	inFlight := p.active[upstream]
+	delete(p.active, upstream)
 	p.mu.Unlock()
+	for cancel := range inFlight {
+		(*cancel)()
+	}
 	if tr != nil {
 		tr.CloseIdleConnections()
+	}
+}
+
+// track registers a request in flight to upstream, cancelled by cancel;
+// the returned function unregisters it.
+func (p *Proxy) track(upstream string, cancel context.CancelFunc) (untrack func()) {
+	key := &cancel
+	p.mu.Lock()
+	if p.active[upstream] == nil {
+		p.active[upstream] = map[*context.CancelFunc]struct{}{}
+	}
+	p.active[upstream][key] = struct{}{}
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		if set := p.active[upstream]; set != nil {
+			delete(set, key)
+			if len(set) == 0 {
+				delete(p.active, upstream)
+			}
+		}
+		p.mu.Unlock()
 	}
 }
 
@@ -189,11 +224,7 @@ func (p *Proxy) transport(upstream string) *http.Transport {
 // RoundTrip sends a proxied request through its upstream's pool.
 func (p *Proxy) RoundTrip(r *http.Request) (*http.Response, error) {
 	px := r.Context().Value(ctxKey{}).(*proxied)
-	key := px.target.Upstream
-	if key == "" {
-		key = px.target.Addr
-	}
-	return p.transport(key).RoundTrip(r)
+	return p.transport(upstreamOf(px.target)).RoundTrip(r)
 }
 
 type ctxKey struct{}
@@ -202,6 +233,14 @@ type ctxKey struct{}
 type proxied struct {
 	route  Route
 	target Target
+}
+
+// upstreamOf is the key of t's connection pool and requests in flight.
+func upstreamOf(t Target) string {
+	if t.Upstream != "" {
+		return t.Upstream
+	}
+	return t.Addr
 }
 
 // New returns a proxy that sends traffic where r says.
@@ -216,6 +255,7 @@ func New(cfg Config, r Resolver) *Proxy {
 	p.limiter = ratelimit.New[netip.Prefix](cfg.RateLimit, cfg.RateBurst, maxRateKeys)
 	p.dialer = &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	p.transports = map[string]*http.Transport{}
+	p.active = map[string]map[*context.CancelFunc]struct{}{}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
 		Transport: p,
@@ -288,7 +328,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the connection the answer streams on.
 	rc := http.NewResponseController(w)
 	rc.EnableFullDuplex()
-	ctx := context.WithValue(r.Context(), ctxKey{}, &proxied{route: rt, target: target})
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer p.track(upstreamOf(target), cancel)()
+	ctx = context.WithValue(ctx, ctxKey{}, &proxied{route: rt, target: target})
 	if r.Body == nil || r.Body == http.NoBody {
 		p.rp.ServeHTTP(w, r.WithContext(ctx))
 		return

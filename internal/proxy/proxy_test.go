@@ -412,3 +412,56 @@ func TestAnswerWithoutReadingBodyKeepsConnectionUsable(t *testing.T) {
 		}
 	}
 }
+
+// When a sandbox's container stops, the node tells the proxy (Forget);
+// a stream in flight from it (a command's output) ends then, instead of
+// waiting on a connection whose other end is gone without a reset.
+func TestForgetEndsStreamsInFlight(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "first line\n")
+		w.(http.Flusher).Flush()
+		close(started)
+		<-release // a sandbox that says nothing more
+	}))
+	defer up.Close()
+	defer close(release)
+	p := New(Config{}, resolver{"sb1": {Addr: hostPort(t, up.URL), Upstream: "sb1-c1"}})
+	px := httptest.NewServer(p)
+	defer px.Close()
+
+	req, _ := http.NewRequest("GET", px.URL+"/stream", nil)
+	req.Header.Set(HeaderSandboxID, "sb1")
+	req.Header.Set(HeaderSandboxPort, "8000")
+	res, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	<-started
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(res.Body)
+		done <- err
+	}()
+	select {
+	case <-done:
+		t.Fatal("the stream ended before the sandbox was gone")
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.Forget("sb1-c1")
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream from a forgotten sandbox is still open")
+	}
+	// Another sandbox's streams are not touched: the map is empty again.
+	p.mu.Lock()
+	left := len(p.active)
+	p.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("requests still tracked after the stream ended: %d upstreams", left)
+	}
+}
