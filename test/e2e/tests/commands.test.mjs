@@ -145,3 +145,16 @@ describe('background processes', () => {
     assert.ok(err instanceof CommandExitError, String(err))
   })
 })
+
+describe('a sandbox killed while a command runs', () => {
+  // No request or command timeout: before the proxy ended streams of a
+  // stopped sandbox, wait() would wait here until the test's own timeout.
+  test('ends the command\'s wait with an error', { timeout: 60_000 }, async () => {
+    const victim = tracker.add(await Sandbox.create())
+    const cmd = await victim.commands.run('sleep 600', { background: true, timeoutMs: 0, requestTimeoutMs: 0 })
+    const waiting = rejection(cmd.wait())
+    await victim.kill()
+    const err = await waiting
+    assert.ok(err instanceof Error, `wait() ended with ${err}`)
+  })
+})
