@@ -147,14 +147,18 @@ describe('background processes', () => {
 })
 
 describe('a sandbox killed while a command runs', () => {
-  // No request or command timeout: before the proxy ended streams of a
-  // stopped sandbox, wait() would wait here until the test's own timeout.
+  // The SDK gives up on a silent stream by itself after 30 s; before the
+  // proxy ended the streams of a stopped sandbox, that was the only way
+  // wait() ended. It must end with the sandbox, well before that.
   test('ends the command\'s wait with an error', { timeout: 60_000 }, async () => {
     const victim = tracker.add(await Sandbox.create())
-    const cmd = await victim.commands.run('sleep 600', { background: true, timeoutMs: 0, requestTimeoutMs: 0 })
+    const cmd = await victim.commands.run('sleep 600', { background: true, timeoutMs: 0 })
     const waiting = rejection(cmd.wait())
+    const killedAt = Date.now()
     await victim.kill()
     const err = await waiting
     assert.ok(err instanceof Error, `wait() ended with ${err}`)
+    const took = Date.now() - killedAt
+    assert.ok(took < 20_000, `wait() ended ${took} ms after the kill: the stream outlived its sandbox`)
   })
 })
