@@ -169,6 +169,7 @@ func (s *Server) routes() []route {
 		{"GET", "/templates", false, s.listTemplatesDetailed},
 		{"POST", "/templates", false, s.buildTemplate},
 		{"GET", "/templates/jobs/{jobID}", false, s.getBuildJob},
+		{"GET", "/templates/aliases/{alias}", false, s.getTemplateAlias},
 		{"GET", "/templates/{templateID}", false, s.getTemplateDetailed},
 		{"DELETE", "/templates/{templateID}", false, s.deleteTemplate},
 		{"POST", ImportsPath, false, s.importArchive},

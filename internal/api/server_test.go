@@ -584,6 +584,16 @@ func TestTemplates(t *testing.T) {
 		t.Errorf("template %+v", tw)
 	}
 	e.do("GET", "/templates/nope", nil).wantError(t, 404, `"nope"`)
+	// The SDK's Template.exists asks /templates/aliases/{alias}.
+	for _, name := range []string{"code-interpreter-v1", "base0000000000000000"} {
+		var a wire.TemplateAliasResponse
+		e.do("GET", "/templates/aliases/"+name, nil).decode(t, http.StatusOK, &a)
+		if a.TemplateID != "base0000000000000000" || !a.Public {
+			t.Errorf("alias %s: %+v", name, a)
+		}
+	}
+	e.do("GET", "/templates/aliases/nope", nil).wantError(t, 404, `"nope"`)
+	e.do("GET", "/templates/aliases/a%0Ab", nil).wantError(t, 400, "invalid template alias")
 	e.do("DELETE", "/templates/base0000000000000000", nil).decode(t, http.StatusNoContent, nil)
 	e.do("DELETE", "/templates/base0000000000000000", nil).wantError(t, 404, "base0000000000000000")
 }

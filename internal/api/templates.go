@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"cube/internal/api/wire"
@@ -34,6 +35,22 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, wireTemplateWithBuilds(t))
+}
+
+// getTemplateAlias says whether a template answers to a name (alias or
+// ID): 200 with its ID, or 404.
+func (s *Server) getTemplateAlias(w http.ResponseWriter, r *http.Request) {
+	alias := r.PathValue("alias")
+	if alias == "" || len(alias) > 256 || strings.ContainsAny(alias, "\x00\n\r/") {
+		writeError(w, badRequest("invalid template alias %q", alias))
+		return
+	}
+	t, err := s.backend.GetTemplate(r.Context(), alias)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.TemplateAliasResponse{TemplateID: t.ID, Public: true})
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {

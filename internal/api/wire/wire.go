@@ -189,6 +189,14 @@ type TeamUser struct {
 	Email *string `json:"email"`
 }
 
+// TemplateAliasResponse answers GET /templates/aliases/{alias}, which the
+// SDK's Template.exists and aliasExists ask. Every template of a Cube
+// server is visible to every API key, hence public.
+type TemplateAliasResponse struct {
+	TemplateID string `json:"templateID"`
+	Public     bool   `json:"public"`
+}
+
 // Template is one element of GET /templates.
 type Template struct {
 	TemplateID    string     `json:"templateID"`

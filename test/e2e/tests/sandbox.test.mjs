@@ -2,7 +2,7 @@
 // expiry, kill, connect, and the errors a user sees.
 import { describe, test, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, AuthenticationError, SandboxError, SandboxNotFoundError } from 'e2b'
+import { Sandbox, Template, AuthenticationError, SandboxError, SandboxNotFoundError } from 'e2b'
 import { Tracker, api, eventually, rejection, runTag, wrongKey } from './helpers.mjs'
 
 const tracker = new Tracker()
@@ -183,6 +183,12 @@ describe('kill and connect', () => {
   test('connect to an unknown sandbox fails with not found', async () => {
     const err = await rejection(Sandbox.connect('nosuchsandbox0000'))
     assert.ok(err instanceof SandboxNotFoundError, String(err))
+  })
+
+  test('Template.exists knows the default template by alias and not an unknown name', async () => {
+    assert.equal(await Template.exists('base'), true)
+    assert.equal(await Template.exists('code-interpreter-v1'), true)
+    assert.equal(await Template.exists(`no-such-template-${runTag}`), false)
   })
 
   test('an unknown sandbox is a 404 in E2B\'s words, and killing it answers false', async () => {
