@@ -211,7 +211,7 @@ var schemaTypes = map[string]any{
 	"SandboxLogsV2": wire.SandboxLogsV2{}, "TeamUser": wire.TeamUser{}, "Template": wire.Template{},
 	"TemplateBuild": wire.TemplateBuild{}, "TemplateWithBuilds": wire.TemplateWithBuilds{},
 	"TemplateAliasResponse": wire.TemplateAliasResponse{},
-	"SnapshotRequest": wire.SnapshotRequest{}, "SnapshotInfo": wire.SnapshotInfo{},
+	"SnapshotRequest":       wire.SnapshotRequest{}, "SnapshotInfo": wire.SnapshotInfo{},
 	"ForkRequest": wire.ForkRequest{}, "CloneRequest": wire.CloneRequest{}, "ForkResult": wire.ForkResult{},
 	"RollbackRequest": wire.RollbackRequest{}, "RollbackResult": wire.RollbackResult{},
 }
