@@ -210,8 +210,7 @@ var schemaTypes = map[string]any{
 	"SandboxLogEntry": wire.SandboxLogEntry{}, "SandboxLogs": wire.SandboxLogs{},
 	"SandboxLogsV2": wire.SandboxLogsV2{}, "TeamUser": wire.TeamUser{}, "Template": wire.Template{},
 	"TemplateBuild": wire.TemplateBuild{}, "TemplateWithBuilds": wire.TemplateWithBuilds{},
-	"TemplateAliasResponse": wire.TemplateAliasResponse{},
-	"SnapshotRequest":       wire.SnapshotRequest{}, "SnapshotInfo": wire.SnapshotInfo{},
+	"SnapshotRequest": wire.SnapshotRequest{}, "SnapshotInfo": wire.SnapshotInfo{}, "TemplateAliasResponse": wire.TemplateAliasResponse{},
 	"ForkRequest": wire.ForkRequest{}, "CloneRequest": wire.CloneRequest{}, "ForkResult": wire.ForkResult{},
 	"RollbackRequest": wire.RollbackRequest{}, "RollbackResult": wire.RollbackResult{},
 }
