@@ -9,7 +9,7 @@ import (
 // watchAlive looks every few seconds, until ctx is cancelled, for
 // sandboxes whose container is gone (its PID 1 died, the host killed it
 // for memory): they must not be listed as running.
-func (n *Node) watchAlive(ctx context.Context) { every(ctx, 5*time.Second, n.checkAlive) }
+func (n *Node) watchAlive(ctx context.Context) { every(ctx, 5*time.Second, nil, n.checkAlive) }
 
 // checkAlive removes the sandboxes whose container the runtime no longer
 // lists. A container is only declared dead after a second listing under

@@ -255,7 +255,7 @@ func (n *Node) Start() {
 	n.background(func() { n.watchAlive(n.ctx) })
 	if n.cfg.PoolSize > 0 {
 		n.background(func() { n.refiller(n.ctx) })
-		n.wakeRefill()
+		nudge(n.refill)
 	}
 	if n.preparer() != nil {
 		n.background(func() { n.prepareLoop(n.ctx) })

@@ -50,7 +50,7 @@ type poolDemand struct {
 func (n *Node) takeWarm(tplID string) *container {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	defer n.wakeRefill()
+	defer nudge(n.refill)
 	list := n.warm[tplID]
 	if len(list) == 0 {
 		n.tel.poolMisses.WithLabelValues(tplID).Inc()
@@ -93,37 +93,23 @@ func (n *Node) poolTarget(tplID string, now time.Time) int {
 	return n.cfg.PoolSize + d.extra
 }
 
-// wakeRefill nudges the refillers; n.mu may be held.
-func (n *Node) wakeRefill() {
-	select {
-	case n.refill <- struct{}{}:
-	default:
-	}
-}
-
 // refiller keeps every pool at its target until ctx is cancelled. Each of
 // the refillWorkers runs one restore at a time.
 func (n *Node) refiller(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range refillWorkers {
-		wg.Go(func() {
-			t := time.NewTicker(2 * time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-n.refill:
-				case <-t.C:
-				}
-				n.trimOne(time.Now())
-				for ctx.Err() == nil && n.fillOne(ctx) {
-					n.wakeRefill() // more to do: let the other worker help
-				}
-			}
-		})
+		wg.Go(func() { every(ctx, 2*time.Second, n.refill, n.refillPools) })
 	}
 	wg.Wait()
+}
+
+// refillPools trims one pool deeper than its target and fills pools
+// until none is short.
+func (n *Node) refillPools(ctx context.Context) {
+	n.trimOne(time.Now())
+	for ctx.Err() == nil && n.fillOne(ctx) {
+		nudge(n.refill) // more to do: let the other worker help
+	}
 }
 
 // fillOne adds one warm sandbox to the pool furthest below its target and

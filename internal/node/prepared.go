@@ -78,7 +78,7 @@ func (n *Node) restorePrepared(ctx context.Context, tpl *store.Template, image s
 		n.prepared[key] = list[:len(list)-1]
 	}
 	n.mu.Unlock()
-	n.wakePrepare()
+	nudge(n.prepare)
 	if pb == nil {
 		return nil
 	}
@@ -91,30 +91,14 @@ func (n *Node) restorePrepared(ctx context.Context, tpl *store.Template, image s
 	return &container{sb: sb, slot: pb.slot}
 }
 
-// wakePrepare nudges the preparer loop; n.mu may be held.
-func (n *Node) wakePrepare() {
-	select {
-	case n.prepare <- struct{}{}:
-	default:
-	}
-}
-
 // prepareLoop keeps PreparedPerKey containers ready for every wanted kind
 // until ctx is cancelled, one at a time, and drops kinds gone stale.
 func (n *Node) prepareLoop(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.prepare:
-		case <-t.C:
-		}
+	every(ctx, 5*time.Second, n.prepare, func(ctx context.Context) {
 		n.dropStalePrepared(time.Now())
 		for ctx.Err() == nil && n.prepareOne(ctx) {
 		}
-	}
+	})
 }
 
 // prepareOne makes one container for the wanted kind that has the fewest

@@ -8,19 +8,30 @@ import (
 )
 
 // reaper ends sandboxes at their end time until ctx is cancelled.
-func (n *Node) reaper(ctx context.Context) { every(ctx, 500*time.Millisecond, n.reap) }
+func (n *Node) reaper(ctx context.Context) { every(ctx, 500*time.Millisecond, nil, n.reap) }
 
-// every calls f each interval until ctx is cancelled.
-func every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+// every calls f each interval, and at once whenever wake receives (nil:
+// never), until ctx is cancelled.
+func every(ctx context.Context, interval time.Duration, wake <-chan struct{}, f func(context.Context)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-wake:
 		case <-t.C:
-			f(ctx)
 		}
+		f(ctx)
+	}
+}
+
+// nudge wakes a loop that waits on ch (see every) without blocking: a
+// wake-up already pending covers this one.
+func nudge(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
