@@ -193,34 +193,36 @@ func (n *Node) trimOne(now time.Time) {
 }
 
 // drainWarm kills the warm sandboxes of one template, or of all when
-// tplID is empty, and waits (a while) for refills under way to end: each
-// one finds the template gone or is drained here.
+// tplID is empty, waits (a while) for refills under way to end, and kills
+// what they added meanwhile: each one finds the template gone or is
+// drained here.
 func (n *Node) drainWarm(tplID string) {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		n.mu.Lock()
-		var out []*container
-		busy := 0
-		for t, list := range n.warm {
-			if tplID == "" || t == tplID {
-				out = append(out, list...)
-				delete(n.warm, t)
-				delete(n.demand, t)
-			}
-		}
+	n.takeOutWarm(tplID)
+	n.waitBackground(func() bool {
 		for t, k := range n.filling {
-			if tplID == "" || t == tplID {
-				busy += k
+			if (tplID == "" || t == tplID) && k > 0 {
+				return false
 			}
 		}
-		n.mu.Unlock()
-		for _, box := range out {
-			n.discard(box, "")
+		return true
+	}, time.Minute)
+	n.takeOutWarm(tplID)
+}
+
+// takeOutWarm kills the warm sandboxes of one template, or of all.
+func (n *Node) takeOutWarm(tplID string) {
+	n.mu.Lock()
+	var out []*container
+	for t, list := range n.warm {
+		if tplID == "" || t == tplID {
+			out = append(out, list...)
+			delete(n.warm, t)
+			delete(n.demand, t)
 		}
-		if busy == 0 || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	}
+	n.mu.Unlock()
+	for _, box := range out {
+		n.discard(box, "")
 	}
 }
 

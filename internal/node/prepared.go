@@ -159,10 +159,16 @@ func (n *Node) prepareOne(ctx context.Context) bool {
 // dropStalePrepared forgets kinds not asked for since preparedTTL before
 // now and discards their containers.
 func (n *Node) dropStalePrepared(now time.Time) {
+	n.forgetKinds(func(w *preparedWant) bool { return now.Sub(w.last) > preparedTTL })
+}
+
+// forgetKinds forgets the wanted kinds of restore that match picks and
+// discards their containers.
+func (n *Node) forgetKinds(match func(*preparedWant) bool) {
 	var out []*preparedBox
 	n.mu.Lock()
 	for k, w := range n.wants {
-		if now.Sub(w.last) > preparedTTL {
+		if match(w) {
 			delete(n.wants, k)
 			out = append(out, n.prepared[k]...)
 			delete(n.prepared, k)
@@ -180,19 +186,9 @@ func (n *Node) dropStalePrepared(now time.Time) {
 // prepared containers hold them open. A prepare under way finds its kind
 // gone and discards what it made; this waits (a while) for it.
 func (n *Node) dropPreparedOf(tpl *store.Template) {
-	var out []*preparedBox
-	n.mu.Lock()
-	for k, w := range n.wants {
-		if w.tpl.ID == tpl.ID || (tpl.SourceSandbox == "" && w.tpl.Rootfs == tpl.Rootfs) {
-			delete(n.wants, k)
-			out = append(out, n.prepared[k]...)
-			delete(n.prepared, k)
-		}
-	}
-	n.mu.Unlock()
-	for _, pb := range out {
-		n.killPrepared(pb)
-	}
+	n.forgetKinds(func(w *preparedWant) bool {
+		return w.tpl.ID == tpl.ID || (tpl.SourceSandbox == "" && w.tpl.Rootfs == tpl.Rootfs)
+	})
 	n.waitBackground(func() bool { return n.preparing == 0 }, time.Minute)
 }
 
