@@ -7,20 +7,16 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/log"
-	"gvisor.dev/gvisor/runsc/config"
 	"gvisor.dev/gvisor/runsc/container"
-	"gvisor.dev/gvisor/runsc/flag"
-
-	"cube/internal/runtime"
 )
 
 // Pause and resume of a running container are one request each to its
 // sandbox's control socket. runsc's CLI makes it by starting a process of
 // ≈100 MB that parses its flags, loads the container's state file and
 // sends the request, ≈10 ms of CPU and latency; cube-server sends the same
-// request itself through runsc's own Go packages, on the same state root,
-// with the same flags, so a resume of a frozen sandbox is a request, not a
-// process. Everything else stays with the CLI: runsc starts sandboxes by
+// request itself through runsc's own Go packages, on the same state root
+// (all that pause and resume take from runsc's flags), so a resume of a
+// frozen sandbox is a request, not a process. Everything else stays with the CLI: runsc starts sandboxes by
 // re-executing its own binary, and restore, checkpoint and delete sent
 // from inside the server were tried and left sandboxes unreachable on
 // their ports now and then (runsc's restore switches the calling thread
@@ -36,29 +32,15 @@ var quietRunsc = sync.OnceFunc(func() { log.SetLevel(log.Warning) })
 // from this process.
 func (r *Runtime) inProcess() bool { return !r.cfg.Debug }
 
-// conf is runsc's configuration for calls on a container of spec (nil:
-// one that exists), parsed from exactly the flags the CLI gets.
-func (r *Runtime) conf(spec *runtime.Spec) (*config.Config, error) {
+// load opens container id's state under the runtime's root, as runsc's
+// CLI does with --root.
+func (r *Runtime) load(id string) (*container.Container, error) {
 	quietRunsc()
-	fs := flag.NewFlagSet("runsc", flag.ContinueOnError)
-	config.RegisterFlags(fs)
-	if err := fs.Parse(r.runscFor("").Flags(spec)); err != nil {
-		return nil, fmt.Errorf("runsc flags: %w", err)
-	}
-	return config.NewFromFlags(fs)
-}
-
-// load opens container id's state under the runtime's root.
-func (r *Runtime) load(id string) (*container.Container, *config.Config, error) {
-	conf, err := r.conf(nil)
+	c, err := container.Load(r.cfg.Root, container.FullID{ContainerID: id}, container.LoadOpts{})
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("load container %s: %w", id, err)
 	}
-	c, err := container.Load(conf.RootDir, container.FullID{ContainerID: id}, container.LoadOpts{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("load container %s: %w", id, err)
-	}
-	return c, conf, nil
+	return c, nil
 }
 
 // pauseIn and resumeIn are the in-process forms of runsc pause and
@@ -79,7 +61,7 @@ const controlTimeout = 30 * time.Second
 func (r *Runtime) control(ctx context.Context, id, op string, call func(*container.Container) error) error {
 	done := make(chan error, 1)
 	go func() {
-		c, _, err := r.load(id)
+		c, err := r.load(id)
 		if err == nil {
 			err = call(c)
 		}
