@@ -158,30 +158,26 @@ func probeHolder(ctx context.Context, addr netip.Addr) error {
 	if err := ProbeEnvd(ctx, addr); err != nil {
 		return err
 	}
-	for ctx.Err() == nil {
-		resp, err := NoKeepAlive.Get("http://" + netip.AddrPortFrom(addr, HolderPort).String() + "/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return errors.New("the holder never served its token")
+	return waitFor(ctx, netip.AddrPortFrom(addr, HolderPort), "/", http.StatusOK, "the holder never served its token")
 }
 
 // ProbeEnvd waits until envd answers /health at addr.
 func ProbeEnvd(ctx context.Context, addr netip.Addr) error {
+	return waitFor(ctx, netip.AddrPortFrom(addr, protocol.EnvdPort), "/health", http.StatusNoContent, "envd never answered /health")
+}
+
+// waitFor polls GET path at ap until it answers status, or fails with
+// never when ctx ends first.
+func waitFor(ctx context.Context, ap netip.AddrPort, path string, status int, never string) error {
 	for ctx.Err() == nil {
-		resp, err := NoKeepAlive.Get("http://" + netip.AddrPortFrom(addr, protocol.EnvdPort).String() + "/health")
+		resp, err := NoKeepAlive.Get("http://" + ap.String() + path)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
+			if resp.StatusCode == status {
 				return nil
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return errors.New("envd never answered /health")
+	return errors.New(never)
 }
