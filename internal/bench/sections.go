@@ -358,11 +358,11 @@ func (p *page) timeSection() {
 	p.f("once the host is quiet after the set-up and warm-up, so their refills are not counted. It counts\n")
 	p.f("every process on the host: anything else running at the time inflates it.\n\n")
 	fams := []timeFamily{
-		{title: "create, c=1", t: telemetryOf(rs.create[1]), ops: createOps(rs.create[1])},
-		{title: "create from a snapshot, c=1", t: opTelemetry(rs.cfs[1]), ops: opOps(rs.cfs[1])},
-		{title: "snapshot, c=1", t: opTelemetry(rs.snapshot[1]), ops: opOps(rs.snapshot[1])},
-		{title: "clone, n=1", t: opTelemetry(rs.clone[1]), ops: opOps(rs.clone[1])},
-		{title: "pause + resume from disk, c=1", t: opTelemetry(rs.pauseDisk[1]), ops: opOps(rs.pauseDisk[1])},
+		createFamily("create, c=1", rs.create[1]),
+		opFamily("create from a snapshot, c=1", rs.cfs[1]),
+		opFamily("snapshot, c=1", rs.snapshot[1]),
+		opFamily("clone, n=1", rs.clone[1]),
+		opFamily("pause + resume from disk, c=1", rs.pauseDisk[1]),
 	}
 	for _, fam := range fams {
 		p.timeTable(fam)
@@ -370,32 +370,20 @@ func (p *page) timeSection() {
 	p.baselineCPUTable()
 }
 
-func telemetryOf(r *CreateReport) *Telemetry {
+// createFamily and opFamily are a run's phases for timeTable; a run that
+// is missing leaves them empty.
+func createFamily(title string, r *CreateReport) timeFamily {
 	if r == nil {
-		return nil
+		return timeFamily{title: title}
 	}
-	return &r.Telemetry
+	return timeFamily{title: title, t: &r.Telemetry, ops: len(r.Raw)}
 }
 
-func createOps(r *CreateReport) int {
+func opFamily(title string, r *OpReport) timeFamily {
 	if r == nil {
-		return 0
+		return timeFamily{title: title}
 	}
-	return len(r.Raw)
-}
-
-func opTelemetry(r *OpReport) *Telemetry {
-	if r == nil {
-		return nil
-	}
-	return &r.Telemetry
-}
-
-func opOps(r *OpReport) int {
-	if r == nil {
-		return 0
-	}
-	return r.measuredOps()
+	return timeFamily{title: title, t: &r.Telemetry, ops: r.measuredOps()}
 }
 
 // timeTable prints one family's phases; "—" where its file predates them.
