@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,10 +67,20 @@ func New(t testing.TB, o Options) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix, cidr := SlotRange()
-	slots, err := netslot.NewPool(netslot.Config{Prefix: prefix, Size: 16, HostCIDR: cidr, Warm: 1, Logger: Logger()})
-	if err != nil {
-		t.Fatal(err)
+	// Tests of several packages run at once, each on a random range: one
+	// that another test holds right now is refused, and another is drawn.
+	var slots *netslot.Pool
+	var prefix string
+	var cidr netip.Prefix
+	for try := 0; ; try++ {
+		prefix, cidr = SlotRange()
+		slots, err = netslot.NewPool(netslot.Config{Prefix: prefix, Size: 16, HostCIDR: cidr, Warm: 1, Logger: Logger()})
+		if err == nil {
+			break
+		}
+		if try == 4 || !strings.Contains(err.Error(), "overlaps route") {
+			t.Fatal(err)
+		}
 	}
 	n, err := node.New(node.Config{DataDir: dir, Envd: envdBin, Runtime: rt, Slots: slots, Store: st,
 		Logger: Logger(), EnvdVersion: protocol.Version, MaxSandboxes: o.MaxSandboxes, PoolSize: o.PoolSize,
