@@ -36,6 +36,9 @@ CACHE_DIR=${CUBE_CACHE_DIR:-/var/cache/cube}
 # python3-munkres is the small alternative that keeps scipy out.
 BASE_PACKAGES=bash,coreutils,curl,ca-certificates
 PY_PACKAGES="python3 python3-munkres python3-ipykernel python3-numpy python3-pandas python3-matplotlib"
+# What E2B's SDK expects of a template: its readiness helpers run ss
+# (waitForPort) and pgrep (waitForProcess), and its users run git and sudo.
+TOOL_PACKAGES="iproute2 procps sudo git"
 SANDBOX_UID=1000
 IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -107,10 +110,10 @@ in_root() { chroot "$rootfs" /usr/bin/env -i PATH="$IMAGE_PATH" DEBIAN_FRONTEND=
 # Reuse .debs from earlier builds: copied in, new ones copied back out.
 find "$CACHE_DIR/apt" -maxdepth 1 -name '*.deb' -exec cp -n -t "$rootfs/var/cache/apt/archives/" {} +
 in_root apt-get update -qq
-in_root apt-get install -y -qq --no-install-recommends $PY_PACKAGES 2>&1 |
+in_root apt-get install -y -qq --no-install-recommends $PY_PACKAGES $TOOL_PACKAGES 2>&1 |
 	grep -E --line-buffered '^(Unpacking|Setting up|E:|W:)' | grep -v --line-buffered 'Can not write log' | awk '{ print "  " $0; fflush() }' || true
 find "$rootfs/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -n -t "$CACHE_DIR/apt/" {} +
-for p in $PY_PACKAGES; do
+for p in $PY_PACKAGES $TOOL_PACKAGES; do
 	if ! in_root dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
 		echo "default image: apt-get did not install $p" >&2
 		exit 1
@@ -120,6 +123,9 @@ done
 step 3 "configuring the tree"
 in_root /usr/sbin/useradd --uid "$SANDBOX_UID" --user-group --create-home \
 	--home-dir /home/user --shell /bin/bash user
+# As in E2B's templates, the sandbox user may become root without a password.
+printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\n' >"$rootfs/etc/sudoers.d/user"
+chmod 0440 "$rootfs/etc/sudoers.d/user"
 printf 'nameserver %s\noptions timeout:1 attempts:1\n' "$SANDBOX_NAMESERVER" >"$rootfs/etc/resolv.conf"
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$rootfs/etc/hosts"
 echo sandbox >"$rootfs/etc/hostname"
