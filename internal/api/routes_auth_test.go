@@ -23,6 +23,11 @@ var publicRoutes = map[string]string{
 	"GET /metrics": "Prometheus scrape",
 	// The API's description is documentation, the same for every server.
 	"GET /openapi.yml": "API description",
+	// The SDKs PUT a COPY step's files to the link GET
+	// /templates/{templateID}/files/{hash} answered, without the API key;
+	// the link's HMAC signature, bound to the template, hash and expiry,
+	// is its authority (checkUploadSignature).
+	"PUT " + UploadPath: "signed upload link",
 }
 
 var pathParam = regexp.MustCompile(`\{[^}]+\}`)

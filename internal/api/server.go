@@ -8,8 +8,10 @@
 package api
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -55,6 +57,11 @@ type Config struct {
 	// limit, the proxy's.
 	RateLimit float64
 	RateBurst int
+	// UploadSecret signs the upload links of template build files
+	// (GET /templates/{templateID}/files/{hash}), which the SDKs follow
+	// without the API key. Empty picks 32 random bytes, so links die with
+	// the process; servers behind one address share a secret.
+	UploadSecret []byte
 }
 
 // Defaults applied by NewServer.
@@ -102,6 +109,12 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = version.Version
 	}
+	if len(cfg.UploadSecret) == 0 {
+		cfg.UploadSecret = make([]byte, 32)
+		if _, err := rand.Read(cfg.UploadSecret); err != nil {
+			return nil, fmt.Errorf("api: upload secret: %w", err)
+		}
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -122,8 +135,9 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 	s.metrics = m
 	s.public = map[string]bool{}
 	for _, rt := range s.routes() {
-		s.mux.Handle(rt.method+" "+rt.path, rt.handler)
-		s.public[rt.method+" "+rt.path] = rt.public
+		pattern := muxPattern(rt.method + " " + rt.path)
+		s.mux.Handle(pattern, rt.handler)
+		s.public[pattern] = rt.public
 	}
 	return s, nil
 }
@@ -173,7 +187,38 @@ func (s *Server) routes() []route {
 		{"GET", "/templates/{templateID}", false, s.getTemplateDetailed},
 		{"DELETE", "/templates/{templateID}", false, s.deleteTemplate},
 		{"POST", ImportsPath, false, s.importArchive},
+
+		{"POST", "/v3/templates", false, s.requestBuild},
+		{"GET", "/v2/templates", false, s.listTemplatesDetailed},
+		{"PATCH", "/templates/{templateID}", false, s.updateTemplate},
+		{"PATCH", "/v2/templates/{templateID}", false, s.updateTemplate},
+		{"GET", "/templates/{templateID}/files/{hash}", false, s.fileUploadLink},
+		{"PUT", UploadPath, true, s.uploadFiles},
+		{"POST", "/v2/templates/{templateID}/builds/{buildID}", false, s.startBuild},
+		{"GET", "/templates/{templateID}/builds/{buildID}/status", false, s.buildStatus},
+		{"GET", "/templates/{templateID}/builds/{buildID}/logs", false, s.buildLogs},
+		{"POST", "/templates/tags", false, s.assignTags},
+		{"DELETE", "/templates/tags", false, s.removeTags},
+		{"GET", "/templates/{templateID}/tags", false, s.templateTags},
 	}
+}
+
+// muxPatterns maps the routes whose documented pattern Go's ServeMux
+// refuses to the wider pattern they are registered under. GET
+// /templates/{templateID}/tags overlaps GET /templates/jobs/{jobID} and
+// /templates/aliases/{alias} (both match /templates/jobs/tags) with
+// neither more specific, which the mux rejects; the wider pattern is less
+// specific than both, so those keep their paths and the handler answers
+// 404 for any last segment but "tags".
+var muxPatterns = map[string]string{
+	"GET /templates/{templateID}/tags": "GET /templates/{templateID}/{tags}",
+}
+
+func muxPattern(documented string) string {
+	if p, ok := muxPatterns[documented]; ok {
+		return p
+	}
+	return documented
 }
 
 var probeMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
@@ -217,12 +262,17 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 }
 
 // bodyLimit is the most a request to the route served under pattern may
-// send: image uploads get the importer's limit, every other route the
-// API's JSON limit.
+// send: image uploads get the importer's limit, build file uploads the
+// step builder's, every other route the API's JSON limit.
 func (s *Server) bodyLimit(pattern string) int64 {
-	if pattern == "POST "+ImportsPath {
+	switch pattern {
+	case "POST " + ImportsPath:
 		if imp, ok := s.backend.(cube.ArchiveImporter); ok {
 			return imp.MaxImportBytes()
+		}
+	case "PUT " + UploadPath:
+		if b, ok := s.backend.(cube.StepBuilder); ok {
+			return b.MaxFilesBytes()
 		}
 	}
 	return s.cfg.MaxBodyBytes

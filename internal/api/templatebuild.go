@@ -289,7 +289,7 @@ func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Errorf(http.StatusRequestEntityTooLarge, "the archive has %d bytes, more than the server accepts (%d bytes, cube-server --max-image-bytes)", r.ContentLength, max))
 		return
 	}
-	image, err := imp.ImportArchive(r.Context(), kind, tooLargeAsKind{r.Body, imp.MaxImportBytes()})
+	image, err := imp.ImportArchive(r.Context(), kind, tooLargeAsKind{r.Body, fmt.Sprintf("the archive is larger than the server accepts (%d bytes, cube-server --max-image-bytes)", imp.MaxImportBytes())})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -298,18 +298,18 @@ func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
 }
 
 // tooLargeAsKind turns the body limit's error (a chunked body may only
-// find out half-way) into the core's TooLarge, so the importer's error
-// answers 413 like a Content-Length over the limit.
+// find out half-way) into the core's TooLarge saying msg, so the
+// consumer's error answers 413 like a Content-Length over the limit.
 type tooLargeAsKind struct {
 	io.Reader
-	max int64
+	msg string
 }
 
 func (t tooLargeAsKind) Read(p []byte) (int, error) {
 	n, err := t.Reader.Read(p)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		err = cube.Errorf(cube.TooLarge, "the archive is larger than the server accepts (%d bytes, cube-server --max-image-bytes)", t.max)
+		err = cube.Errorf(cube.TooLarge, "%s", t.msg)
 	}
 	return n, err
 }
