@@ -32,6 +32,7 @@ func newTplCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newTplCreateCmd(), newTplWatchCmd(), newTplStatusCmd(), newTplListCmd(), newTplInfoCmd(), newTplDeleteCmd())
+	cmd.AddCommand(newTplBuildCmd(), newTplLogsCmd(), newTplCommitCmd())
 	return cmd
 }
 
