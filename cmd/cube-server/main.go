@@ -17,6 +17,7 @@ import (
 
 	"cube/internal/oci"
 	"cube/internal/server"
+	"cube/internal/template"
 	"cube/internal/version"
 )
 
@@ -48,6 +49,9 @@ func main() {
 	o.MaxImageBytes, o.MaxFileBytes = oci.DefaultMaxImageBytes, oci.DefaultMaxFileBytes
 	flag.Func("max-image-bytes", "most bytes unpacking one image may write, such as 8G (default "+oci.HumanBytes(oci.DefaultMaxImageBytes)+"); also the largest upload", sizeFlag(&o.MaxImageBytes))
 	flag.Func("max-file-bytes", "largest file an image may hold, such as 2G (default "+oci.HumanBytes(oci.DefaultMaxFileBytes)+")", sizeFlag(&o.MaxFileBytes))
+	flag.DurationVar(&o.BuildTimeout, "build-timeout", template.DefaultBuildTimeout, "longest a template build by steps may take, from its start to its snapshot")
+	o.MaxLayerBytes = template.DefaultMaxLayerBytes
+	flag.Func("max-layer-bytes", "most bytes one template build step may write, such as 2G (default "+oci.HumanBytes(template.DefaultMaxLayerBytes)+")", sizeFlag(&o.MaxLayerBytes))
 	flag.Func("insecure-registry", "registry host[:port] template builds may reach over plain HTTP or with an untrusted certificate (repeatable)", func(v string) error {
 		if v == "" || strings.ContainsAny(v, "/ ") {
 			return fmt.Errorf("want a registry host or host:port, such as localhost:5000")

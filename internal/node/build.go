@@ -24,7 +24,8 @@ const (
 
 // BuildSnapshot boots tpl fresh from its rootfs in a network slot, waits
 // until probe succeeds against the sandbox's host-side address, then
-// checkpoints it into the template's directory and stops it. It sets
+// checkpoints it into tpl.Checkpoint (by default the template's
+// directory) and stops it. It sets
 // tpl.Envd (to this node's agent), tpl.Checkpoint, tpl.Checksum and
 // tpl.SizeBytes; the caller stores the template, which may be marked ready
 // at once: the image is synced to disk before BuildSnapshot returns. On
@@ -65,7 +66,10 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 	}
 
 	phase(PhaseSnapshotting)
-	final := filepath.Join(n.cfg.DataDir, "templates", tpl.ID, "checkpoint")
+	final := tpl.Checkpoint
+	if final == "" {
+		final = filepath.Join(n.cfg.DataDir, "templates", tpl.ID, "checkpoint")
+	}
 	tmp, sum, err := n.writeImage(ctx, sb, final, false, "snapshot")
 	if err != nil {
 		return err

@@ -315,7 +315,7 @@ func Spec(tpl *store.Template, id, netns string) runtime.Spec {
 	}
 	env := tpl.Env
 	if !hasEnv(env, "PATH") {
-		env = append(append([]string{}, env...), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+		env = append(append([]string{}, env...), "PATH="+defaultPath)
 	}
 	return runtime.Spec{
 		ID: id, Rootfs: tpl.Rootfs, AgentDir: tpl.Envd, WritableMB: tpl.DiskSizeMB,

@@ -1,18 +1,39 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"cube/internal/cube"
 	"cube/internal/fault"
 	"cube/internal/store"
 )
 
-// Template looks a template up by id or alias.
+// Template looks a template up by id or alias, either optionally with
+// ":tag". A tag resolves only while it names the template's current
+// build: a template keeps its newest build alone.
 func (n *Node) Template(ctx context.Context, idOrAlias string) (*store.Template, error) {
+	if name, tag, ok := strings.Cut(idOrAlias, ":"); ok {
+		t, err := n.Template(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(t.Tags, func(x store.TemplateTag) bool { return x.Tag == tag })
+		switch {
+		case i >= 0 && t.Tags[i].BuildID == t.BuildJob:
+			return t, nil
+		case i >= 0:
+			return nil, cube.Errorf(cube.NotFound, "tag %q of template %q names build %s, which a newer build replaced: Cube keeps a template's newest build only", tag, name, t.Tags[i].BuildID)
+		case tag == "default" && len(t.Tags) == 0:
+			return t, nil
+		}
+		return nil, cube.Errorf(cube.NotFound, "template %q has no tag %q: list its tags with GET /templates/%s/tags", name, tag, t.ID)
+	}
 	if t, err := n.store.Templates().Get(ctx, idOrAlias); err == nil {
 		return t, nil
 	} else if !errors.Is(err, store.ErrNotFound) {
@@ -39,7 +60,7 @@ func (n *Node) templateView(t *store.Template) cube.Template {
 		status = "error"
 	}
 	return cube.Template{
-		ID: t.ID, Aliases: t.Aliases, BuildID: t.ID, BuildStatus: status, BuildCount: 1,
+		ID: t.ID, Aliases: t.Aliases, BuildID: cmp.Or(t.BuildJob, t.ID), BuildStatus: status, BuildCount: 1, Public: t.Public,
 		CPUCount: max(t.CPUCount, 1), MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
 		EnvdVersion: n.cfg.EnvdVersion, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
@@ -104,14 +125,14 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 }
 
 // removeTemplateFiles removes a template's checkpoint image, and the
-// template's own directory when the image is in one.
+// template's own directory (every build of it) when the image is in one.
 func (n *Node) removeTemplateFiles(t *store.Template) {
 	if t.Checkpoint == "" {
 		return
 	}
 	n.removeDir(t.Checkpoint)
 	n.removeDir(t.Checkpoint + ".tmp")
-	if own := filepath.Join(n.cfg.DataDir, "templates", t.ID); filepath.Dir(t.Checkpoint) == own {
+	if own := filepath.Join(n.cfg.DataDir, "templates", t.ID); strings.HasPrefix(t.Checkpoint, own+string(os.PathSeparator)) {
 		n.removeDir(own)
 	}
 }

@@ -18,6 +18,11 @@ type Spec struct {
 	// WritableMB caps the in-sandbox writable layer (the template's
 	// writable-layer size). Writes past it fail with ENOSPC inside.
 	WritableMB int
+	// WritableRoot makes writes to the root land in the Rootfs directory
+	// itself, with no writable layer in between. Template builds use it
+	// with a host overlay mount as Rootfs, whose upper directory becomes
+	// the step's layer; no sandbox of a user ever runs with it.
+	WritableRoot bool
 	// AgentDir is a host directory mounted read-only at AgentMount; it holds
 	// cube-envd, the sandbox's PID 1.
 	AgentDir string

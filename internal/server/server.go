@@ -61,6 +61,10 @@ type Options struct {
 	// MaxImageBytes and MaxFileBytes bound what unpacking an image writes,
 	// in all and per file; 0 takes oci's defaults.
 	MaxImageBytes, MaxFileBytes int64
+	// BuildTimeout and MaxLayerBytes bound a template build by steps and
+	// what one of its steps may write; zero takes template's defaults.
+	BuildTimeout  time.Duration
+	MaxLayerBytes int64
 	// InsecureRegistries may be pulled from over plain HTTP or with
 	// untrusted certificates.
 	InsecureRegistries []string
@@ -207,7 +211,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log,
 		ImportDir: o.ImportDir, InsecureRegistries: o.InsecureRegistries,
-		Limits: oci.Limits{MaxBytes: o.MaxImageBytes, MaxFileBytes: o.MaxFileBytes}})
+		Limits:       oci.Limits{MaxBytes: o.MaxImageBytes, MaxFileBytes: o.MaxFileBytes},
+		BuildTimeout: o.BuildTimeout, MaxLayerBytes: o.MaxLayerBytes})
 	if err != nil {
 		return err
 	}
@@ -265,6 +270,18 @@ func Run(ctx context.Context, o Options) error {
 type backend struct {
 	*node.Node
 	*template.Builder
+}
+
+// DeleteTemplate deletes the template, then the build layers and trees
+// that no template or sandbox needs any more.
+func (b backend) DeleteTemplate(ctx context.Context, idOrAlias string) error {
+	if err := b.Node.DeleteTemplate(ctx, idOrAlias); err != nil {
+		return err
+	}
+	if err := b.Builder.CollectLayers(context.WithoutCancel(ctx)); err != nil {
+		slog.Warn("collect build layers", "err", err)
+	}
+	return nil
 }
 
 func fileExists(path string) bool {

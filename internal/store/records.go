@@ -118,6 +118,22 @@ type Template struct {
 	// EnvdToken is the envd access token inside the checkpoint (snapshots
 	// of initialised sandboxes); re-initialising envd needs it.
 	EnvdToken string `json:"envdToken,omitempty"`
+
+	// Layers are the cached build layers (keys) the rootfs of a template
+	// built by steps was flattened from; a layer no template names is
+	// collected when a template is deleted.
+	Layers []string `json:"layers,omitempty"`
+	// Tags name builds of the template; only the current build (BuildJob)
+	// is kept, so a tag naming an earlier one no longer resolves.
+	Tags   []TemplateTag `json:"tags,omitempty"`
+	Public bool          `json:"public,omitempty"`
+}
+
+// TemplateTag is a tag given to one build of a template.
+type TemplateTag struct {
+	Tag       string    `json:"tag"`
+	BuildID   string    `json:"buildId"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // JobPhase is where a template build is.
@@ -130,7 +146,12 @@ const (
 	PhaseProbing      JobPhase = "PROBING"
 	PhaseSnapshotting JobPhase = "SNAPSHOTTING"
 	PhaseReady        JobPhase = "READY"
-	PhaseFailed       JobPhase = "FAILED"
+	// The phases of a build by steps: requested (its files may be
+	// uploading), waiting for a build slot, running its steps.
+	PhaseRequested JobPhase = "REQUESTED"
+	PhaseWaiting   JobPhase = "WAITING"
+	PhaseSteps     JobPhase = "STEPS"
+	PhaseFailed    JobPhase = "FAILED"
 )
 
 // Job is a template build.
@@ -142,4 +163,12 @@ type Job struct {
 	Error      string    `json:"error,omitempty"`
 	CreatedAt  time.Time `json:"createdAt"`
 	UpdatedAt  time.Time `json:"updatedAt"`
+
+	// For builds by steps: the tags and resources asked for, and the
+	// step that failed.
+	Steps      bool     `json:"steps,omitempty"`
+	Tags       []string `json:"tags,omitempty"`
+	CPUCount   int      `json:"cpuCount,omitempty"`
+	MemoryMB   int      `json:"memoryMB,omitempty"`
+	FailedStep string   `json:"failedStep,omitempty"`
 }

@@ -80,6 +80,18 @@ type Config struct {
 	// certificates (host[:port], or host for any port); every other
 	// registry only over verified HTTPS.
 	InsecureRegistries []string
+	// BuildTimeout bounds a build by steps from its start to its
+	// snapshot; default DefaultBuildTimeout.
+	BuildTimeout time.Duration
+	// MaxLayerBytes bounds what one build step may write; default
+	// DefaultMaxLayerBytes.
+	MaxLayerBytes int64
+	// MaxFilesBytes bounds the files of one COPY step, unpacked; default
+	// DefaultMaxFilesBytes.
+	MaxFilesBytes int64
+	// ReadyTimeout bounds the wait for a build's ready command; default
+	// DefaultReadyTimeout.
+	ReadyTimeout time.Duration
 }
 
 // Builder runs template builds. It implements cube.TemplateBuilder.
@@ -100,6 +112,13 @@ type Builder struct {
 	uploadsInUse map[string]int
 	// uploading bounds the uploads received at once.
 	uploading chan struct{}
+	// builds are the builds by steps from request to end, by build ID;
+	// waiting lists the started ones waiting for a build slot, in order.
+	builds  map[string]*stepBuild
+	waiting []string
+	// layerUse counts the running builds of each layer.
+	layerMu  sync.Mutex
+	layerUse map[string]int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -122,6 +141,18 @@ func New(cfg Config) (*Builder, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.BuildTimeout <= 0 {
+		cfg.BuildTimeout = DefaultBuildTimeout
+	}
+	if cfg.MaxLayerBytes <= 0 {
+		cfg.MaxLayerBytes = DefaultMaxLayerBytes
+	}
+	if cfg.MaxFilesBytes <= 0 {
+		cfg.MaxFilesBytes = DefaultMaxFilesBytes
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
 	if cfg.ImportDir == "" {
 		cfg.ImportDir = filepath.Join(cfg.DataDir, "imports")
 	}
@@ -136,7 +167,8 @@ func New(cfg Config) (*Builder, error) {
 	}
 	// Images, their unpacked trees and imports hold files of any owner
 	// and mode, setuid ones included: no other host user may reach them.
-	for _, d := range []string{filepath.Join(cfg.DataDir, "images"), filepath.Join(cfg.DataDir, "rootfs"), cfg.ImportDir} {
+	for _, d := range []string{filepath.Join(cfg.DataDir, "images"), filepath.Join(cfg.DataDir, "rootfs"), cfg.ImportDir,
+		filepath.Join(cfg.DataDir, "layers"), filepath.Join(cfg.DataDir, "buildfiles")} {
 		if err := oci.PrivateDir(d); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
@@ -151,6 +183,7 @@ func New(cfg Config) (*Builder, error) {
 		sem: make(chan struct{}, cfg.Concurrency),
 		ctx: ctx, cancel: cancel, importDir: importDir, uploadsInUse: map[string]int{},
 		uploading: make(chan struct{}, cfg.Concurrency),
+		builds:    map[string]*stepBuild{}, layerUse: map[string]int{},
 	}, nil
 }
 
@@ -209,6 +242,15 @@ func (b *Builder) Recover(ctx context.Context) error {
 		b.removeTemplateDir(t.ID)
 	}
 	b.sweepUploads(0)
+	b.pruneLogs()
+	// Build steps that were running: their overlays and half-made layers.
+	unmountStale(b.layersDir())
+	ents, _ := os.ReadDir(b.layersDir())
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			os.RemoveAll(filepath.Join(b.layersDir(), e.Name()))
+		}
+	}
 	return oci.Sweep(filepath.Join(b.cfg.DataDir, "rootfs"))
 }
 

@@ -333,7 +333,7 @@ func (r *Runtime) readSpec(id string) (runtime.Spec, error) {
 		return runtime.Spec{}, fmt.Errorf("bundle of %s: %w", id, err)
 	}
 	mb, _ := strconv.Atoi(s.Annotations[annWritableMB])
-	return runtime.Spec{ID: id, WritableMB: mb, NetNS: s.Annotations[annNetNS]}, nil
+	return runtime.Spec{ID: id, WritableMB: mb, NetNS: s.Annotations[annNetNS], WritableRoot: s.Annotations[annWritableRoot] == "true"}, nil
 }
 
 // List returns the IDs of every container under runsc's root.

@@ -29,7 +29,9 @@ func (r Runsc) Flags(spec *runtime.Spec) []string {
 	f := []string{"--root", r.Root, "--platform", "systrap"}
 	if spec != nil {
 		overlay := "root:memory"
-		if spec.WritableMB > 0 {
+		if spec.WritableRoot {
+			overlay = "none"
+		} else if spec.WritableMB > 0 {
 			overlay += ",size=" + strconv.Itoa(spec.WritableMB) + "m"
 		}
 		f = append(f, "--overlay2", overlay)

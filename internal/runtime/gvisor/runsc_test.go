@@ -19,6 +19,7 @@ func TestRunscFlags(t *testing.T) {
 		{nil, "--root /r --platform systrap"},
 		{&runtime.Spec{}, "--root /r --platform systrap --overlay2 root:memory --network none"},
 		{&runtime.Spec{WritableMB: 64, NetNS: "/run/netns/x"}, "--root /r --platform systrap --overlay2 root:memory,size=64m --network sandbox"},
+		{&runtime.Spec{WritableRoot: true, WritableMB: 64}, "--root /r --platform systrap --overlay2 none --network none"},
 	} {
 		if got := strings.Join(r.Flags(c.spec), " "); got != c.want {
 			t.Errorf("flags for %+v = %q, want %q", c.spec, got, c.want)

@@ -12,8 +12,9 @@ import (
 // Annotations record in the bundle what later runsc calls need to know
 // about a sandbox after a server restart.
 const (
-	annWritableMB = "dev.cube.writable-mb"
-	annNetNS      = "dev.cube.netns"
+	annWritableMB   = "dev.cube.writable-mb"
+	annWritableRoot = "dev.cube.writable-root"
+	annNetNS        = "dev.cube.netns"
 )
 
 // The OCI runtime spec, reduced to the fields Cube sets.
@@ -152,6 +153,9 @@ func ociSpec(s runtime.Spec) ociSpecT {
 	spec.Annotations = map[string]string{
 		annWritableMB: strconv.Itoa(s.WritableMB),
 		annNetNS:      s.NetNS,
+	}
+	if s.WritableRoot {
+		spec.Annotations[annWritableRoot] = "true"
 	}
 	spec.Process.Rlimits = []ociRlimit{
 		{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20},

@@ -1,0 +1,221 @@
+package template
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/store"
+)
+
+// reasonLines is how many of its last log lines a failed build reports.
+const reasonLines = 20
+
+// buildEntries returns a build's job and its log.
+func (b *Builder) buildEntries(ctx context.Context, templateID, buildID string) (*store.Job, []cube.BuildLogEntry, int, error) {
+	b.mu.Lock()
+	sb := b.builds[buildID]
+	pos := slices.Index(b.waiting, buildID)
+	b.mu.Unlock()
+	j, err := b.st.Jobs().Get(ctx, buildID)
+	if err != nil || j.TemplateID != templateID {
+		return nil, nil, 0, cube.Errorf(cube.NotFound, "build %q of template %q not found", buildID, templateID)
+	}
+	if sb != nil {
+		return j, sb.log.snapshot(), pos, nil
+	}
+	return j, b.readLog(buildID), pos, nil
+}
+
+// BuildStatus implements cube.StepBuilder.
+func (b *Builder) BuildStatus(ctx context.Context, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
+	j, logs, pos, err := b.buildEntries(ctx, templateID, buildID)
+	if err != nil {
+		return nil, err
+	}
+	out := &cube.BuildStatus{TemplateID: templateID, BuildID: buildID, Status: buildStatus(j.Phase), QueuePosition: max(pos, 0)}
+	if logsOffset < len(logs) {
+		out.Logs = logs[max(logsOffset, 0):]
+	}
+	if j.Phase == store.PhaseFailed {
+		out.Reason = &cube.BuildReason{Message: j.Error, Step: j.FailedStep, Logs: logs[max(len(logs)-reasonLines, 0):]}
+	}
+	return out, nil
+}
+
+func buildStatus(p store.JobPhase) string {
+	switch p {
+	case store.PhaseRequested, store.PhaseWaiting:
+		return cube.BuildWaiting
+	case store.PhaseReady:
+		return cube.BuildReady
+	case store.PhaseFailed:
+		return cube.BuildError
+	}
+	return cube.BuildBuilding
+}
+
+// BuildLogs implements cube.StepBuilder.
+func (b *Builder) BuildLogs(ctx context.Context, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
+	_, logs, _, err := b.buildEntries(ctx, templateID, buildID)
+	if err != nil {
+		return nil, err
+	}
+	min := logLevels[q.Level]
+	var out []cube.BuildLogEntry
+	for _, e := range logs {
+		if logLevels[e.Level] < min {
+			continue
+		}
+		ms := e.Time.UnixMilli()
+		if q.Cursor != 0 && ((!q.Backward && ms < q.Cursor) || (q.Backward && ms > q.Cursor)) {
+			continue
+		}
+		out = append(out, e)
+	}
+	if q.Limit > 0 && len(out) > q.Limit {
+		if q.Backward {
+			out = out[len(out)-q.Limit:]
+		} else {
+			out = out[:q.Limit]
+		}
+	}
+	return out, nil
+}
+
+// templateByName returns the template a name (ID or alias) names.
+func (b *Builder) templateByName(ctx context.Context, name string) (*store.Template, error) {
+	all, err := b.st.Templates().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := findTemplate(all, name)
+	if t == nil || t.Status == store.TemplateDeleting {
+		return nil, cube.Errorf(cube.NotFound, "template %q not found", name)
+	}
+	return t, nil
+}
+
+// AssignTags implements cube.StepBuilder.
+func (b *Builder) AssignTags(ctx context.Context, target string, tags []string) (string, error) {
+	name, from := splitName(target)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, err := b.templateByName(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	build := t.BuildJob
+	if from != "" {
+		i := slices.IndexFunc(t.Tags, func(x store.TemplateTag) bool { return x.Tag == from })
+		if i < 0 {
+			return "", cube.Errorf(cube.NotFound, "template %q has no tag %q", name, from)
+		}
+		build = t.Tags[i].BuildID
+	}
+	if build == "" || t.Status != store.TemplateReady {
+		return "", cube.Errorf(cube.Conflict, "template %q has no finished build to tag", name)
+	}
+	now := time.Now().UTC()
+	for _, tag := range tags {
+		t.Tags = slices.DeleteFunc(t.Tags, func(x store.TemplateTag) bool { return x.Tag == tag })
+		t.Tags = append(t.Tags, store.TemplateTag{Tag: tag, BuildID: build, CreatedAt: now})
+	}
+	t.UpdatedAt = now
+	return build, b.st.Templates().Put(ctx, t)
+}
+
+// RemoveTags implements cube.StepBuilder.
+func (b *Builder) RemoveTags(ctx context.Context, name string, tags []string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, err := b.templateByName(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, tag := range tags {
+		if !slices.ContainsFunc(t.Tags, func(x store.TemplateTag) bool { return x.Tag == tag }) {
+			return cube.Errorf(cube.NotFound, "template %q has no tag %q", name, tag)
+		}
+	}
+	t.Tags = slices.DeleteFunc(t.Tags, func(x store.TemplateTag) bool { return slices.Contains(tags, x.Tag) })
+	t.UpdatedAt = time.Now().UTC()
+	return b.st.Templates().Put(ctx, t)
+}
+
+// TemplateTags implements cube.StepBuilder.
+func (b *Builder) TemplateTags(ctx context.Context, idOrName string) ([]cube.TemplateTag, error) {
+	t, err := b.templateByName(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cube.TemplateTag, 0, len(t.Tags))
+	for _, x := range t.Tags {
+		out = append(out, cube.TemplateTag{Tag: x.Tag, BuildID: x.BuildID, CreatedAt: x.CreatedAt})
+	}
+	return out, nil
+}
+
+// SetPublic implements cube.StepBuilder.
+func (b *Builder) SetPublic(ctx context.Context, idOrName string, public bool) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, err := b.templateByName(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	t.Public, t.UpdatedAt = public, time.Now().UTC()
+	return slices.Clone(t.Aliases), b.st.Templates().Put(ctx, t)
+}
+
+// CollectLayers removes the build layers no template names and no build
+// uses, and the rootfs trees flattened from layers that neither a
+// template nor a sandbox uses any more. The server calls it after a
+// template is deleted.
+func (b *Builder) CollectLayers(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tpls, err := b.st.Templates().List(ctx)
+	if err != nil {
+		return err
+	}
+	boxes, err := b.st.Sandboxes().List(ctx)
+	if err != nil {
+		return err
+	}
+	layers, rootfs := map[string]bool{}, map[string]bool{}
+	for _, t := range tpls {
+		for _, k := range t.Layers {
+			layers[k] = true
+		}
+		rootfs[t.Rootfs] = true
+	}
+	for _, s := range boxes {
+		if s.Boot != nil {
+			rootfs[s.Boot.Rootfs] = true
+		}
+	}
+	b.layerMu.Lock()
+	for k := range b.layerUse {
+		layers[k] = true
+	}
+	b.layerMu.Unlock()
+	ents, _ := os.ReadDir(b.layersDir())
+	for _, e := range ents {
+		if !strings.Contains(e.Name(), ".tmp-") && !layers[e.Name()] {
+			os.RemoveAll(filepath.Join(b.layersDir(), e.Name()))
+		}
+	}
+	root := filepath.Join(b.cfg.DataDir, "rootfs")
+	ents, _ = os.ReadDir(root)
+	for _, e := range ents {
+		if p := filepath.Join(root, e.Name()); strings.HasPrefix(e.Name(), "b-") && !rootfs[p] && len(b.builds) == 0 {
+			os.RemoveAll(p)
+		}
+	}
+	return nil
+}
