@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -124,11 +125,14 @@ func validTemplateRef(field, ref string) error {
 }
 
 func validTag(tag string) error {
-	if !id.ValidName(tag) {
-		return badRequest("invalid tag %q: want 1-63 lowercase letters, digits, '-' and '_', starting with a letter or digit", tag)
+	if !tagPattern.MatchString(tag) {
+		return badRequest("invalid tag %q: want 1-63 lowercase letters, digits, '.', '-' and '_', starting with a letter or digit", tag)
 	}
 	return nil
 }
+
+// tagPattern is what a tag may be: versions such as v1.0 included.
+var tagPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // filesHash is the validated {hash} path value: the SDK's SHA-256 of a
 // COPY step's files, in lowercase hex.

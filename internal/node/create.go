@@ -164,14 +164,25 @@ func (n *Node) ready(ctx context.Context, box *container, rec *store.Sandbox, ol
 		return err
 	}
 	token, need := rec.EnvdToken, n.cfg.CodeContextsNeedToken
+	user, workdir := defaultUser(rec.Boot)
 	return n.agentAt(box.slot.HostAddr).Init(ctx, protocol.Init{
 		EnvVars:        rec.EnvVars,
 		AccessToken:    &token,
-		DefaultUser:    "user",
-		DefaultWorkdir: "/home/user",
+		DefaultUser:    user,
+		DefaultWorkdir: workdir,
 		// A Cube extension; agents that predate it ignore it.
 		CodeContextsNeedToken: &need,
 	}, oldToken)
+}
+
+// defaultUser is who the SDK's commands run as, and where, when they do
+// not say: E2B's user in its home, or for a template built by steps the
+// user and directory its last USER and WORKDIR steps chose.
+func defaultUser(tpl *store.Template) (user, workdir string) {
+	if tpl != nil && len(tpl.Layers) > 0 && tpl.User != "" && tpl.Cwd != "" {
+		return tpl.User, tpl.Cwd
+	}
+	return "user", "/home/user"
 }
 
 // restore starts image as container cid in a fresh network slot, or in

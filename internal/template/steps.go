@@ -87,6 +87,13 @@ mkdir -p "$stage/x"
 tar -xf "$stage/files.tar" -C "$stage/x"
 owner=$CUBE_COPY_USER
 if [ -n "$owner" ]; then owner="$owner:$(id -gn "$owner")"; fi
+# mkdirown is mkdir -p that gives the directories it makes to the owner.
+mkdirown() {
+	d=$1 top=
+	while [ ! -e "$d" ]; do top=$d; d=$(dirname "$d"); done
+	mkdir -p "$1"
+	if [ -n "$top" ] && [ -n "$owner" ]; then chown -R "$owner" "$top"; fi
+}
 IFS='
 '
 found=0
@@ -95,7 +102,7 @@ for s in "$stage"/x/$CUBE_COPY_SRC; do
 	found=1
 	dest=$CUBE_COPY_DEST
 	if [ -d "$s" ] && [ ! -L "$s" ]; then
-		mkdir -p "$dest"
+		mkdirown "$dest"
 		for e in "$s"/* "$s"/.[!.]* "$s"/..?*; do
 			[ -e "$e" ] || [ -L "$e" ] || continue
 			rm -rf "$dest/${e##*/}"
@@ -106,8 +113,8 @@ for s in "$stage"/x/$CUBE_COPY_SRC; do
 		continue
 	fi
 	case "$dest" in
-	*/) mkdir -p "$dest"; dest="$dest${s##*/}" ;;
-	*) if [ -d "$dest" ]; then dest="$dest/${s##*/}"; else mkdir -p "$(dirname "$dest")"; fi ;;
+	*/) mkdirown "$dest"; dest="$dest${s##*/}" ;;
+	*) if [ -d "$dest" ]; then dest="$dest/${s##*/}"; else mkdirown "$(dirname "$dest")"; fi ;;
 	esac
 	rm -rf "$dest"
 	cp -a "$s" "$dest"
