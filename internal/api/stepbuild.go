@@ -444,6 +444,9 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request) {
 	if st.Reason != nil {
 		out.Reason = &wire.BuildStatusReason{Message: st.Reason.Message, Step: st.Reason.Step, LogEntries: wireLogEntries(st.Reason.Logs)}
 	}
+	if st.Status == cube.BuildWaiting {
+		out.QueuePosition = &st.QueuePosition
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -268,8 +268,10 @@ func (b *Builder) StartBuild(ctx context.Context, templateID, buildID string, sp
 	if err := b.st.Jobs().Put(ctx, sb.job); err != nil {
 		return err
 	}
+	if ahead := len(b.waiting); ahead > 0 || len(b.sem) == cap(b.sem) {
+		sb.log.infof("base", fmt.Sprintf("Waiting for a build slot: %d running, %d waiting before this build", len(b.sem), ahead))
+	}
 	b.waiting = append(b.waiting, buildID)
-	sb.log.infof("base", "Build queued")
 	b.wg.Add(1)
 	go b.runStepBuild(sb)
 	return nil

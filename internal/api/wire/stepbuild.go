@@ -88,6 +88,9 @@ type BuildStatusInfo struct {
 	// too, but the SDKs read the field.
 	Logs   []string           `json:"logs"`
 	Reason *BuildStatusReason `json:"reason,omitempty"`
+	// QueuePosition, a Cube addition, is set while the build waits: the
+	// builds that start before it.
+	QueuePosition *int `json:"queuePosition,omitempty"`
 }
 
 // BuildLogEntry is one line of a build's log.

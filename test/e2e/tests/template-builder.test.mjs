@@ -130,3 +130,24 @@ describe('template builder', () => {
     assert.equal(await Template.exists(name), false)
   })
 })
+
+describe('README', () => {
+  test('the "Custom templates" snippet runs as written', async () => {
+    const readme = fs.readFileSync(new URL('../../../README.md', import.meta.url), 'utf8')
+    const section = readme.split('## Custom templates')[1]
+    const snippet = section && section.split('```js\n')[1]?.split('```')[0]
+    assert.ok(snippet, 'README.md has a js snippet under "Custom templates"')
+    // Inside test/e2e, so that `import 'e2b'` finds the pinned SDK.
+    const dir = fs.mkdtempSync(new URL('../.readme-', import.meta.url).pathname)
+    try {
+      const file = path.join(dir, 'snippet.mjs')
+      fs.writeFileSync(file, snippet)
+      const { execFileSync } = await import('node:child_process')
+      const out = execFileSync(process.execPath, [file], { cwd: dir, env: process.env, encoding: 'utf8', timeout: 240_000 })
+      assert.match(out, /hello from app\.py\ndemo\n/, out)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+      await api('DELETE', '/templates/my-app')
+    }
+  })
+})
