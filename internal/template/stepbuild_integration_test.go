@@ -211,6 +211,20 @@ func TestStepBuildOnGVisor(t *testing.T) {
 		t.Errorf("after the rebuild /work/out.txt is %d %q", code, body)
 	}
 	r.assertNothingLeft(t)
+
+	// Deleting the template collects its layers; its sandbox keeps its files.
+	if err := r.n.DeleteTemplate(context.Background(), "stepped"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.CollectLayers(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(r.dir, "layers")); len(ents) != 0 {
+		t.Errorf("layers left after the template's delete: %d", len(ents))
+	}
+	if code, body := r.envdGet(t, sb, "/app/a.txt"); code != 200 || body != "from the client\n" {
+		t.Errorf("the sandbox lost a file of its deleted template: %d %q", code, body)
+	}
 }
 
 // TestStepBuildFailuresOnGVisor checks that a failing step, a timeout and
