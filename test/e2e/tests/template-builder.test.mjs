@@ -151,3 +151,23 @@ describe('README', () => {
     }
   })
 })
+
+describe('fromDockerfile', () => {
+  test('a Dockerfile on a local image archive builds, its RUN, ENV and WORKDIR applied', async () => {
+    const dfName = `${name}-dockerfile`
+    const tpl = Template({ fileContextPath: context }).fromDockerfile([
+      'FROM oci-archive:default-image.tar',
+      'ENV FROM_DOCKERFILE=yes',
+      'RUN echo "built by $(whoami)" > /opt/who.txt',
+      'COPY files/hello.txt /opt/hello.txt',
+      'WORKDIR /opt',
+    ].join('\n'))
+    await build(tpl, dfName)
+    const sbx = tracker.add(await Sandbox.create(dfName))
+    assert.equal(await sbx.files.read('/opt/who.txt'), 'built by root\n')
+    assert.equal(await sbx.files.read('/opt/hello.txt'), 'hello from the client\n')
+    assert.equal(await run(sbx, 'echo $FROM_DOCKERFILE; pwd; whoami'), 'yes\n/opt\nuser\n')
+    await sbx.kill()
+    assert.equal((await api('DELETE', `/templates/${dfName}`)).status, 204)
+  })
+})
