@@ -243,14 +243,7 @@ func (b *Builder) Recover(ctx context.Context) error {
 	}
 	b.sweepUploads(0)
 	b.pruneLogs()
-	// Build steps that were running: their overlays and half-made layers.
-	unmountStale(b.layersDir())
-	ents, _ := os.ReadDir(b.layersDir())
-	for _, e := range ents {
-		if strings.Contains(e.Name(), ".tmp-") {
-			os.RemoveAll(filepath.Join(b.layersDir(), e.Name()))
-		}
-	}
+	b.recoverSteps(ctx)
 	return oci.Sweep(filepath.Join(b.cfg.DataDir, "rootfs"))
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,7 +19,14 @@ type buildLog struct {
 	mu      sync.Mutex
 	entries []cube.BuildLogEntry
 	f       *os.File
+	// output counts the lines of step output; past maxOutputLines they
+	// are dropped, so a step that prints without end cannot exhaust the
+	// server's memory or disk.
+	output int
 }
+
+// maxOutputLines bounds the step output one build's log keeps.
+const maxOutputLines = 20000
 
 // logLevels orders the levels a query filters by.
 var logLevels = map[string]int{"debug": 0, "info": 1, "warn": 2, "error": 3}
@@ -124,7 +132,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		w.log.add(w.level, w.step, string(w.buf[:i]))
+		w.log.addOutput(w.level, w.step, string(w.buf[:i]))
 		w.buf = w.buf[i+1:]
 	}
 	// A line without an end is cut rather than held without bound.
@@ -136,7 +144,21 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 func (w *lineWriter) flush() {
 	if len(w.buf) > 0 {
-		w.log.add(w.level, w.step, string(w.buf))
+		w.log.addOutput(w.level, w.step, string(w.buf))
 		w.buf = nil
+	}
+}
+
+// addOutput adds a line of a step's output, while the log has room.
+func (l *buildLog) addOutput(level, step, line string) {
+	l.mu.Lock()
+	l.output++
+	n := l.output
+	l.mu.Unlock()
+	switch {
+	case n <= maxOutputLines:
+		l.add(level, step, line)
+	case n == maxOutputLines+1:
+		l.add("warn", step, "the build's output passed "+strconv.Itoa(maxOutputLines)+" lines: the rest is not kept")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/id"
 	"cube/internal/store"
 )
 
@@ -173,10 +174,17 @@ func (b *Builder) SetPublic(ctx context.Context, idOrName string, public bool) (
 }
 
 // CollectLayers removes the build layers no template names and no build
-// uses, and the rootfs trees flattened from layers that neither a
-// template nor a sandbox uses any more. The server calls it after a
-// template is deleted.
+// uses, the rootfs trees flattened from layers that neither a template
+// nor a sandbox uses any more, and the uploaded files of templates that
+// are gone. What goes is renamed aside under the locks and removed after,
+// so builds and status reads never wait for a large delete.
 func (b *Builder) CollectLayers(ctx context.Context) error {
+	var trash []string
+	defer func() {
+		for _, d := range trash {
+			os.RemoveAll(d)
+		}
+	}()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	tpls, err := b.st.Templates().List(ctx)
@@ -187,35 +195,81 @@ func (b *Builder) CollectLayers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	layers, rootfs := map[string]bool{}, map[string]bool{}
+	layers, rootfs, ids := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, t := range tpls {
 		for _, k := range t.Layers {
 			layers[k] = true
 		}
-		rootfs[t.Rootfs] = true
+		rootfs[filepath.Base(t.Rootfs)] = true
+		ids[t.ID] = true
 	}
 	for _, s := range boxes {
 		if s.Boot != nil {
-			rootfs[s.Boot.Rootfs] = true
+			rootfs[filepath.Base(s.Boot.Rootfs)] = true
+		}
+	}
+	for _, sb := range b.builds {
+		rootfs[filepath.Base(sb.rootfs)] = true
+	}
+	aside := func(dir, name string) {
+		to := filepath.Join(dir, ".tmp-trash-"+id.New("", 8))
+		if os.Rename(filepath.Join(dir, name), to) == nil {
+			trash = append(trash, to)
 		}
 	}
 	b.layerMu.Lock()
 	for k := range b.layerUse {
 		layers[k] = true
 	}
-	b.layerMu.Unlock()
 	ents, _ := os.ReadDir(b.layersDir())
 	for _, e := range ents {
 		if !strings.Contains(e.Name(), ".tmp-") && !layers[e.Name()] {
-			os.RemoveAll(filepath.Join(b.layersDir(), e.Name()))
+			aside(b.layersDir(), e.Name())
 		}
 	}
+	b.layerMu.Unlock()
 	root := filepath.Join(b.cfg.DataDir, "rootfs")
 	ents, _ = os.ReadDir(root)
 	for _, e := range ents {
-		if p := filepath.Join(root, e.Name()); strings.HasPrefix(e.Name(), "b-") && !rootfs[p] && len(b.builds) == 0 {
-			os.RemoveAll(p)
+		if strings.HasPrefix(e.Name(), "b-") && !rootfs[e.Name()] {
+			aside(root, e.Name())
+		}
+	}
+	ents, _ = os.ReadDir(b.filesDir())
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".tmp-") && !ids[e.Name()] {
+			aside(b.filesDir(), e.Name())
 		}
 	}
 	return nil
+}
+
+// recoverSteps removes what builds by steps an earlier process ran left:
+// overlay mounts, half-made layers, half-received uploads, and the
+// checkpoints of builds that are no template's current one.
+func (b *Builder) recoverSteps(ctx context.Context) {
+	unmountStale(b.layersDir())
+	ents, _ := os.ReadDir(b.layersDir())
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			os.RemoveAll(filepath.Join(b.layersDir(), e.Name()))
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(b.filesDir(), "*", ".upload-*"))
+	trash, _ := filepath.Glob(filepath.Join(b.filesDir(), ".tmp-*"))
+	for _, d := range append(dirs, trash...) {
+		os.RemoveAll(d)
+	}
+	tpls, err := b.st.Templates().List(ctx)
+	if err != nil {
+		return
+	}
+	for _, t := range tpls {
+		builds, _ := filepath.Glob(filepath.Join(b.cfg.DataDir, "templates", t.ID, "builds", "*"))
+		for _, d := range builds {
+			if t.Checkpoint == "" || filepath.Dir(t.Checkpoint) != d {
+				os.RemoveAll(d)
+			}
+		}
+	}
 }

@@ -74,8 +74,9 @@ type overlay struct {
 // mountOverlay mounts lower (top first) with upper at dir/root, making
 // dir/work and dir/root; upper must exist.
 func mountOverlay(dir, upper string, lower []string) (*overlay, error) {
-	if len(lower) > maxLowerLayers {
-		return nil, fmt.Errorf("the build has more than %d filesystem steps: join RUN steps with && (runCmd takes a list)", maxLowerLayers)
+	opts := "lowerdir=" + strings.Join(lower, ":")
+	if len(lower) > maxLowerLayers || len(opts) > 3500 {
+		return nil, fmt.Errorf("the build has too many filesystem steps (%d) for one overlay mount: join RUN steps with && (runCmd takes a list), or give cube-server a shorter --data-dir", len(lower)-1)
 	}
 	o := &overlay{root: filepath.Join(dir, "root"), upper: upper, work: filepath.Join(dir, "work")}
 	for _, d := range []string{o.root, o.work} {
@@ -85,9 +86,9 @@ func mountOverlay(dir, upper string, lower []string) (*overlay, error) {
 	}
 	// Redirects and index stay off: a renamed lower directory is copied,
 	// so every layer is a plain tree that flattening can read.
-	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + upper + ",workdir=" + o.work + ",redirect_dir=off,index=off"
+	opts += ",upperdir=" + upper + ",workdir=" + o.work + ",redirect_dir=off,index=off"
 	if err := unix.Mount("overlay", o.root, "overlay", 0, opts); err != nil {
-		return nil, fmt.Errorf("mount the build's overlay: %w", err)
+		return nil, fmt.Errorf("mount the build's overlay: %w (template builds by steps need root and the kernel's overlay filesystem; is the data directory on a filesystem overlayfs takes as upper, such as ext4 or xfs?)", err)
 	}
 	return o, nil
 }
@@ -140,19 +141,21 @@ func treeBytes(dir string) int64 {
 }
 
 // finishLayer records the layer in tmp as key: its meta written last, then
-// renamed into place.
-func (b *Builder) finishLayer(tmp, key, step string) (int64, error) {
-	bytes := treeBytes(filepath.Join(tmp, "fs"))
+// renamed into place. A layer of the same key that another build finished
+// meanwhile is kept (builds may be using it) and tmp is dropped.
+func (b *Builder) finishLayer(tmp, key, step string, bytes int64) error {
 	data, _ := json.Marshal(layerMeta{Key: key, Step: step, Bytes: bytes, CreatedAt: time.Now().UTC()})
 	if err := os.WriteFile(filepath.Join(tmp, "meta.json"), data, 0o600); err != nil {
-		return 0, err
+		return err
+	}
+	b.layerMu.Lock()
+	defer b.layerMu.Unlock()
+	if b.haveLayer(key) {
+		return nil
 	}
 	final := b.layerDir(key)
-	os.RemoveAll(final)
-	if err := os.Rename(tmp, final); err != nil {
-		return 0, err
-	}
-	return bytes, nil
+	os.RemoveAll(final) // an unfinished one, from before a crash
+	return os.Rename(tmp, final)
 }
 
 // flatten makes dst a plain tree of base with layers (bottom first)

@@ -60,8 +60,10 @@ type stepBuild struct {
 	// prepare, when set, readies the next step's layer before its
 	// sandbox starts (a COPY step stages its files).
 	prepare func(upper string) error
-	// held are the layers the build uses, kept from collection.
-	held []string
+	// held are the layers the build uses, kept from collection, and rootfs
+	// the tree it flattened them into.
+	held   []string
+	rootfs string
 }
 
 var hashPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -70,6 +72,13 @@ var hashPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 func splitName(s string) (name, tag string) {
 	name, tag, _ = strings.Cut(s, ":")
 	return name, tag
+}
+
+// baseName is the template a fromTemplate names: a tag names the current
+// build, the only one kept.
+func baseName(s string) string {
+	name, _ := splitName(s)
+	return name
 }
 
 // findTemplate returns the template with ID or alias name, or nil.
@@ -113,13 +122,25 @@ func (b *Builder) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube
 			DiskSizeMB: DefaultDiskSizeMB}
 	case t.SourceSandbox != "":
 		return nil, cube.Errorf(cube.Conflict, "%q names a snapshot: choose another template name", name)
-	case t.Status == store.TemplateBuilding || t.Status == store.TemplateDeleting:
-		return nil, cube.Errorf(cube.Conflict, "template %q is %s: wait until it is done", name, t.Status)
+	case t.Status == store.TemplateDeleting:
+		return nil, cube.Errorf(cube.Conflict, "template %q is being deleted: try again in a moment", name)
+	case t.Status == store.TemplateBuilding && t.BuildJob != "" && b.builds[t.BuildJob] == nil:
+		return nil, cube.Errorf(cube.Conflict, "template %q is building from an image (job %s): wait until it is done", name, t.BuildJob)
 	}
 	for _, sb := range b.builds {
-		if sb.job.TemplateID == t.ID {
-			return nil, cube.Errorf(cube.Conflict, "template %q has a build in progress (%s): wait for it to end", name, sb.job.ID)
+		if sb.job.TemplateID != t.ID {
+			continue
 		}
+		if sb.started {
+			return nil, cube.Errorf(cube.Conflict, "template %q has a build in progress (%s): wait for it to end, or follow it with GET /templates/%s/builds/%s/status", name, sb.job.ID, t.ID, sb.job.ID)
+		}
+		// Requested but never started (a client that died while
+		// uploading): the new request takes its place.
+		delete(b.builds, sb.job.ID)
+		go func() {
+			b.fail(sb, "superseded by a newer build of the template before it started", "base")
+			sb.log.close()
+		}()
 	}
 	job := &store.Job{ID: id.New("", 20), TemplateID: t.ID, Phase: store.PhaseRequested, CreatedAt: now, UpdatedAt: now,
 		Steps: true, Tags: tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB}
@@ -151,23 +172,28 @@ func (b *Builder) expireRequested(buildID string) {
 		}
 		delete(b.builds, buildID)
 		b.mu.Unlock()
-		b.fail(sb, "the build was requested but never started within an hour", "")
+		b.fail(sb, "the build was requested but never started within an hour", "base")
+		sb.log.close()
 	})
 }
 
 func (b *Builder) filesDir() string { return filepath.Join(b.cfg.DataDir, "buildfiles") }
 
-func (b *Builder) filesPath(hash string) string { return filepath.Join(b.filesDir(), hash+".tar") }
+// filesPath is where the files of a COPY step are kept: per template, so
+// that an upload can serve only builds of the template it was made for.
+func (b *Builder) filesPath(templateID, hash string) string {
+	return filepath.Join(b.filesDir(), templateID, hash+".tar")
+}
 
 // FilesPresent implements cube.StepBuilder.
 func (b *Builder) FilesPresent(ctx context.Context, templateID, hash string) (bool, error) {
 	if !hashPattern.MatchString(hash) {
 		return false, cube.Errorf(cube.Invalid, "invalid files hash %q: want 64 hex digits", hash)
 	}
-	if _, err := b.st.Templates().Get(ctx, templateID); err != nil {
-		return false, notFound(err, "template %q not found", templateID)
+	if _, err := b.st.Templates().Get(ctx, templateID); err != nil || !id.ValidName(templateID) {
+		return false, notFound(cmpErr(err), "template %q not found", templateID)
 	}
-	_, err := os.Stat(b.filesPath(hash))
+	_, err := os.Stat(b.filesPath(templateID, hash))
 	return err == nil, nil
 }
 
@@ -181,10 +207,11 @@ func (b *Builder) PutFiles(ctx context.Context, templateID, hash string, body io
 	if _, err := b.FilesPresent(ctx, templateID, hash); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(b.filesDir(), 0o700); err != nil {
+	dir := filepath.Dir(b.filesPath(templateID, hash))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(b.filesDir(), ".upload-*")
+	tmp, err := os.CreateTemp(dir, ".upload-*")
 	if err != nil {
 		return err
 	}
@@ -223,7 +250,7 @@ func (b *Builder) PutFiles(ctx context.Context, templateID, hash string, body io
 	if err := tmp.Sync(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), b.filesPath(hash))
+	return os.Rename(tmp.Name(), b.filesPath(templateID, hash))
 }
 
 // StartBuild implements cube.StepBuilder.
@@ -245,7 +272,7 @@ func (b *Builder) StartBuild(ctx context.Context, templateID, buildID string, sp
 	}
 	for i, s := range spec.Steps {
 		if s.Type == cube.StepCopy {
-			if _, err := os.Stat(b.filesPath(s.FilesHash)); err != nil {
+			if _, err := os.Stat(b.filesPath(templateID, s.FilesHash)); err != nil {
 				return cube.Errorf(cube.Invalid, "the files of step %d (COPY %s) were not uploaded: upload them first (GET /templates/%s/files/%s)", i+1, s.Args[0], templateID, s.FilesHash)
 			}
 		}
@@ -255,9 +282,12 @@ func (b *Builder) StartBuild(ctx context.Context, templateID, buildID string, sp
 		if err != nil {
 			return err
 		}
-		base := findTemplate(all, spec.FromTemplate)
+		base := findTemplate(all, baseName(spec.FromTemplate))
 		if base == nil || base.Status != store.TemplateReady {
 			return cube.Errorf(cube.Invalid, "base template %q not found or not ready", spec.FromTemplate).WithField("fromTemplate")
+		}
+		if base.SourceSandbox != "" {
+			return cube.Errorf(cube.Invalid, "%q is a snapshot, whose files live in its memory image: build from a template, or create sandboxes from the snapshot itself", spec.FromTemplate).WithField("fromTemplate")
 		}
 		if base.ID == templateID {
 			return cube.Errorf(cube.Invalid, "a template cannot be built from itself").WithField("fromTemplate")
@@ -311,6 +341,10 @@ func (b *Builder) runStepBuild(sb *stepBuild) {
 		return
 	}
 	sb.log.infof("finalize", fmt.Sprintf("Template %s ready in %s", tpl.ID, time.Since(start).Round(time.Millisecond)))
+	// What the build replaced: the previous build's layers and tree.
+	if err := b.CollectLayers(context.Background()); err != nil {
+		b.log.Warn("collect build layers", "err", err)
+	}
 }
 
 var errBuildTimeout = errors.New("build timeout")
@@ -342,19 +376,21 @@ func (b *Builder) release(sb *stepBuild) {
 	delete(b.builds, sb.job.ID)
 	b.waiting = slices.DeleteFunc(b.waiting, func(s string) bool { return s == sb.job.ID })
 	for _, k := range sb.held {
-		b.useLayer(k, false)
+		b.dropLayer(k)
 	}
 }
 
-// useLayer counts the running builds of a layer (b.mu held, or from the
-// build's own goroutine through fsStep, which takes it).
-func (b *Builder) useLayer(key string, use bool) {
-	if use {
-		b.layerMu.Lock()
-		defer b.layerMu.Unlock()
-		b.layerUse[key]++
-		return
-	}
+// holdLayer counts one more running build of a layer, which keeps it
+// from collection, and reports whether the layer is finished.
+func (b *Builder) holdLayer(key string) bool {
+	b.layerMu.Lock()
+	defer b.layerMu.Unlock()
+	b.layerUse[key]++
+	return b.haveLayer(key)
+}
+
+// dropLayer counts one less running build of a layer.
+func (b *Builder) dropLayer(key string) {
 	b.layerMu.Lock()
 	defer b.layerMu.Unlock()
 	if b.layerUse[key]--; b.layerUse[key] <= 0 {
@@ -399,7 +435,7 @@ func (b *Builder) buildSteps(ctx context.Context, sb *stepBuild) (*store.Templat
 	}
 
 	sb.log.infof("finalize", fmt.Sprintf("Flattening %d layers into the template's filesystem", len(st.layers)))
-	rootfs, err := b.flattenInto(st)
+	rootfs, err := b.flattenInto(st, sb)
 	if err != nil {
 		return nil, &stepError{"finalize", fmt.Errorf("flatten layers: %w", err)}
 	}
@@ -446,7 +482,7 @@ func (b *Builder) base(ctx context.Context, sb *stepBuild) (*stepState, error) {
 		if err != nil {
 			return nil, err
 		}
-		t := findTemplate(all, sb.spec.FromTemplate)
+		t := findTemplate(all, baseName(sb.spec.FromTemplate))
 		if t == nil || t.Status != store.TemplateReady || t.Rootfs == "" {
 			return nil, fmt.Errorf("base template %q is gone or not ready", sb.spec.FromTemplate)
 		}
@@ -494,9 +530,13 @@ func (b *Builder) base(ctx context.Context, sb *stepBuild) (*stepState, error) {
 
 // flattenInto makes the template's rootfs from st's layers, once per
 // distinct result: <DataDir>/rootfs/b-<key>.
-func (b *Builder) flattenInto(st *stepState) (string, error) {
+func (b *Builder) flattenInto(st *stepState, sb *stepBuild) (string, error) {
 	root := filepath.Join(b.cfg.DataDir, "rootfs")
 	final := filepath.Join(root, "b-"+st.key)
+	// Held before it exists: collection leaves it alone from here on.
+	b.mu.Lock()
+	sb.rootfs = final
+	b.mu.Unlock()
 	if _, err := os.Stat(final); err == nil {
 		return final, nil
 	}
@@ -508,9 +548,13 @@ func (b *Builder) flattenInto(st *stepState) (string, error) {
 		layers = append(layers, st.lower[i])
 	}
 	if err := flatten(tmp, base, layers); err != nil {
-		return "", err
+		return "", fmt.Errorf("%w (the data directory's rootfs/ and layers/ must be on one filesystem)", err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
+		// Another build made the same tree meanwhile: it serves both.
+		if _, serr := os.Stat(final); serr == nil {
+			return final, nil
+		}
 		return "", err
 	}
 	return final, nil
@@ -531,14 +575,16 @@ func readiness(readyCmd string, st *stepState, timeout, envdTimeout time.Duratio
 		deadline := time.Now().Add(timeout)
 		for {
 			var out strings.Builder
-			err := runIn(ctx, addr, st.user, st.workdir, env, readyCmd, &out)
+			actx, cancel := context.WithDeadline(ctx, deadline)
+			err := runIn(actx, addr, st.user, st.workdir, env, readyCmd, &out)
+			cancel()
 			if err == nil {
 				return nil
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if time.Now().After(deadline) {
+			if !time.Now().Before(deadline) {
 				return fmt.Errorf("the ready command %q did not succeed within %s (last: %v %s)", readyCmd, timeout, err, strings.TrimSpace(out.String()))
 			}
 			select {
@@ -582,6 +628,14 @@ func (b *Builder) publish(sb *stepBuild, tpl *store.Template) error {
 	}
 	b.log.Info("template build ready", "template", tpl.ID, "build", sb.job.ID, "layers", len(tpl.Layers))
 	return nil
+}
+
+// cmpErr is err, or ErrNotFound when there is none.
+func cmpErr(err error) error {
+	if err == nil {
+		return store.ErrNotFound
+	}
+	return err
 }
 
 // notFound turns the store's ErrNotFound into a NotFound error.

@@ -24,7 +24,7 @@ import (
 // busyboxApplets are the commands the step tests and Cube's own build
 // scripts use.
 var busyboxApplets = []string{"sh", "tar", "cp", "mkdir", "chown", "chmod", "id", "grep", "cut", "rm", "dirname",
-	"adduser", "addgroup", "cat", "echo", "dd", "sleep", "head", "ls", "touch", "test", "["}
+	"adduser", "addgroup", "cat", "echo", "dd", "sleep", "head", "ls", "touch", "test", "[", "od"}
 
 // busyboxImage is a small image with a shell: Debian's static busybox and
 // its applets, and root as its only user.
@@ -153,7 +153,7 @@ func TestStepBuildOnGVisor(t *testing.T) {
 	files, hash := filesTar(t, map[string]string{"files/a.txt": "from the client\n", "files/sub/b.txt": "nested\n"})
 	steps := func(last string) []cube.BuildStep {
 		return []cube.BuildStep{
-			{Type: cube.StepRun, Args: []string{"echo built > /etc/marker && rm /etc/group.bak 2>/dev/null; echo step one ran", "root"}},
+			{Type: cube.StepRun, Args: []string{"echo built > /etc/marker && head -c 8 /dev/urandom | od -An -tx1 > /etc/random; echo step one ran", "root"}},
 			{Type: cube.StepCopy, Args: []string{"files", "/app/"}, FilesHash: hash},
 			{Type: cube.StepEnv, Args: []string{"GREETING", "hello from env"}},
 			{Type: cube.StepWorkdir, Args: []string{"/work"}},
@@ -211,6 +211,24 @@ func TestStepBuildOnGVisor(t *testing.T) {
 		t.Errorf("after the rebuild /work/out.txt is %d %q", code, body)
 	}
 	r.assertNothingLeft(t)
+
+	// A forced step reruns, and so does every step after it.
+	_, before := r.envdGet(t, sb, "/etc/random")
+	forced := spec
+	forced.Steps = steps(`echo changed > out.txt`)
+	forced.Steps[0].Force = true
+	_, st3 := r.stepBuildRun(t, "stepped", forced, nil)
+	if st3.Status != cube.BuildReady || strings.Contains(logText(st3), "CACHED [") {
+		t.Fatalf("forced rebuild: %s %+v\n%s", st3.Status, st3.Reason, logText(st3))
+	}
+	sb3, err := r.n.CreateSandbox(context.Background(), cube.CreateRequest{Template: "stepped", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, after := r.envdGet(t, sb3, "/etc/random"); after == before || after == "" {
+		t.Errorf("the forced step did not run again: /etc/random %q before, %q after", before, after)
+	}
+	r.n.KillSandbox(context.Background(), sb3.ID)
 
 	// Deleting the template collects its layers; its sandbox keeps its files.
 	if err := r.n.DeleteTemplate(context.Background(), "stepped"); err != nil {

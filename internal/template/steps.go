@@ -198,7 +198,7 @@ func (b *Builder) runSteps(ctx context.Context, sb *stepBuild, st *stepState) er
 			}
 			env := map[string]string{"CUBE_COPY_SRC": strings.TrimPrefix(filepath.Clean("/"+step.Args[0]), "/"),
 				"CUBE_COPY_DEST": dest, "CUBE_COPY_USER": user, "CUBE_COPY_MODE": mode}
-			files := b.filesPath(step.FilesHash)
+			files := b.filesPath(sb.job.TemplateID, step.FilesHash)
 			sb.prepare = func(upper string) error { return stageFiles(upper, files) }
 			if err := b.fsStep(ctx, runner, sb, st, name, step, force, label, func(ctx context.Context, addr netip.Addr, out io.Writer) error {
 				return runIn(ctx, addr, "root", "/", env, copyScript, out)
@@ -235,13 +235,18 @@ func (b *Builder) fsStep(ctx context.Context, runner StepRunner, sb *stepBuild, 
 	prepare := sb.prepare
 	sb.prepare = nil
 	key := chainKey(st.key, step)
-	b.useLayer(key, true)
-	sb.held = append(sb.held, key)
-	if !force && st.cached && b.haveLayer(key) {
+	if force {
+		// A forced step gets a layer of its own, and so does every step
+		// after it: the cached ones stay as they are for other builds.
+		key = chainKey(key, cube.BuildStep{Type: "CUBE-FORCED", Args: []string{sb.job.ID}})
+	}
+	if b.holdLayer(key) && !force && st.cached {
+		sb.held = append(sb.held, key)
 		sb.log.infof(name, "CACHED "+label)
 		st.push(b, key)
 		return nil
 	}
+	sb.held = append(sb.held, key)
 	st.cached = false
 	sb.log.infof(name, label)
 	start := time.Now()
@@ -286,13 +291,12 @@ func (b *Builder) fsStep(ctx context.Context, runner StepRunner, sb *stepBuild, 
 		return &stepError{name, err}
 	}
 	os.RemoveAll(filepath.Join(upper, ".cube-copy"))
-	bytes, err := b.finishLayer(tmp, key, label)
-	if err != nil {
-		return &stepError{name, fmt.Errorf("keep the layer: %w", err)}
-	}
+	bytes := treeBytes(upper)
 	if bytes > b.cfg.MaxLayerBytes {
-		os.RemoveAll(b.layerDir(key))
 		return &stepError{name, layerTooBig(b.cfg.MaxLayerBytes)}
+	}
+	if err := b.finishLayer(tmp, key, label, bytes); err != nil {
+		return &stepError{name, fmt.Errorf("keep the layer: %w", err)}
 	}
 	sb.log.infof(name, fmt.Sprintf("done in %s, layer %s", time.Since(start).Round(time.Millisecond), oci.HumanBytes(bytes)))
 	st.push(b, key)
@@ -334,9 +338,8 @@ func stageFiles(upper, files string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	if err := os.Link(files, filepath.Join(dir, "files.tar")); err == nil {
-		return nil
-	}
+	// A copy, never a link: the sandbox writes to what it is given, and
+	// the stored upload serves later builds.
 	in, err := os.Open(files)
 	if err != nil {
 		return fmt.Errorf("the files of this step were not uploaded: %w", err)
