@@ -57,6 +57,9 @@ type stepBuild struct {
 	log      *buildLog
 	cpu, mem int
 	started  bool
+	// done is set (under Builder.mu) once the build's outcome is being
+	// recorded: a new build of the template may be requested from then.
+	done bool
 	// prepare, when set, readies the next step's layer before its
 	// sandbox starts (a COPY step stages its files).
 	prepare func(upper string) error
@@ -128,7 +131,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube
 		return nil, cube.Errorf(cube.Conflict, "template %q is building from an image (job %s): wait until it is done", name, t.BuildJob)
 	}
 	for _, sb := range b.builds {
-		if sb.job.TemplateID != t.ID {
+		if sb.job.TemplateID != t.ID || sb.done {
 			continue
 		}
 		if sb.started {
@@ -401,6 +404,9 @@ func (b *Builder) dropLayer(key string) {
 // fail records a build that failed, and its template when the build was
 // its first.
 func (b *Builder) fail(sb *stepBuild, reason, step string) {
+	b.mu.Lock()
+	sb.done = true
+	b.mu.Unlock()
 	sb.log.add("error", step, reason)
 	ctx := context.Background()
 	now := time.Now().UTC()
@@ -614,6 +620,7 @@ func (b *Builder) publish(sb *stepBuild, tpl *store.Template) error {
 		tpl.Tags = append(tpl.Tags, store.TemplateTag{Tag: tag, BuildID: sb.job.ID, CreatedAt: now})
 	}
 	err = b.st.Templates().Put(ctx, tpl)
+	sb.done = err == nil
 	b.mu.Unlock()
 	if err != nil {
 		return err

@@ -89,6 +89,9 @@ describe('template builder', () => {
       assert.ok(second.logs.includes(step), `the rebuild log lacks "${step}":\n${second.logs}`)
     }
     assert.ok(!second.logs.includes('CACHED [5/5]'), `the changed step came from the cache:\n${second.logs}`)
+    // Built again the moment the last one is ready: every step is cached.
+    const third = await build(template('echo changed > greeting.txt'))
+    assert.ok(third.logs.includes('CACHED [5/5] RUN'), third.logs)
 
     const sbx = tracker.add(await Sandbox.create(name))
     assert.equal(await sbx.files.read('/home/user/app/greeting.txt'), 'changed\n')
