@@ -3,10 +3,13 @@ package server_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"cube/internal/nodetest"
 	"cube/internal/oci"
@@ -107,5 +110,96 @@ func TestTemplateBuildByStepsThroughCLI(t *testing.T) {
 	os.WriteFile(file, data, 0o644)
 	if out, err := d.cli(t, "tpl", "build", "--file", file); err == nil || !strings.Contains(out, "exited with code 9") {
 		t.Errorf("failing build: err=%v\n%s", err, out)
+	}
+}
+
+// TestStepBuildCrash kills the server in the middle of a build step and
+// checks the restart settles it: the build failed with the restart as its
+// reason, no overlay mount, half-made layer or build sandbox left, and
+// the template builds again.
+func TestStepBuildCrash(t *testing.T) {
+	testenv.RequireRoot(t)
+	dataDir, work := t.TempDir(), t.TempDir()
+	prefix, cidr := nodetest.SlotRange()
+	addr := freeAddr(t)
+	d := startDaemon(t, dataDir, prefix, cidr.String(), addr)
+	busyboxRootfs(t, filepath.Join(work, "rootfs"))
+	if err := oci.WriteArchive(filepath.Join(work, "rootfs"), filepath.Join(dataDir, "imports", "bb.tar"), oci.ImageConfig{Env: []string{"PATH=/bin"}}, oci.ArchiveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	build := func(steps []map[string]any) (tid, bid string) {
+		t.Helper()
+		code, body := d.do(t, "POST", "/v3/templates", map[string]any{"name": "crashy"}, nil)
+		if code != 202 {
+			t.Fatalf("request build: %d %s", code, body)
+		}
+		var tk struct{ TemplateID, BuildID string }
+		json.Unmarshal(body, &tk)
+		if code, body := d.do(t, "POST", "/v2/templates/"+tk.TemplateID+"/builds/"+tk.BuildID,
+			map[string]any{"fromImage": "oci-archive:bb.tar", "steps": steps}, nil); code != 202 {
+			t.Fatalf("start build: %d %s", code, body)
+		}
+		return tk.TemplateID, tk.BuildID
+	}
+	status := func(tid, bid string) (string, string) {
+		code, body := d.do(t, "GET", "/templates/"+tid+"/builds/"+bid+"/status", nil, nil)
+		if code != 200 {
+			t.Fatalf("status: %d %s", code, body)
+		}
+		var st struct {
+			Status string
+			Reason *struct{ Message string }
+		}
+		json.Unmarshal(body, &st)
+		if st.Reason != nil {
+			return st.Status, st.Reason.Message
+		}
+		return st.Status, ""
+	}
+	layers := filepath.Join(dataDir, "layers")
+	mounted := func() bool {
+		m, _ := os.ReadFile("/proc/self/mountinfo")
+		return strings.Contains(string(m), layers+"/")
+	}
+
+	tid, bid := build([]map[string]any{{"type": "RUN", "args": []string{"echo step started; sleep 600"}}})
+	for i := 0; !mounted(); i++ {
+		if i == 300 {
+			t.Fatal("the build step never mounted its overlay")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the step's sandbox is running
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	d.cmd.Wait()
+
+	d = startDaemon(t, dataDir, prefix, cidr.String(), addr)
+	if st, reason := status(tid, bid); st != "error" || !strings.Contains(reason, "restart") {
+		t.Errorf("the interrupted build: %s %q", st, reason)
+	}
+	if mounted() {
+		t.Error("an overlay mount of the interrupted step survived the restart")
+	}
+	ents, _ := os.ReadDir(layers)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Errorf("half-made layer survived the restart: %s", e.Name())
+		}
+	}
+	out, _ := exec.Command(testenv.Bin(t, "runsc"), "--root", filepath.Join(dataDir, "runsc"), "list").CombinedOutput()
+	if strings.Contains(string(out), "build-") {
+		t.Errorf("a build sandbox survived the restart:\n%s", out)
+	}
+
+	tid, bid = build([]map[string]any{{"type": "RUN", "args": []string{"echo fine"}}})
+	for i := 0; ; i++ {
+		st, reason := status(tid, bid)
+		if st == "ready" {
+			break
+		}
+		if st == "error" || i == 600 {
+			t.Fatalf("build after the restart: %s %q", st, reason)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
