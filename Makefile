@@ -7,7 +7,8 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 DATA_DIR ?= /var/lib/cube
 DEB_PACKAGES := iproute2 nftables iptables debootstrap procps curl ca-certificates \
-	python3 python3-ipykernel python3-numpy python3-pandas python3-matplotlib busybox-static
+	python3 python3-ipykernel python3-numpy python3-pandas python3-matplotlib busybox-static \
+	libnss-myhostname
 
 GO_BINS := cube-server cubemastercli cube-bench
 
@@ -44,6 +45,9 @@ deps:
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# Names under localhost (the default sandbox domain) resolve to this
+	@# machine through nss-myhostname, once it is among the host sources.
+	@grep -qE '^hosts:.*\bmyhostname\b' /etc/nsswitch.conf || sed -i -E 's/^(hosts:.*)$$/\1 myhostname/' /etc/nsswitch.conf
 
 ## run: install, build, start cube-server on its embedded defaults.
 run: deps build

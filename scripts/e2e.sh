@@ -5,8 +5,9 @@
 #
 # It starts a private cube-server (fresh data dir, its own port, slot
 # prefix and host range, so it never meets another server on this machine),
-# registers the default template, runs `node --test` in test/e2e with only
-# E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY set, and on any exit kills
+# registers the default template, runs `node --test` in test/e2e twice
+# (E2B_API_URL and E2B_SANDBOX_URL over HTTP, then only E2B_DOMAIN over
+# HTTPS with Cube's CA trusted), and on any exit kills
 # every sandbox it made, stops the server and removes the data dir.
 # The exit code is the tests' result.
 #
@@ -112,8 +113,9 @@ trap cleanup EXIT
 trap 'status=130; exit' INT TERM
 
 echo "e2e: starting cube-server (data $data, slots $prefix in $cidr)"
-CUBE_API_KEY="$key" bin/cube-server --data-dir "$data" --listen 127.0.0.1:0 \
-	--slot-prefix "$prefix" --host-cidr "$cidr" --slots 64 ${CUBE_E2E_SERVER_ARGS:-} >"$log" 2>&1 &
+domain="e2e$tag.localhost"
+CUBE_API_KEY="$key" bin/cube-server --data-dir "$data" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 \
+	--domain "$domain" --slot-prefix "$prefix" --host-cidr "$cidr" --slots 64 ${CUBE_E2E_SERVER_ARGS:-} >"$log" 2>&1 &
 server_pid=$!
 
 # The server logs the address it listens on; port 0 lets it pick a free one.
@@ -125,6 +127,9 @@ for _ in $(seq 1 600); do
 done
 [ -n "${addr:-}" ] || { echo "e2e: cube-server did not start listening" >&2; exit 1; }
 url="http://$addr"
+https_port="$(grep -o 'msg="cube-server listening" .* https=[0-9.:]*' "$log" | head -1 | sed 's/.*https=.*://')"
+[ -n "$https_port" ] || { echo "e2e: cube-server logged no HTTPS listener" >&2; exit 1; }
+ca="$data/tls/ca.pem"
 for _ in $(seq 1 300); do
 	curl -fsS --max-time 2 "$url/health" >/dev/null 2>&1 && break
 	sleep 0.1
@@ -148,8 +153,22 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
 	fg npm ci --no-audit --no-fund || { echo "e2e: npm ci failed" >&2; exit 1; }
 fi
 
-echo "e2e: running the tests"
-E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY="$key" \
-	fg node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${@:-tests/}"
-status=$?
+# Twice: as most self-hosters point the SDKs today (plain HTTP, sandbox
+# traffic routed by header through E2B_SANDBOX_URL), then the way E2B's
+# cloud is reached (only E2B_DOMAIN: HTTPS to api.<domain> and
+# <port>-<id>.<domain>, trusting Cube's CA). CUBE_E2E_MODES picks them.
+for mode in ${CUBE_E2E_MODES:-header https}; do
+	echo "e2e: running the tests ($mode)"
+	case "$mode" in
+	header) fg env E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" \
+		CUBE_E2E_MODE=header CUBE_E2E_CA="$ca" \
+		node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${@:-tests/}" ;;
+	https) fg env E2B_DOMAIN="$domain:$https_port" E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" \
+		CUBE_E2E_MODE=https CUBE_E2E_CA="$ca" \
+		node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${@:-tests/}" ;;
+	*) echo "e2e: unknown mode $mode (header, https)" >&2; status=2; exit 2 ;;
+	esac
+	status=$?
+	[ "$status" = 0 ] || exit "$status"
+done
 exit "$status"

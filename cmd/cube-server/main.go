@@ -25,7 +25,12 @@ func main() {
 	var o server.Options
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:3000", "address of the API and sandbox proxy")
 	flag.StringVar(&o.DataDir, "data-dir", "/var/lib/cube", "state, images, templates and snapshots")
-	flag.StringVar(&o.Domain, "domain", "", "sandbox domain for <port>-<id>.<domain> routing")
+	flag.StringVar(&o.Domain, "domain", server.DefaultDomain, "sandbox domain: <port>-<id>.<domain> routes to a sandbox and api.<domain> to the API (names under localhost resolve to this machine; any other domain needs a wildcard DNS record)")
+	flag.StringVar(&o.TLSListen, "tls-listen", "127.0.0.1:3443", "address of the HTTPS listener, serving the API and sandbox traffic like --listen ('' for none)")
+	flag.StringVar(&o.TLSCert, "tls-cert", "", "certificate (PEM, with its chain) of the HTTPS listener, instead of Cube's local CA; reloaded when it changes")
+	flag.StringVar(&o.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	flag.BoolVar(&o.ACME, "acme", false, "get the HTTPS listener's certificates from Let's Encrypt (ACME) for api.<domain> and each <port>-<id>.<domain>: needs a public --domain whose names reach this server on port 80 or 443")
+	flag.StringVar(&o.ACMEEmail, "acme-email", "", "contact address given to the ACME certificate authority")
 	flag.StringVar(&o.Runsc, "runsc", "", "runsc binary (default: beside cube-server)")
 	flag.StringVar(&o.Envd, "cube-envd", "", "cube-envd binary (default: beside cube-server)")
 	flag.IntVar(&o.MaxSandboxes, "max-sandboxes", 200, "most sandboxes (running and paused) at once")

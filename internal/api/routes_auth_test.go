@@ -23,6 +23,9 @@ var publicRoutes = map[string]string{
 	"GET /metrics": "Prometheus scrape",
 	// The API's description is documentation, the same for every server.
 	"GET /openapi.yml": "API description",
+	// A CA certificate is public by nature: clients fetch it to trust the
+	// HTTPS listener, before they could send a key safely.
+	"GET /tls/ca.pem": "local CA certificate",
 	// The SDKs PUT a COPY step's files to the link GET
 	// /templates/{templateID}/files/{hash} answered, without the API key;
 	// the link's HMAC signature, bound to the template, hash and expiry,

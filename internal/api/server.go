@@ -33,8 +33,13 @@ type Config struct {
 	// request that presents one.
 	APIKeyHashes [][sha256.Size]byte
 	// Domain is the sandbox domain, reported as "domain" in sandbox
-	// answers; empty reports null. Routing by it is the proxy's.
+	// answers (with the port clients reach it on, unless that is the
+	// scheme's own); empty reports null. Routing by it is the proxy's.
 	Domain string
+	// CACert is the PEM of the local CA the HTTPS listener's certificates
+	// come from, served publicly at GET /tls/ca.pem: clients need it
+	// before they can trust anything. Empty answers 404 there.
+	CACert []byte
 	// ClientID fills the deprecated clientID field; default "cube".
 	ClientID string
 	// MaxTimeout is the longest sandbox lifetime a request may ask for;
@@ -155,6 +160,7 @@ func (s *Server) routes() []route {
 		{"GET", "/health", true, s.health},
 		{"GET", "/metrics", true, s.promMetrics},
 		{"GET", "/openapi.yml", true, s.openapi},
+		{"GET", "/tls/ca.pem", true, s.caCert},
 
 		{"POST", "/sandboxes", false, s.createSandbox(false)},
 		{"POST", "/v2/sandboxes", false, s.createSandbox(true)},

@@ -65,10 +65,12 @@ func Match(r *http.Request, domain string) (rt Route, ok bool, err error) {
 		rt, err := parseRoute(sid, port)
 		return rt, true, err
 	}
-	return matchHost(r.Host, domain)
+	return MatchHost(r.Host, domain)
 }
 
-func matchHost(host, domain string) (Route, bool, error) {
+// MatchHost reads a sandbox route from a host name "<port>-<id>.<domain>"
+// (any domain when domain is empty); ok is false for other names.
+func MatchHost(host, domain string) (Route, bool, error) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}

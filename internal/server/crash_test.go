@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,6 +56,10 @@ func runDaemon(t *testing.T, dataDir, addr string, args, env []string, name stri
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
+	// The HTTPS listener on a free port: tests run servers side by side.
+	if !slices.Contains(args, "--tls-listen") {
+		args = append([]string{"--tls-listen", "127.0.0.1:0"}, args...)
+	}
 	cmd := exec.Command(testenv.Bin(t, "cube-server"), append([]string{"--data-dir", dataDir, "--listen", addr}, args...)...)
 	cmd.Env = testenv.Environ(append([]string{"CUBE_API_KEY=" + apiKey}, env...)...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs

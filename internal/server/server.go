@@ -36,7 +36,18 @@ import (
 type Options struct {
 	Listen  string
 	DataDir string
-	Domain  string
+	// Domain is the sandbox domain: <port>-<id>.<Domain> routes to a
+	// sandbox, api.<Domain> to the API. Default DefaultDomain.
+	Domain string
+	// TLSListen is the address of the HTTPS listener, which serves the
+	// same API and sandbox traffic as Listen; empty serves no HTTPS. Its
+	// certificates come from TLSCert and TLSKey, from ACME (with
+	// ACMEEmail), or by default from a local CA in <DataDir>/tls.
+	TLSListen      string
+	TLSCert        string
+	TLSKey         string
+	ACME           bool
+	ACMEEmail      string
 	Runsc   string // path of runsc; default: beside the executable
 	Envd    string // path of cube-envd; default: beside the executable
 	// Console is the cube-console binary of the console keepers; default
@@ -220,11 +231,35 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("recover template builds: %w", err)
 	}
 
+	if o.Domain == "" {
+		o.Domain = DefaultDomain
+	}
+	lns, err := listen(o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
+	}
+	var certs *certificates
+	var tlsLns []net.Listener
+	reported := reportedDomain(o.Domain, false, lns[0])
+	if o.TLSListen != "" {
+		if certs, err = loadCertificates(o, log); err != nil {
+			return err
+		}
+		if tlsLns, err = listen(o.TLSListen); err != nil {
+			return fmt.Errorf("listen on %s: %v: choose another address with --tls-listen (or --tls-listen '' for no HTTPS)", o.TLSListen, err)
+		}
+		reported = reportedDomain(o.Domain, true, tlsLns[0])
+	}
+	var caPEM []byte
+	if certs != nil && certs.ca != nil {
+		caPEM = certs.ca.CAPEM()
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.Collectors()...)
 	apiSrv, err := api.NewServer(api.Config{
-		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: o.Domain,
+		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: reported, CACert: caPEM,
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: reg,
 	}, backend{Node: nd, Builder: builder})
 	if err != nil {
@@ -240,17 +275,32 @@ func Run(ctx context.Context, o Options) error {
 	defer nd.Close()
 	// Builds stop before the node they boot sandboxes on.
 	defer builder.Close()
-	ln, err := net.Listen("tcp", o.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
+	handler := api.Mount(apiSrv, px)
+	srv := api.NewHTTPServer(o.Listen, handler)
+	if certs != nil && certs.acme != nil {
+		// ACME's HTTP challenges arrive on the plain listener.
+		srv.Handler = certs.acme.HTTPHandler(handler)
 	}
-	srv := api.NewHTTPServer(o.Listen, api.Mount(apiSrv, px))
-	log.Info("cube-server listening", "addr", ln.Addr().String(), "data_dir", o.DataDir)
+	tlsSrv := api.NewHTTPServer(o.TLSListen, handler)
+	if certs != nil {
+		tlsSrv.TLSConfig = certs.tlsConfig()
+	}
+	errc := make(chan error, len(lns)+len(tlsLns))
+	for _, ln := range lns {
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	for _, ln := range tlsLns {
+		// ServeTLS sets HTTP/2 up; the certificates come from TLSConfig.
+		go func() { errc <- tlsSrv.ServeTLS(ln, "", "") }()
+	}
+	attrs := []any{"addr", lns[0].Addr().String(), "data_dir", o.DataDir, "domain", reported}
+	if len(tlsLns) > 0 {
+		attrs = append(attrs, "https", tlsLns[0].Addr().String())
+	}
+	log.Info("cube-server listening", attrs...)
 	if o.Ready != nil {
-		o.Ready(ln.Addr().String())
+		o.Ready(lns[0].Addr().String())
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
@@ -259,8 +309,10 @@ func Run(ctx context.Context, o Options) error {
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		srv.Close()
+	for _, s := range []*http.Server{srv, tlsSrv} {
+		if err := s.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.Close()
+		}
 	}
 	return nil
 }

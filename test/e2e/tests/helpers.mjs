@@ -3,14 +3,21 @@
 // make the few plain HTTP calls an SDK has no method for.
 import assert from 'node:assert/strict'
 import http from 'node:http'
+import https from 'node:https'
 import { randomBytes } from 'node:crypto'
 
-for (const name of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
+// The suite runs twice (scripts/e2e.sh): with E2B_API_URL and
+// E2B_SANDBOX_URL over plain HTTP, and with only E2B_DOMAIN over HTTPS.
+export const mode = process.env.CUBE_E2E_MODE ?? 'header'
+const needed = mode === 'https' ? ['E2B_DOMAIN', 'E2B_API_KEY'] : ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']
+for (const name of needed) {
   assert.ok(process.env[name], `${name} must be set (run the suite with scripts/e2e.sh)`)
 }
 
-export const apiUrl = process.env.E2B_API_URL.replace(/\/$/, '')
+export const apiUrl = (process.env.E2B_API_URL ?? `https://api.${process.env.E2B_DOMAIN}`).replace(/\/$/, '')
 export const apiKey = process.env.E2B_API_KEY
+// The PEM of Cube's local CA, which the HTTPS listener's certificates chain to.
+export const caFile = process.env.CUBE_E2E_CA
 
 // A short random tag that keeps one run's metadata and names apart from
 // any other run against the same server.
@@ -43,14 +50,16 @@ export async function api(method, path, body, { key = apiKey } = {}) {
 }
 
 /**
- * A plain HTTP request through the cube-server listener with any headers,
+ * A request through the cube-server listener the suite uses (HTTP, or
+ * HTTPS with the name of the API as TLS server name) with any headers,
  * Host included (fetch will not let a caller set Host).
  */
 export function rawRequest(path, { method = 'GET', headers = {}, body } = {}) {
   const url = new URL(apiUrl)
+  const client = url.protocol === 'https:' ? https : http
   return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: url.hostname, port: url.port, path, method, headers,
+    const req = client.request({
+      host: url.hostname, port: url.port, path, method, headers, servername: url.hostname,
     }, (res) => {
       const chunks = []
       res.on('data', (c) => chunks.push(c))

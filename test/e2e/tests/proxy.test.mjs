@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from 'e2b'
-import { Tracker, eventually, rawRequest, runTag } from './helpers.mjs'
+import { Tracker, apiUrl, eventually, rawRequest, runTag } from './helpers.mjs'
 
 const tracker = new Tracker()
 let sbx
@@ -34,7 +34,8 @@ test('headers route to the port of the sandbox', async () => {
 })
 
 test('plain fetch with the headers works too', async () => {
-  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/hello.txt`, {
+  // E2B_SANDBOX_URL when the suite has one, else the API listener (HTTPS).
+  const res = await fetch(`${process.env.E2B_SANDBOX_URL ?? apiUrl}/hello.txt`, {
     headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT) },
   })
   assert.equal(res.status, 200)

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+
+	"golang.org/x/crypto/acme/autocert"
+
+	"cube/internal/proxy"
+	"cube/internal/tlsca"
+)
+
+// DefaultDomain is the sandbox domain when none is given: names under
+// localhost resolve to this machine without any DNS set-up (through
+// nss-myhostname, which make deps installs), so getHost() works for
+// clients on this machine out of the box.
+const DefaultDomain = "cube.localhost"
+
+// listen opens addr, and when addr is on 127.0.0.1 also the same port on
+// ::1 where it can: names under localhost resolve to either, and a client
+// may try ::1 first.
+func listen(addr string) ([]net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	lns := []net.Listener{ln}
+	if host, _, _ := net.SplitHostPort(addr); host == "127.0.0.1" {
+		port := ln.Addr().(*net.TCPAddr).Port
+		if ln6, err := net.Listen("tcp", fmt.Sprintf("[::1]:%d", port)); err == nil {
+			lns = append(lns, ln6)
+		}
+	}
+	return lns, nil
+}
+
+// reportedDomain is the domain sandboxes report, which the SDKs put after
+// "<port>-<id>." to reach them: the sandbox domain with the port of the
+// listener clients reach it on, unless that port is the scheme's own.
+func reportedDomain(domain string, https bool, ln net.Listener) string {
+	port := ln.Addr().(*net.TCPAddr).Port
+	if (https && port == 443) || (!https && port == 80) {
+		return domain
+	}
+	return fmt.Sprintf("%s:%d", domain, port)
+}
+
+// certificates is where the HTTPS listener's certificates come from: the
+// operator's files, ACME, or Cube's own local CA in <data-dir>/tls.
+type certificates struct {
+	get func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// ca is the local CA, when it is the source; acme answers ACME's
+	// HTTP challenges, when ACME is.
+	ca   *tlsca.Authority
+	acme *autocert.Manager
+}
+
+func loadCertificates(o Options, log *slog.Logger) (*certificates, error) {
+	switch {
+	case o.TLSCert != "" || o.TLSKey != "":
+		if o.TLSCert == "" || o.TLSKey == "" {
+			return nil, errors.New("--tls-cert and --tls-key go together")
+		}
+		f, err := tlsca.LoadFiles(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("TLS certificate: %w", err)
+		}
+		log.Info("HTTPS with the operator's certificate", "cert", o.TLSCert)
+		return &certificates{get: f.GetCertificate}, nil
+	case o.ACME:
+		m := &autocert.Manager{
+			Prompt: autocert.AcceptTOS, Email: o.ACMEEmail,
+			Cache:      autocert.DirCache(filepath.Join(o.DataDir, "tls", "acme")),
+			HostPolicy: acmePolicy(o.Domain),
+		}
+		log.Info("HTTPS with ACME certificates", "domain", o.Domain)
+		return &certificates{get: m.GetCertificate, acme: m}, nil
+	}
+	ca, err := tlsca.Open(filepath.Join(o.DataDir, "tls"), tlsca.Options{
+		Names: []string{o.Domain, "*." + o.Domain, "localhost"},
+		IPs:   []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("HTTPS with Cube's local CA; trust it with `cubemastercli ca`", "ca", ca.CAPath())
+	return &certificates{get: ca.GetCertificate, ca: ca}, nil
+}
+
+// acmePolicy lets ACME issue certificates only for the API's name and
+// sandbox hosts under domain: one certificate per sandbox port, since
+// HTTP challenges cannot prove a wildcard.
+func acmePolicy(domain string) autocert.HostPolicy {
+	return func(_ context.Context, host string) error {
+		if host == "api."+domain || host == domain {
+			return nil
+		}
+		if _, ok, err := proxy.MatchHost(host, domain); ok && err == nil {
+			return nil
+		}
+		return fmt.Errorf("acme: %s is not a name of this server", host)
+	}
+}
+
+// tlsConfig is the HTTPS listener's TLS: 1.2 and later, HTTP/2 offered.
+func (c *certificates) tlsConfig() *tls.Config {
+	return &tls.Config{GetCertificate: c.get, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+}
