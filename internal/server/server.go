@@ -43,13 +43,13 @@ type Options struct {
 	// same API and sandbox traffic as Listen; empty serves no HTTPS. Its
 	// certificates come from TLSCert and TLSKey, from ACME (with
 	// ACMEEmail), or by default from a local CA in <DataDir>/tls.
-	TLSListen      string
-	TLSCert        string
-	TLSKey         string
-	ACME           bool
-	ACMEEmail      string
-	Runsc   string // path of runsc; default: beside the executable
-	Envd    string // path of cube-envd; default: beside the executable
+	TLSListen string
+	TLSCert   string
+	TLSKey    string
+	ACME      bool
+	ACMEEmail string
+	Runsc     string // path of runsc; default: beside the executable
+	Envd      string // path of cube-envd; default: beside the executable
 	// Console is the cube-console binary of the console keepers; default
 	// beside the executable, and when none is there cube-server itself.
 	Console      string
