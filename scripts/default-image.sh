@@ -51,7 +51,9 @@ script=$(readlink -f "$0")
 repo=$(dirname "$(dirname "$script")")
 OUT=$(readlink -m "$OUT")
 
-if [[ -f "$OUT" && "$OUT" -nt "$script" ]]; then
+# Up to date when newer than this script and every file of image/.
+newest=$(find "$script" "$repo/image" -type f -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
+if [[ -f "$OUT" && "$OUT" -nt "$newest" ]]; then
 	echo "default image: $OUT is up to date"
 	exit 0
 fi
@@ -121,6 +123,8 @@ for p in $PY_PACKAGES $TOOL_PACKAGES; do
 done
 
 step 3 "configuring the tree"
+# Cube's own files (image/rootfs): kernels, display formatters, settings.
+cp -a --no-preserve=ownership "$repo/image/rootfs/." "$rootfs/"
 in_root /usr/sbin/useradd --uid "$SANDBOX_UID" --user-group --create-home \
 	--home-dir /home/user --shell /bin/bash user
 # As in E2B's templates, the sandbox user may become root without a password.
