@@ -124,7 +124,7 @@ done
 
 step 3 "configuring the tree"
 # Cube's own files (image/rootfs): kernels, display formatters, settings.
-cp -a --no-preserve=ownership "$repo/image/rootfs/." "$rootfs/"
+if [[ -d "$repo/image/rootfs" ]]; then cp -a --no-preserve=ownership "$repo/image/rootfs/." "$rootfs/"; fi
 in_root /usr/sbin/useradd --uid "$SANDBOX_UID" --user-group --create-home \
 	--home-dir /home/user --shell /bin/bash user
 # As in E2B's templates, the sandbox user may become root without a password.
