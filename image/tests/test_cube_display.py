@@ -192,6 +192,12 @@ class ChartTest(unittest.TestCase):
         ax.set_title("Shapes")
         self.assertEqual(chart_of(fig), {"type": "unknown", "title": "Shapes", "elements": []})
 
+    def test_colorbar_is_no_chart_of_its_own(self):
+        fig, ax = plt.subplots()
+        fig.colorbar(ax.imshow(np.arange(4).reshape(2, 2)))
+        ax.set_title("Heat")
+        self.assertEqual(chart_of(fig), {"type": "unknown", "title": "Heat", "elements": []})
+
     def test_blank_figure_has_no_chart(self):
         fig, _ = plt.subplots()
         self.assertIsNone(chart_of(fig))

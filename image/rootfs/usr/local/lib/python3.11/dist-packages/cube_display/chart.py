@@ -34,7 +34,11 @@ _UNIT = re.compile(r"[(\[]\s*([^()\[\]]*?)\s*[)\]]\s*$")
 
 def figure_to_chart(figure):
     """The chart dict of figure, or None if nothing is drawn on it."""
-    axes = [ax for ax in figure.get_axes() if ax.get_visible() and _has_content(ax)]
+    axes = [
+        ax for ax in figure.get_axes()
+        # a colorbar belongs to the chart beside it, it is not one
+        if ax.get_visible() and _has_content(ax) and getattr(ax, "_colorbar", None) is None
+    ]
     if not axes:
         return None
     suptitle = _suptitle(figure)
