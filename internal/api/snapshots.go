@@ -77,17 +77,19 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
-	id, err := sandboxID(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+	// The body first: a count out of range is the caller's mistake
+	// whatever the sandbox, and E2B answers it with 400.
 	var body wire.ForkRequest
 	if err := decodeBody(r, &body, false); err != nil {
 		writeError(w, err)
 		return
 	}
 	req, err := s.forkRequest(body.Count, body.Timeout, nil, defaultTimeoutV1)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id, err := sandboxID(r)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -26,7 +26,10 @@ type Runsc struct {
 // means a call on a container that exists. The overlay size and the
 // network mode are global flags in runsc, which is why they are per call.
 func (r Runsc) Flags(spec *runtime.Spec) []string {
-	f := []string{"--root", r.Root, "--platform", "systrap"}
+	// SUID binaries (sudo) work inside: a sandbox's user may already act
+	// as root there through envd, so no boundary is crossed, and E2B's
+	// templates give their user passwordless sudo.
+	f := []string{"--root", r.Root, "--platform", "systrap", "--allow-suid"}
 	if spec != nil {
 		overlay := "root:memory"
 		if spec.WritableRoot {

@@ -16,10 +16,10 @@ func TestRunscFlags(t *testing.T) {
 		spec *runtime.Spec
 		want string
 	}{
-		{nil, "--root /r --platform systrap"},
-		{&runtime.Spec{}, "--root /r --platform systrap --overlay2 root:memory --network none"},
-		{&runtime.Spec{WritableMB: 64, NetNS: "/run/netns/x"}, "--root /r --platform systrap --overlay2 root:memory,size=64m --network sandbox"},
-		{&runtime.Spec{WritableRoot: true, WritableMB: 64}, "--root /r --platform systrap --overlay2 none --network none"},
+		{nil, "--root /r --platform systrap --allow-suid"},
+		{&runtime.Spec{}, "--root /r --platform systrap --allow-suid --overlay2 root:memory --network none"},
+		{&runtime.Spec{WritableMB: 64, NetNS: "/run/netns/x"}, "--root /r --platform systrap --allow-suid --overlay2 root:memory,size=64m --network sandbox"},
+		{&runtime.Spec{WritableRoot: true, WritableMB: 64}, "--root /r --platform systrap --allow-suid --overlay2 none --network none"},
 	} {
 		if got := strings.Join(r.Flags(c.spec), " "); got != c.want {
 			t.Errorf("flags for %+v = %q, want %q", c.spec, got, c.want)
@@ -27,7 +27,7 @@ func TestRunscFlags(t *testing.T) {
 	}
 	r.DebugLog = "/b/x/runsc.%COMMAND%.log"
 	cmd := r.Command(t.Context(), nil, "pause", "x")
-	if got := strings.Join(cmd.Args, " "); got != "/bin/runsc --root /r --platform systrap --debug --debug-log /b/x/runsc.%COMMAND%.log pause x" {
+	if got := strings.Join(cmd.Args, " "); got != "/bin/runsc --root /r --platform systrap --allow-suid --debug --debug-log /b/x/runsc.%COMMAND%.log pause x" {
 		t.Errorf("command = %q", got)
 	}
 }
