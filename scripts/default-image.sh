@@ -4,7 +4,9 @@
 #
 # The image is Debian 12 (bookworm) minbase with bash, coreutils, curl,
 # ca-certificates, python3 and Debian's ipykernel, numpy, pandas and
-# matplotlib, plus a user `user` (uid 1000). It has no CMD: cube-envd is
+# matplotlib, node with npm and TypeScript, R with IRkernel, and Jupyter
+# kernels for python, bash, javascript, typescript and r (the non-Debian
+# ones are Cube's, in image/rootfs), plus a user `user` (uid 1000). It has no CMD: cube-envd is
 # bind-mounted at run time, runs as PID 1 and serves the code interpreter.
 #
 # Skips the build when OUT is newer than this script. Needs root (debootstrap
@@ -39,6 +41,19 @@ PY_PACKAGES="python3 python3-munkres python3-ipykernel python3-numpy python3-pan
 # What E2B's SDK expects of a template: its readiness helpers run ss
 # (waitForPort) and pgrep (waitForProcess), and its users run git and sudo.
 TOOL_PACKAGES="iproute2 procps sudo git"
+# The code interpreter's other languages (image/rootfs has their kernels):
+# bash and JavaScript/TypeScript through Cube's wrapper kernels
+# (cube_kernels, on ipykernel), R through Debian's IRkernel, whose
+# kernelspec "ir" declares language "R"; python as a name for python3.
+KERNEL_PACKAGES="python-is-python3 nodejs r-base-core r-cran-irkernel"
+# From the npm registry, pinned: npm itself, as in E2B's image (Debian's
+# npm package brings 140 MB of node-* packages; the registry's tarball has
+# its dependencies bundled), and TypeScript for the typescript kernel's
+# transpileModule. Both go to /usr/local/lib/node_modules.
+NPM_VERSION=10.8.2
+NPM_INTEGRITY=sha512-x/AIjFIKRllrhcb48dqUNAAZl0ig9+qMuN91RpZo3Cb2+zuibfh+KISl6+kVVyktDz230JKc208UkQwwMqyB+w==
+TYPESCRIPT_VERSION=5.6.3
+TYPESCRIPT_INTEGRITY=sha512-hjcS1mhfuyi4WW8IWtjP7brDrG2cuDZukyrYrSauoXGNgx0S7zceP07adYkJycEr56BOUTNPzbInooiN3fn1qw==
 SANDBOX_UID=1000
 IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -93,7 +108,7 @@ if [[ ! -x "$rootfs/usr/bin/apt-get" || ! -f "$rootfs/var/lib/dpkg/status" || -d
 	exit 1
 fi
 
-step 2 "apt-get install $PY_PACKAGES"
+step 2 "apt-get install $PY_PACKAGES $TOOL_PACKAGES $KERNEL_PACKAGES"
 # Leave out documentation and translations, as Debian's slim images do
 # (copyright files stay); about 60 MB.
 cat >"$rootfs/etc/dpkg/dpkg.cfg.d/cube-slim" <<'EOF'
@@ -112,15 +127,41 @@ in_root() { chroot "$rootfs" /usr/bin/env -i PATH="$IMAGE_PATH" DEBIAN_FRONTEND=
 # Reuse .debs from earlier builds: copied in, new ones copied back out.
 find "$CACHE_DIR/apt" -maxdepth 1 -name '*.deb' -exec cp -n -t "$rootfs/var/cache/apt/archives/" {} +
 in_root apt-get update -qq
-in_root apt-get install -y -qq --no-install-recommends $PY_PACKAGES $TOOL_PACKAGES 2>&1 |
+in_root apt-get install -y -qq --no-install-recommends $PY_PACKAGES $TOOL_PACKAGES $KERNEL_PACKAGES 2>&1 |
 	grep -E --line-buffered '^(Unpacking|Setting up|E:|W:)' | grep -v --line-buffered 'Can not write log' | awk '{ print "  " $0; fflush() }' || true
 find "$rootfs/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -n -t "$CACHE_DIR/apt/" {} +
-for p in $PY_PACKAGES $TOOL_PACKAGES; do
+for p in $PY_PACKAGES $TOOL_PACKAGES $KERNEL_PACKAGES; do
 	if ! in_root dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
 		echo "default image: apt-get did not install $p" >&2
 		exit 1
 	fi
 done
+# npm and TypeScript (packages whose dependencies are bundled or none) from
+# the npm registry, fetched by the build host's npm, which has the host's
+# network and CA settings, checked against their pinned integrity, kept in
+# $CACHE_DIR/npm like the .debs, and unpacked where npm -g puts packages.
+npm_package() { # NAME VERSION INTEGRITY
+	local tgz="$CACHE_DIR/npm/$1-$2.tgz"
+	if [[ ! -f "$tgz" ]]; then
+		command -v npm >/dev/null || { echo "default image: the build host's npm is needed to fetch $1@$2" >&2; exit 1; }
+		mkdir -p "$CACHE_DIR/npm"
+		(cd "$CACHE_DIR/npm" && npm pack --silent "$1@$2" >/dev/null)
+	fi
+	if [[ "sha512-$(openssl dgst -sha512 -binary "$tgz" | base64 -w0)" != "$3" ]]; then
+		echo "default image: $tgz does not match $3" >&2
+		rm -f "$tgz"
+		exit 1
+	fi
+	mkdir -p "$rootfs/usr/local/lib/node_modules/$1"
+	tar -xzf "$tgz" -C "$rootfs/usr/local/lib/node_modules/$1" --strip-components=1 --no-same-owner
+}
+npm_package npm "$NPM_VERSION" "$NPM_INTEGRITY"
+npm_package typescript "$TYPESCRIPT_VERSION" "$TYPESCRIPT_INTEGRITY"
+mkdir -p "$rootfs/usr/local/bin"
+ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$rootfs/usr/local/bin/npm"
+ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$rootfs/usr/local/bin/npx"
+ln -sf ../lib/node_modules/typescript/bin/tsc "$rootfs/usr/local/bin/tsc"
+ln -sf ../lib/node_modules/typescript/bin/tsserver "$rootfs/usr/local/bin/tsserver"
 
 step 3 "configuring the tree"
 # Cube's own files (image/rootfs): kernels, display formatters, settings.
@@ -139,6 +180,13 @@ echo sandbox >"$rootfs/etc/hostname"
 # left alone: ipykernel selects its inline backend itself.
 in_root /usr/sbin/runuser -u user -- env HOME=/home/user \
 	/usr/bin/python3 -c 'import ipykernel, numpy, pandas, matplotlib.pyplot; print("  python", __import__("sys").version.split()[0], "numpy", numpy.__version__, "pandas", pandas.__version__, "matplotlib", matplotlib.__version__)'
+# The other kernels' runtimes: node with TypeScript, and R with IRkernel.
+in_root /usr/sbin/runuser -u user -- env HOME=/home/user /usr/bin/node -e \
+	'console.log("  node", process.versions.node, "typescript", require("/usr/local/lib/node_modules/typescript").version)'
+in_root /usr/sbin/runuser -u user -- env HOME=/home/user /usr/local/bin/npm --version | awk '{ print "  npm " $0 }'
+in_root /usr/sbin/runuser -u user -- env HOME=/home/user /usr/bin/Rscript -e \
+	'suppressMessages(library(IRkernel)); cat("  R", format(getRversion()), "IRkernel", format(packageVersion("IRkernel")), "\n")'
+in_root /usr/bin/python3 -m compileall -q /usr/local/lib/python3.11/dist-packages/cube_kernels
 in_root apt-get clean
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb \
 	"$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/var/log/apt/* "$rootfs"/var/log/dpkg.log \

@@ -147,7 +147,7 @@ func (rEnv) push(env map[string]string) string {
 		}
 		b.WriteString(jsonString(k))
 	}
-	b.WriteString("), unset = NA)\n")
+	b.WriteString("), unset = NA, names = TRUE)\n") // named even for one variable, which pop iterates over
 	b.WriteString(rEnv{}.set(env))
 	return b.String()
 }

@@ -37,3 +37,35 @@ func TestValidateEnv(t *testing.T) {
 		t.Error("NUL byte in a value accepted")
 	}
 }
+
+// The R snippets are checked with Rscript, when it is installed: an R
+// kernel (IRkernel) runs them the same way. One variable alone is the case
+// where Sys.getenv returns an unnamed value unless asked for names.
+func TestREnvSetAndRestore(t *testing.T) {
+	if _, err := exec.LookPath("Rscript"); err != nil {
+		t.Skip("Rscript is not installed")
+	}
+	r := rEnv{}
+	for _, vars := range []map[string]string{
+		{"CUBE_NEW": "it's $HOME \"x\"\n"},
+		{"CUBE_NEW": "it's $HOME \"x\"\n", "CUBE_OLD": "override"},
+	} {
+		script := "Sys.setenv(CUBE_OLD = \"orig\")\n" +
+			r.push(vars) +
+			`cat(Sys.getenv("CUBE_NEW"), Sys.getenv("CUBE_OLD"), sep = "|"); cat("\n")` + "\n" +
+			r.pop(sortedKeys(vars)) +
+			`cat(Sys.getenv("CUBE_NEW", unset = "unset"), Sys.getenv("CUBE_OLD"), exists(".cube_saved_env"), sep = "|"); cat("\n")` + "\n"
+		out, err := exec.Command("Rscript", "-e", script).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		old := "orig"
+		if _, ok := vars["CUBE_OLD"]; ok {
+			old = "override"
+		}
+		want := "it's $HOME \"x\"\n|" + old + "\nunset|orig|FALSE\n"
+		if string(out) != want {
+			t.Errorf("%d variables: got %q, want %q", len(vars), out, want)
+		}
+	}
+}
