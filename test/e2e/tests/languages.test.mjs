@@ -101,6 +101,15 @@ describe('bash', () => {
     assert.equal((await run('bash', 'echo "${CALL_VAR-unset}"')).logs.stdout.join(''), 'unset\n')
   })
 
+  test('the template has python, node, npm and tsc on PATH', async () => {
+    const ex = await run('bash', 'python --version\nnode --version\nnpm --version\ntsc --version')
+    const [python, node, npm, tsc] = ex.logs.stdout.join('').trim().split('\n')
+    assert.match(python, /^Python 3\./)
+    assert.match(node, /^v\d+\./)
+    assert.match(npm, /^\d+\.\d+\.\d+$/)
+    assert.match(tsc, /^Version 5\./)
+  })
+
   test('a bash context is created and listed', async () => {
     await contextTest('bash', 'echo "in a context $SBX_LANG_VAR"', 'in a context sandbox-wide\n')
   })
