@@ -38,12 +38,13 @@ func TestValidateEnv(t *testing.T) {
 	}
 }
 
-// The R snippets are checked with Rscript, when it is installed: an R
-// kernel (IRkernel) runs them the same way. One variable alone is the case
-// where Sys.getenv returns an unnamed value unless asked for names.
+// The R snippets are checked with Rscript (r-base-core, which make deps
+// installs): an R kernel (IRkernel) runs them the same way. One variable
+// alone is the case where Sys.getenv returns an unnamed value unless asked
+// for names.
 func TestREnvSetAndRestore(t *testing.T) {
 	if _, err := exec.LookPath("Rscript"); err != nil {
-		t.Skip("Rscript is not installed")
+		t.Fatalf("Rscript is not installed (make deps installs r-base-core): %v", err)
 	}
 	r := rEnv{}
 	for _, vars := range []map[string]string{
