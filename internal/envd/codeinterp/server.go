@@ -112,6 +112,13 @@ func (s *Server) Start(ctx context.Context) {
 			s.log.Warn("no default python context", "err", err)
 			return
 		}
+		// E2B's sandboxes list a default javascript context beside
+		// python's; its kernel starts on its first execution, so it costs
+		// no memory until then. Templates without a javascript kernel have
+		// none.
+		if _, err := s.defaultContext("javascript"); err != nil {
+			s.log.Debug("no default javascript context", "err", err)
+		}
 		if err := c.turn.Lock(ctx); err != nil {
 			return
 		}

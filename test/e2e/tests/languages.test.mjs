@@ -28,6 +28,20 @@ async function run(language, code, opts = {}) {
   return ex
 }
 
+test('a new sandbox lists default python and javascript contexts', async () => {
+  const fresh = tracker.add(await Sandbox.create())
+  const languages = (await fresh.listCodeContexts()).map((c) => c.language)
+  assert.ok(languages.includes('python') && languages.includes('javascript'), JSON.stringify(languages))
+  const ex = await fresh.runCode('1 + 1', { language: 'js' })
+  assert.equal(ex.text, '2')
+  await fresh.kill()
+})
+
+test('a bash line arrives with its newline, as one chunk', async () => {
+  const ex = await run('bash', 'echo one-line')
+  assert.deepEqual(ex.logs.stdout, ['one-line\n'])
+})
+
 // contextTest creates a context of the language, checks it is listed with
 // that language, runs code in it, and removes it.
 async function contextTest(language, code, want) {

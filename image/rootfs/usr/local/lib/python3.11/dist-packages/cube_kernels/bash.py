@@ -113,7 +113,18 @@ class BashKernel(ChildKernel):
             open_fds = [fd for fd, s in streams.items() if not s.eof and fd not in done]
             if not open_fds:
                 break
-            for fd in self.wait_readable(open_fds):
+            ready = self.wait_readable(open_fds, timeout=0.2)
+            if not ready:
+                # Quiet for a moment (a command still running): what is
+                # held goes out, but a final newline, which may begin the
+                # marker of a stream written unbuffered (stderr).
+                for fd, buf in pending.items():
+                    cut = len(buf) - 1 if buf.endswith("\n") else len(buf)
+                    if cut > 0 and self._mark not in buf:
+                        self.publish_stream(streams[fd].name, buf[:cut], silent)
+                        pending[fd] = buf[cut:]
+                continue
+            for fd in ready:
                 s = streams[fd]
                 pending[fd] += s.read()
                 buf = pending[fd]
@@ -128,11 +139,14 @@ class BashKernel(ChildKernel):
                     done[fd] = buf[i + len(sep):end].strip()
                     pending[fd] = ""
                     continue
-                # Hold back a tail that may be the start of the marker.
+                # Hold back a tail that may be the start of the marker
+                # (stderr is unbuffered, so the marker's newline may come
+                # alone), and with it the rest of its line, so that a line
+                # goes out with its newline.
                 keep = 0
                 j = buf.rfind("\n")
                 if j >= 0 and sep.startswith(buf[j:]):
-                    keep = len(buf) - j
+                    keep = len(buf) - (buf.rfind("\n", 0, j) + 1)
                 self.publish_stream(s.name, buf[: len(buf) - keep], silent)
                 pending[fd] = buf[len(buf) - keep:]
                 if s.eof:
