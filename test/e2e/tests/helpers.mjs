@@ -59,7 +59,9 @@ export function rawRequest(path, { method = 'GET', headers = {}, body } = {}) {
   const client = url.protocol === 'https:' ? https : http
   return new Promise((resolve, reject) => {
     const req = client.request({
-      host: url.hostname, port: url.port, path, method, headers, servername: url.hostname,
+      // A connection of its own: a raw request never meets a pooled
+      // connection that the server has closed meanwhile.
+      host: url.hostname, port: url.port, path, method, headers, servername: url.hostname, agent: false,
     }, (res) => {
       const chunks = []
       res.on('data', (c) => chunks.push(c))
