@@ -144,3 +144,13 @@ func queryInt(r *http.Request, name string, def, min, max int64) (int64, error) 
 	}
 	return n, nil
 }
+
+// capability returns the backend as T, one of the optional interfaces of
+// cube, or answers 501 saying what the server does not support.
+func capability[T any](s *Server, w http.ResponseWriter, what string) (T, bool) {
+	c, ok := s.backend.(T)
+	if !ok {
+		writeError(w, Errorf(http.StatusNotImplemented, "%s not supported by this server", what))
+	}
+	return c, ok
+}

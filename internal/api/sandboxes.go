@@ -370,9 +370,8 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	p, ok := s.backend.(cube.Pauser)
+	p, ok := capability[cube.Pauser](s, w, "pausing sandboxes is")
 	if !ok {
-		writeError(w, Errorf(http.StatusNotImplemented, "pausing sandboxes is not supported by this server"))
 		return
 	}
 	if err := p.PauseSandbox(r.Context(), id, body.Memory == nil || *body.Memory); err != nil {
@@ -393,9 +392,8 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	nu, ok := s.backend.(cube.NetworkUpdater)
+	nu, ok := capability[cube.NetworkUpdater](s, w, "network updates are")
 	if !ok {
-		writeError(w, Errorf(http.StatusNotImplemented, "network updates are not supported by this server"))
 		return
 	}
 	n := cube.Network{AllowInternetAccess: body.AllowInternetAccess, AllowOut: body.AllowOut, DenyOut: body.DenyOut}

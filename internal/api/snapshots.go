@@ -13,11 +13,7 @@ import (
 const MaxForkCount = 100
 
 func (s *Server) snapshotter(w http.ResponseWriter) (cube.Snapshotter, bool) {
-	sn, ok := s.backend.(cube.Snapshotter)
-	if !ok {
-		writeError(w, Errorf(http.StatusNotImplemented, "snapshots are not supported by this server"))
-	}
-	return sn, ok
+	return capability[cube.Snapshotter](s, w, "snapshots are")
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {

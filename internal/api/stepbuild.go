@@ -48,11 +48,7 @@ const UploadPath = "/templates/{templateID}/files/{hash}/upload"
 const logTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 func (s *Server) stepBuilder(w http.ResponseWriter) (cube.StepBuilder, bool) {
-	b, ok := s.backend.(cube.StepBuilder)
-	if !ok {
-		writeError(w, Errorf(http.StatusNotImplemented, "building templates from steps is not supported by this server"))
-	}
-	return b, ok
+	return capability[cube.StepBuilder](s, w, "building templates from steps is")
 }
 
 // requestBuild serves POST /v3/templates.

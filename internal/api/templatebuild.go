@@ -160,11 +160,7 @@ func wireBuildInfo(d cube.TemplateDetail) wire.TemplateBuildInfo {
 }
 
 func (s *Server) builder(w http.ResponseWriter) (cube.TemplateBuilder, bool) {
-	b, ok := s.backend.(cube.TemplateBuilder)
-	if !ok {
-		writeError(w, Errorf(http.StatusNotImplemented, "building templates is not supported by this server"))
-	}
-	return b, ok
+	return capability[cube.TemplateBuilder](s, w, "building templates is")
 }
 
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
@@ -276,9 +272,8 @@ type ImportedArchive struct {
 // answered 201 with an ImportedArchive. Its body limit is the importer's
 // (see bodyLimit), not the API's, which fits JSON and not images.
 func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
-	imp, ok := s.backend.(cube.ArchiveImporter)
+	imp, ok := capability[cube.ArchiveImporter](s, w, "uploading image archives is")
 	if !ok {
-		writeError(w, Errorf(http.StatusNotImplemented, "uploading image archives is not supported by this server"))
 		return
 	}
 	kind := r.URL.Query().Get("kind")
