@@ -2,6 +2,7 @@ package template
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -63,11 +64,14 @@ func (l *buildLog) add(level, step, msg string) {
 
 func (l *buildLog) infof(step, msg string) { l.add("info", step, msg) }
 
-// snapshot returns a copy of the entries.
+// snapshot returns the entries so far. Entries are only ever appended,
+// never changed, so the slice is shared rather than copied (a status poll
+// would otherwise copy the whole log each time); its capacity is capped so
+// that no caller's append can write into the log.
 func (l *buildLog) snapshot() []cube.BuildLogEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]cube.BuildLogEntry(nil), l.entries...)
+	return l.entries[:len(l.entries):len(l.entries)]
 }
 
 func (l *buildLog) close() {
@@ -128,7 +132,7 @@ type lineWriter struct {
 func (w *lineWriter) Write(p []byte) (int, error) {
 	w.buf = append(w.buf, p...)
 	for {
-		i := strings.IndexByte(string(w.buf), '\n')
+		i := bytes.IndexByte(w.buf, '\n')
 		if i < 0 {
 			break
 		}
