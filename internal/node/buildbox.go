@@ -63,21 +63,14 @@ func (n *Node) WithBuildBox(ctx context.Context, box BuildBox, fn func(ctx conte
 // defaultPath is the PATH of sandboxes whose image sets none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// RetireBuild lets go of a template build that a newer build replaced:
-// warm and prepared sandboxes restored from it are discarded and its
-// checkpoint removed. Sandboxes created from it keep running; they hold
-// their own memory and the rootfs stays while anything uses it.
+// RetireBuild lets go of a template build that a newer build replaced,
+// as a delete lets go of a template's image; the rootfs stays while
+// anything uses it.
 func (n *Node) RetireBuild(old *store.Template) {
-	n.drainWarm(old.ID)
-	n.dropPreparedOf(old)
-	if old.Checkpoint == "" {
-		return
-	}
-	n.removeDir(old.Checkpoint)
-	n.removeDir(old.Checkpoint + ".tmp")
+	n.releaseImage(old)
 	// A build of its own directory goes with it.
 	own := filepath.Join(n.cfg.DataDir, "templates", old.ID)
-	if dir := filepath.Dir(old.Checkpoint); dir != own && strings.HasPrefix(dir, own+string(os.PathSeparator)) {
+	if dir := filepath.Dir(old.Checkpoint); old.Checkpoint != "" && dir != own && strings.HasPrefix(dir, own+string(os.PathSeparator)) {
 		n.removeDir(dir)
 	}
 }

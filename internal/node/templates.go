@@ -112,10 +112,9 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 	} else {
 		fault.Point(fault.TemplateDeleteAfterIntent)
 	}
-	n.drainWarm(t.ID)
-	n.dropPreparedOf(t)
+	n.releaseImage(t)
 	n.tel.poolMisses.DeleteLabelValues(t.ID)
-	n.removeTemplateFiles(t)
+	n.removeOwnDir(t)
 	if snapshot {
 		fault.Point(fault.SnapshotDeleteAfterRemove)
 	} else {
@@ -124,15 +123,36 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 	return n.store.Templates().Delete(ctx, t.ID)
 }
 
-// removeTemplateFiles removes a template's checkpoint image, and the
-// template's own directory (every build of it) when the image is in one.
-func (n *Node) removeTemplateFiles(t *store.Template) {
+// releaseImage lets go of a template's checkpoint image: warm and
+// prepared sandboxes restored from it are discarded and the image removed.
+// Sandboxes created from it keep running; they hold their own memory.
+func (n *Node) releaseImage(t *store.Template) {
+	n.drainWarm(t.ID)
+	n.dropPreparedOf(t)
+	n.removeImage(t)
+}
+
+// removeImage removes a template's checkpoint image and what a write of
+// it left half-done.
+func (n *Node) removeImage(t *store.Template) {
 	if t.Checkpoint == "" {
 		return
 	}
 	n.removeDir(t.Checkpoint)
 	n.removeDir(t.Checkpoint + ".tmp")
-	if own := filepath.Join(n.cfg.DataDir, "templates", t.ID); strings.HasPrefix(t.Checkpoint, own+string(os.PathSeparator)) {
+}
+
+// removeTemplateFiles removes a template's checkpoint image, and the
+// template's own directory (every build of it) when the image is in one.
+func (n *Node) removeTemplateFiles(t *store.Template) {
+	n.removeImage(t)
+	n.removeOwnDir(t)
+}
+
+// removeOwnDir removes the template's own directory (every build of it)
+// when its image is in one.
+func (n *Node) removeOwnDir(t *store.Template) {
+	if own := filepath.Join(n.cfg.DataDir, "templates", t.ID); t.Checkpoint != "" && strings.HasPrefix(t.Checkpoint, own+string(os.PathSeparator)) {
 		n.removeDir(own)
 	}
 }

@@ -193,8 +193,11 @@ func (b *Builder) FilesPresent(ctx context.Context, templateID, hash string) (bo
 	if !hashPattern.MatchString(hash) {
 		return false, cube.Errorf(cube.Invalid, "invalid files hash %q: want 64 hex digits", hash)
 	}
-	if _, err := b.st.Templates().Get(ctx, templateID); err != nil || !id.ValidName(templateID) {
-		return false, notFound(cmpErr(err), "template %q not found", templateID)
+	if !id.ValidName(templateID) {
+		return false, cube.Errorf(cube.NotFound, "template %q not found", templateID)
+	}
+	if _, err := b.st.Templates().Get(ctx, templateID); err != nil {
+		return false, notFound(err, "template %q not found", templateID)
 	}
 	_, err := os.Stat(b.filesPath(templateID, hash))
 	return err == nil, nil
@@ -635,14 +638,6 @@ func (b *Builder) publish(sb *stepBuild, tpl *store.Template) error {
 	}
 	b.log.Info("template build ready", "template", tpl.ID, "build", sb.job.ID, "layers", len(tpl.Layers))
 	return nil
-}
-
-// cmpErr is err, or ErrNotFound when there is none.
-func cmpErr(err error) error {
-	if err == nil {
-		return store.ErrNotFound
-	}
-	return err
 }
 
 // notFound turns the store's ErrNotFound into a NotFound error.
