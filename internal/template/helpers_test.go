@@ -99,18 +99,26 @@ func testImage(t testing.TB, extra ...v1.Layer) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return configured(t, img, func(cf *v1.ConfigFile) {
+		cf.OS, cf.Architecture = "linux", "amd64"
+		cf.Config.Env = []string{"PATH=/usr/bin:/bin", "GREETING=from-image", "KEEP=1"}
+		cf.Config.Entrypoint = []string{"/srv/app"}
+		cf.Config.Cmd = []string{"--serve"}
+		cf.Config.WorkingDir = "/srv"
+		cf.Config.User = "1000:1000"
+		cf.Config.ExposedPorts = map[string]struct{}{"8080/tcp": {}}
+	})
+}
+
+// configured is img with its config file changed by change.
+func configured(t testing.TB, img v1.Image, change func(*v1.ConfigFile)) v1.Image {
+	t.Helper()
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Env = []string{"PATH=/usr/bin:/bin", "GREETING=from-image", "KEEP=1"}
-	cf.Config.Entrypoint = []string{"/srv/app"}
-	cf.Config.Cmd = []string{"--serve"}
-	cf.Config.WorkingDir = "/srv"
-	cf.Config.User = "1000:1000"
-	cf.Config.ExposedPorts = map[string]struct{}{"8080/tcp": {}}
+	change(cf)
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		t.Fatal(err)

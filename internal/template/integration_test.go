@@ -17,7 +17,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"cube/internal/cube"
 	"cube/internal/envd/protocol"
@@ -45,18 +44,7 @@ func appImage(t *testing.T) v1.Image {
 		entry{name: "root/", typ: tar.TypeDir, mode: 0o700}, entry{name: "home/", typ: tar.TypeDir},
 		entry{name: "srv/app", body: string(data), mode: 0o755},
 	)
-	img := testImage(t, sys)
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.Config.User = "app"
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return configured(t, testImage(t, sys), func(cf *v1.ConfigFile) { cf.Config.User = "app" })
 }
 
 type realNode struct {

@@ -49,18 +49,10 @@ func busyboxImage(t *testing.T) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "FROM_IMAGE=1"}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return configured(t, img, func(cf *v1.ConfigFile) {
+		cf.OS, cf.Architecture = "linux", "amd64"
+		cf.Config.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "FROM_IMAGE=1"}
+	})
 }
 
 // filesTar is a gzipped tar of files (name → body) and the hash it is
