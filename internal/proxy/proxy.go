@@ -389,7 +389,25 @@ func (b *guardedBody) finish(rc *http.ResponseController) {
 		}
 	}
 	b.done = true
+	b.drain(rc)
 	b.mu.Unlock()
+}
+
+// maxDrain bounds what finish reads of a request body the sandbox left.
+const maxDrain = 256 << 10
+
+// drain reads what the transport left of the request body (it stops
+// sending the body once the sandbox has answered), for at most a second
+// and maxDrain bytes. A connection closed with request bytes still unread
+// is reset, and the reset can reach the client before the answer it was
+// sent after does. Over HTTP/2, where no read deadline can be set, there
+// is no such connection to protect.
+func (b *guardedBody) drain(rc *http.ResponseController) {
+	if rc.SetReadDeadline(time.Now().Add(time.Second)) != nil {
+		return
+	}
+	io.CopyN(io.Discard, b.rc, maxDrain)
+	rc.SetReadDeadline(time.Time{})
 }
 
 // resolve asks the resolver, unless it said recently that the sandbox does
