@@ -45,6 +45,8 @@ func envCodeFor(language string) envCode {
 		return jsEnv{}
 	case "r":
 		return rEnv{}
+	case "java":
+		return javaEnv{}
 	}
 	return nil
 }
@@ -154,4 +156,70 @@ func (rEnv) push(env map[string]string) string {
 
 func (rEnv) pop([]string) string {
 	return "for (.k in names(.cube_saved_env)) { if (is.na(.cube_saved_env[[.k]])) Sys.unsetenv(.k) else do.call(Sys.setenv, setNames(list(.cube_saved_env[[.k]]), .k)) }\nrm(.cube_saved_env, .k)\n"
+}
+
+// javaEnv writes environment variables as system properties, which is how
+// E2B's Java kernel shows them (a JVM cannot change its own environment).
+// Each snippet is one statement, so JShell compiles it once, and declares
+// nothing in the user's namespace: push keeps a variable's previous value
+// in the property cube.saved-env.NAME until pop puts it back.
+type javaEnv struct{}
+
+// javaString quotes s as a Java string literal. Control characters are
+// octal escapes: a \u escape would be decoded before the literal is
+// lexed, so \u000a would end the line inside it.
+func javaString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\%03o", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// javaPairs is a String[][] literal of the variables, sorted by name.
+func javaPairs(env map[string]string) string {
+	var b strings.Builder
+	b.WriteString("new String[][] {")
+	for i, k := range sortedKeys(env) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "{%s, %s}", javaString(k), javaString(env[k]))
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+func (javaEnv) set(env map[string]string) string {
+	return "for (String[] cubeKv : " + javaPairs(env) + ") System.setProperty(cubeKv[0], cubeKv[1]);"
+}
+
+func (javaEnv) push(env map[string]string) string {
+	return "for (String[] cubeKv : " + javaPairs(env) + ") { String cubeOld = System.getProperty(cubeKv[0]); " +
+		"if (cubeOld != null) System.setProperty(\"cube.saved-env.\" + cubeKv[0], cubeOld); System.setProperty(cubeKv[0], cubeKv[1]); }"
+}
+
+func (javaEnv) pop(keys []string) string {
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = javaString(k)
+	}
+	return "for (String cubeK : new String[] {" + strings.Join(quoted, ", ") + "}) { String cubeOld = System.clearProperty(\"cube.saved-env.\" + cubeK); " +
+		"if (cubeOld == null) System.clearProperty(cubeK); else System.setProperty(cubeK, cubeOld); }"
 }
