@@ -2,10 +2,12 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -32,6 +34,19 @@ type Config struct {
 	// once; default 256.
 	MaxConns int
 	Logger   *slog.Logger
+
+	// CA issues the certificates the Filter answers a sandbox's TLS with
+	// for hosts that have rules (see OpenCA). Without one, a policy with
+	// rules is refused.
+	CA *CA
+	// UpstreamRoots verifies the destinations of intercepted connections;
+	// nil: the host's trust store.
+	UpstreamRoots *x509.CertPool
+	// Secrets resolves a rule's ${e2b.secrets.<ref>} placeholder, by name
+	// or ID, when a request leaves. nil: every placeholder fails.
+	Secrets func(ref string) (string, error)
+	// Audit receives every audit event (see Event); it must not block.
+	Audit func(Event)
 }
 
 // Filter judges the names in sandboxes' DNS queries and web connections
@@ -41,8 +56,9 @@ type Config struct {
 // from, and SO_ORIGINAL_DST tells where it was going. It connects and
 // resolves from the host's own network namespace.
 type Filter struct {
-	cfg Config
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
 
 	mu     sync.Mutex
 	slots  map[string]*slotFilter // by gateway netns path
@@ -72,7 +88,7 @@ func NewFilter(cfg Config) (*Filter, error) {
 	if !cfg.Resolver.IsValid() {
 		cfg.Resolver = hostResolver()
 	}
-	f := &Filter{cfg: cfg, log: cfg.Logger.With("component", "egress"), slots: map[string]*slotFilter{}}
+	f := &Filter{cfg: cfg, log: cfg.Logger.With("component", "egress"), metrics: newMetrics(), slots: map[string]*slotFilter{}}
 	if !current.CompareAndSwap(nil, f) {
 		return nil, errors.New("egress: a Filter is already running in this process")
 	}
@@ -158,6 +174,9 @@ func apply(f *Filter, slot *netslot.Slot, p Policy) error {
 	if r.hasNames() {
 		if f == nil {
 			return errors.New("egress: domain rules need a running Filter (egress.NewFilter)")
+		}
+		if !r.transforms.empty() && f.cfg.CA == nil {
+			return errors.New("egress: network rules need the Filter's CA (egress.Config.CA)")
 		}
 		// The listeners must be up before the rules point at them.
 		if undo, err = f.register(slot, fd, r); err != nil {
@@ -269,6 +288,17 @@ type slotFilter struct {
 	conns  map[*proxied]struct{}
 	closed bool
 	wg     sync.WaitGroup
+
+	tOnce sync.Once
+	t     *http.Transport // see transport
+}
+
+// owner is the sandbox the slot's current policy is for.
+func (s *slotFilter) owner() string {
+	if r := s.rules.Load(); r != nil {
+		return r.owner
+	}
+	return ""
 }
 
 func (f *Filter) newSlotFilter(slot *netslot.Slot, fd int, id netnsID) (*slotFilter, error) {
@@ -326,6 +356,9 @@ func (s *slotFilter) close() {
 		p.close()
 	}
 	s.wg.Wait()
+	if s.t != nil {
+		s.t.CloseIdleConnections()
+	}
 }
 
 // track remembers an open connection so a policy change or close can cut

@@ -34,6 +34,11 @@ type Policy struct {
 	AllowInternet bool
 	// AllowOut and DenyOut are CIDRs, IPs or domain names.
 	AllowOut, DenyOut []string
+	// Rules transform requests to matching hosts (E2B's network.rules):
+	// keys are names or *. wildcards; see Rule. Rules grant no access.
+	Rules map[string][]Rule
+	// Owner names the sandbox in the Filter's audit events.
+	Owner string
 }
 
 // Open is the policy of a sandbox created without any network settings.
@@ -60,6 +65,8 @@ func Validate(p Policy) error {
 type rules struct {
 	allowNets, denyNets   []netip.Prefix
 	allowNames, denyNames []namePattern
+	transforms            *transforms
+	owner                 string
 }
 
 // namePattern is an exact name or, with wildcard, every name below suffix.
@@ -111,6 +118,11 @@ func compile(p Policy) (*rules, error) {
 	if !p.AllowInternet {
 		r.denyNets = append(r.denyNets, netip.MustParsePrefix(allTrafficV4))
 	}
+	t, err := compileRules(p.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	r.transforms, r.owner = t, p.Owner
 	return r, nil
 }
 
@@ -221,16 +233,22 @@ const (
 func (r *rules) tag() []byte {
 	h := sha256.New()
 	fmt.Fprintf(h, "egress/1 %v %v %v %v", r.allowNets, r.denyNets, r.allowNames, r.denyNames)
+	if !r.transforms.empty() {
+		// Rules need the web redirect even without domain entries.
+		fmt.Fprint(h, " intercept")
+	}
 	return fmt.Appendf(nil, "egress/1 %x", h.Sum(nil)[:16])
 }
 
-// hasNames reports whether any domain entry exists, which is when the
-// sandbox's DNS and web traffic must go through the Filter.
-func (r *rules) hasNames() bool { return len(r.allowNames)+len(r.denyNames) > 0 }
+// hasNames reports whether any domain entry or rule exists, which is when
+// the sandbox's DNS and web traffic must go through the Filter.
+func (r *rules) hasNames() bool {
+	return len(r.allowNames)+len(r.denyNames) > 0 || !r.transforms.empty()
+}
 
-// open reports whether the policy restricts nothing.
+// open reports whether the policy restricts and transforms nothing.
 func (r *rules) open() bool {
-	return len(r.allowNets)+len(r.denyNets)+len(r.allowNames)+len(r.denyNames) == 0
+	return len(r.allowNets)+len(r.denyNets)+len(r.allowNames)+len(r.denyNames) == 0 && r.transforms.empty()
 }
 
 // denyAll reports whether everything not allowed is denied.

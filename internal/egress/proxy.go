@@ -58,6 +58,15 @@ func (p *proxied) connect(name string, target netip.AddrPort, up net.Conn) bool 
 	return true
 }
 
+// decide records the decision for a connection the Filter serves itself
+// (no upstream connection of its own); false if it was closed meanwhile.
+func (p *proxied) decide(name string, target netip.AddrPort) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.name, p.target = name, target
+	return !p.closed
+}
+
 func (p *proxied) decision() (string, netip.AddrPort) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -115,14 +124,28 @@ func (s *slotFilter) handle(c *net.TCPConn) {
 	name := peekName(rec)
 	c.SetReadDeadline(time.Time{})
 
-	target, err := s.f.choose(s.rules.Load(), name, orig)
+	r := s.rules.Load()
+	target, err := s.f.choose(r, name, orig)
+	kind := "tcp"
+	switch {
+	case isTLSStart(rec.buf):
+		kind = "tls"
+	case isHTTPStart(rec.buf):
+		kind = "http"
+	}
 	if err != nil {
 		s.log.Debug("egress connection denied", "name", name, "to", orig.String(), "reason", err.Error())
+		s.f.record(kind, Event{Owner: r.owner, Decision: Denied, Name: name, Dest: orig, Reason: err.Error()})
+		return
+	}
+	if kind != "tcp" && r.transforms.match(name) != nil {
+		s.intercept(p, c, rec.buf, name, target, kind == "tls")
 		return
 	}
 	up, err := net.DialTimeout("tcp4", target.String(), dialTimeout)
 	if err != nil {
 		s.log.Debug("egress connection failed", "name", name, "to", target.String(), "err", err)
+		s.f.record(kind, Event{Owner: r.owner, Decision: Failed, Name: name, Dest: target, Reason: err.Error()})
 		return
 	}
 	if !p.connect(name, target, up) {
@@ -135,7 +158,9 @@ func (s *slotFilter) handle(c *net.TCPConn) {
 	if _, err := up.Write(rec.buf); err != nil {
 		return
 	}
-	splice(c, up.(*net.TCPConn))
+	out, in := splice(c, up.(*net.TCPConn))
+	s.f.record(kind, Event{Owner: r.owner, Decision: Allowed, Name: name, Dest: target,
+		BytesOut: out + int64(len(rec.buf)), BytesIn: in})
 }
 
 // stillAllowed judges an open connection by rules r again.
@@ -343,16 +368,18 @@ func (c readOnlyConn) SetDeadline(time.Time) error      { return nil }
 func (c readOnlyConn) SetReadDeadline(time.Time) error  { return nil }
 func (c readOnlyConn) SetWriteDeadline(time.Time) error { return nil }
 
-// splice copies both ways until both are done, passing half-closes on.
-func splice(a, b *net.TCPConn) {
+// splice copies both ways until both are done, passing half-closes on,
+// and returns the bytes copied from a to b and from b to a.
+func splice(a, b *net.TCPConn) (aToB, bToA int64) {
 	var wg sync.WaitGroup
 	wg.Add(2)
-	pipe := func(dst, src *net.TCPConn) {
+	pipe := func(dst, src *net.TCPConn, n *int64) {
 		defer wg.Done()
-		io.Copy(dst, src)
+		*n, _ = io.Copy(dst, src)
 		dst.CloseWrite()
 	}
-	go pipe(a, b)
-	go pipe(b, a)
+	go pipe(a, b, &bToA)
+	go pipe(b, a, &aToB)
 	wg.Wait()
+	return aToB, bToA
 }

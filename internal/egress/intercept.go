@@ -1,0 +1,220 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Interception, for hosts with rules: the Filter reads the sandbox's HTTP
+// requests itself (answering its TLS with a certificate from the node's
+// egress CA), applies the host's rule set to each, and sends it on over a
+// connection of its own, TLS verified against the host's trust store (or
+// Config.UpstreamRoots) for the name the sandbox asked for. A destination
+// whose certificate does not verify gets the sandbox a 502, never a
+// silently accepted connection.
+
+// Timeouts of intercepted connections.
+const (
+	interceptIdle    = 90 * time.Second // between a client's requests
+	handshakeTimeout = 10 * time.Second
+	upstreamHeaders  = 60 * time.Second // for a destination's response headers
+)
+
+// ctxKey carries the connection's chosen target to the transport's dialer.
+type ctxKey struct{}
+
+// transport is one slot's client for intercepted requests; its pooled
+// connections are that sandbox's own.
+func (s *slotFilter) transport() *http.Transport {
+	s.tOnce.Do(func() {
+		s.t = &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				target, _ := ctx.Value(ctxKey{}).(netip.AddrPort)
+				if !target.IsValid() {
+					return nil, errors.New("no target")
+				}
+				d := net.Dialer{Timeout: dialTimeout}
+				return d.DialContext(ctx, "tcp4", target.String())
+			},
+			TLSClientConfig:       &tls.Config{RootCAs: s.f.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+			TLSHandshakeTimeout:   handshakeTimeout,
+			ResponseHeaderTimeout: upstreamHeaders,
+			MaxIdleConnsPerHost:   4,
+			IdleConnTimeout:       interceptIdle,
+			// Never a proxy from the host's environment: the Filter connects
+			// to the address it chose, nothing else.
+			Proxy: nil,
+		}
+	})
+	return s.t
+}
+
+// intercept serves the HTTP requests of connection c (whose first bytes,
+// already read, are peeked) to host name at target, applying the rules in
+// force for name to each request.
+func (s *slotFilter) intercept(p *proxied, c net.Conn, peeked []byte, name string, target netip.AddrPort, isTLS bool) {
+	if !p.decide(name, target) {
+		return
+	}
+	kind := "http"
+	var conn net.Conn = &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(peeked), c)}
+	if isTLS {
+		kind = "tls"
+		leaf, err := s.f.cfg.CA.leaf(name)
+		if err != nil {
+			s.f.record(kind, Event{Owner: s.owner(), Decision: Failed, Name: name, Dest: target, Reason: "issue certificate: " + err.Error()})
+			return
+		}
+		tc := tls.Server(conn, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}})
+		tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			s.f.record(kind, Event{Owner: s.owner(), Decision: Failed, Name: name, Dest: target,
+				Reason: "the sandbox did not accept the egress certificate: " + err.Error()})
+			return
+		}
+		tc.SetDeadline(time.Time{})
+		conn = tc
+	}
+	scheme := "http"
+	if isTLS {
+		scheme = "https"
+	}
+	host := name
+	if def := map[bool]uint16{false: 80, true: 443}[isTLS]; target.Port() != def {
+		host = net.JoinHostPort(name, strconv.Itoa(int(target.Port())))
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, target))
+	defer cancel()
+	br := bufio.NewReader(conn)
+	for {
+		conn.SetReadDeadline(time.Now().Add(interceptIdle))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		conn.SetReadDeadline(time.Time{})
+		if !s.serveRequest(ctx, conn, req, name, scheme, host, target) {
+			return
+		}
+	}
+}
+
+// serveRequest forwards one request and writes its answer; false when the
+// connection must end.
+func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, req *http.Request, name, scheme, host string, target netip.AddrPort) bool {
+	ev := Event{Owner: s.owner(), Name: name, Dest: target, Method: req.Method, Path: req.URL.Path}
+	defer req.Body.Close()
+	if got := normalizeHost(req.Host); got != name {
+		ev.Decision, ev.Status, ev.Reason = Denied, http.StatusMisdirectedRequest, fmt.Sprintf("request for %q on a connection for %q", req.Host, name)
+		s.f.record("request", ev)
+		writeStatus(conn, http.StatusMisdirectedRequest, "egress: this connection is for "+name+"; open a new one for "+req.Host)
+		return false
+	}
+	out := req.Clone(ctx)
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host, out.Host = scheme, host, req.Host
+	for _, h := range []string{"Connection", "Proxy-Connection", "Keep-Alive", "Te", "Trailer", "Upgrade", "Proxy-Authorization"} {
+		out.Header.Del(h)
+	}
+	out.Close = false
+	body := &countReader{r: req.Body}
+	if req.ContentLength != 0 {
+		out.Body = body
+	} else {
+		out.Body = nil
+	}
+	ev.Decision = Allowed
+	if hr := s.rules.Load().transforms.match(name); hr != nil {
+		set, err := hr.apply(out.Header, s.f.cfg.Secrets)
+		ev.Rule, ev.Headers = hr.key, set
+		if err != nil {
+			ev.Decision, ev.Status, ev.Reason = Failed, http.StatusBadGateway, "rule "+hr.key+": "+err.Error()
+			s.f.record("request", ev)
+			writeStatus(conn, http.StatusBadGateway, "egress: rule "+hr.key+" cannot be applied: "+err.Error())
+			return false
+		}
+		ev.Decision = Transformed
+	}
+	resp, err := s.transport().RoundTrip(out)
+	ev.BytesOut = body.n.Load()
+	if err != nil {
+		ev.Decision, ev.Status, ev.Reason = Failed, http.StatusBadGateway, err.Error()
+		s.f.record("request", ev)
+		writeStatus(conn, http.StatusBadGateway, fmt.Sprintf("egress: %s: %v", name, err))
+		return false
+	}
+	defer resp.Body.Close()
+	ev.Status = resp.StatusCode
+	cw := &countWriter{w: conn}
+	resp.Close = resp.Close || req.Close
+	err = resp.Write(cw)
+	ev.BytesIn = cw.n
+	if err != nil {
+		ev.Reason = "writing the answer: " + err.Error()
+	}
+	s.f.record("request", ev)
+	return err == nil && !resp.Close
+}
+
+// writeStatus answers a request the Filter itself refuses, and closes.
+func writeStatus(w io.Writer, code int, msg string) {
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
+		code, http.StatusText(code), len(msg)+1, msg)
+}
+
+// replayConn reads the bytes the Filter peeked before the rest.
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+type countReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *countReader) Close() error { return nil }
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// isTLSStart reports whether a connection's first bytes are a TLS
+// handshake record.
+func isTLSStart(b []byte) bool { return len(b) > 0 && b[0] == 0x16 }
+
+// isHTTPStart reports whether they look like an HTTP/1 request line.
+func isHTTPStart(b []byte) bool {
+	i := bytes.IndexByte(b, ' ')
+	if i <= 0 {
+		return false
+	}
+	return strings.ToUpper(string(b[:i])) == string(b[:i])
+}
