@@ -41,6 +41,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB, DiskSizeMB: tpl.DiskSizeMB,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, EnvdToken: id.Token(32),
 		AutoPause: req.AutoPause, AutoResume: req.AutoResume,
+		AutoPauseFilesOnly: req.AutoPause && !req.AutoPauseMemory,
 	}
 	if req.CPUCount > 0 {
 		rec.CPUCount = req.CPUCount

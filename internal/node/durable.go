@@ -55,6 +55,12 @@ func fsyncPath(path string) error {
 // syncs it; publishImage then gives it its final name. op names the
 // operation in errors. On failure the .tmp is removed.
 func (n *Node) writeImage(ctx context.Context, sb runtime.Sandbox, dir string, leaveRunning bool, op string) (string, string, error) {
+	return n.writeImageWith(ctx, dir, op, func(tmp string) error { return sb.Checkpoint(ctx, tmp, leaveRunning) })
+}
+
+// writeImageWith is writeImage with save writing the image into the
+// directory it is given: a checkpoint, or a sandbox's files alone.
+func (n *Node) writeImageWith(ctx context.Context, dir, op string, save func(tmp string) error) (string, string, error) {
 	tmp := dir + ".tmp"
 	// What an attempt that failed or crashed left.
 	if err := os.RemoveAll(tmp); err != nil {
@@ -64,7 +70,7 @@ func (n *Node) writeImage(ctx context.Context, sb runtime.Sandbox, dir string, l
 	defer n.cleanUp(&c, op, "dir", tmp)
 	c.Add(func() error { return os.RemoveAll(tmp) })
 	at := time.Now()
-	if err := sb.Checkpoint(ctx, tmp, leaveRunning); err != nil {
+	if err := save(tmp); err != nil {
 		return "", "", diskError(op, err)
 	}
 	at = n.tel.phase(op, "checkpoint", at)
@@ -102,14 +108,25 @@ func publishImage(tmp, dir string) error {
 // imageIntact reports whether dir holds a complete image whose checksum
 // is sum.
 func imageIntact(dir, sum string) bool {
-	if dir == "" || sum == "" {
-		return false
-	}
-	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+	if dir == "" || sum == "" || !imageComplete(dir) {
 		return false
 	}
 	got, err := imageChecksum(dir)
 	return err == nil && got == sum
+}
+
+// imageComplete reports whether dir holds an image's last-written file:
+// a checkpoint's kernel state, or a files image (runtime.FilesImage).
+func imageComplete(dir string) bool {
+	if dir == "" {
+		return false
+	}
+	for _, name := range []string{"checkpoint.img", runtime.FilesImage} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // imageChecksum fingerprints a checkpoint image: the kernel state and

@@ -282,7 +282,7 @@ func TestFakeWarmPoolHandsOutAndRefills(t *testing.T) {
 func TestFakeReaperKillsOrPausesExpiredSandboxes(t *testing.T) {
 	n := newFake(t, nodefake.Options{})
 	expired := fakeCreate(t, n, cube.CreateRequest{Timeout: time.Millisecond})
-	pauses := fakeCreate(t, n, cube.CreateRequest{Timeout: time.Millisecond, AutoPause: true})
+	pauses := fakeCreate(t, n, cube.CreateRequest{Timeout: time.Millisecond, AutoPause: true, AutoPauseMemory: true})
 	lives := fakeCreate(t, n, cube.CreateRequest{Timeout: time.Hour})
 	expiredC, _ := served(t, n, expired.ID)
 	pausesC, _ := served(t, n, pauses.ID)
@@ -301,7 +301,7 @@ func TestFakeReaperKillsOrPausesExpiredSandboxes(t *testing.T) {
 
 	// A sandbox that cannot be paused is killed at its end time.
 	n.Runtime.Fail(nodefake.OpPause, errors.New("frozen solid"))
-	stuck := fakeCreate(t, n, cube.CreateRequest{Timeout: time.Millisecond, AutoPause: true})
+	stuck := fakeCreate(t, n, cube.CreateRequest{Timeout: time.Millisecond, AutoPause: true, AutoPauseMemory: true})
 	eventually(t, "the reaper kills the sandbox it could not pause", func() bool {
 		_, err := n.GetSandbox(fctx(t), stuck.ID)
 		return cube.KindOf(err) == cube.NotFound

@@ -90,7 +90,7 @@ func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image stri
 	// Nothing of the parent's place on the host: a crash before the child
 	// runs must not make reconcile remove the parent's container.
 	child.ContainerID, child.Slot, child.HostAddr = "", -1, ""
-	child.PauseImageTarget, child.PauseChecksum = "", ""
+	child.PauseImageTarget, child.PauseChecksum, child.PauseFilesOnly = "", "", false
 	inst := n.track(child.ID, stateCreating)
 	defer inst.mu.Unlock()
 	if err := n.start(ctx, inst, &child, child.Boot, image, parent.EnvdToken); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -16,9 +15,9 @@ import (
 
 // PauseSandbox pauses a running sandbox: at once in memory, and written
 // to disk (memory and files, freeing its memory and network slot) a
-// little later unless it is resumed first. keepMemory false is accepted
-// and treated like true: a sandbox's files live in its memory, so they are
-// saved together.
+// little later unless it is resumed first. With keepMemory false only its
+// files are kept, written to disk before PauseSandbox returns; a resume
+// then boots the template afresh with them (see pauseAs).
 func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bool) error {
 	inst, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
@@ -28,10 +27,34 @@ func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bo
 	if inst.state.paused() {
 		return cube.Errorf(cube.Conflict, "Error pausing sandbox - sandbox '%s' is already paused", sandboxID)
 	}
-	if err := n.pause(ctx, inst, rec); err != nil {
+	if err := n.pauseAs(ctx, inst, rec, !keepMemory); err != nil {
 		return err
 	}
 	n.event(sandboxID, "info", "paused")
+	return nil
+}
+
+// pauseAs pauses a running sandbox, keeping its memory or (filesOnly)
+// its files alone. A files-only pause writes the files out at once and
+// frees the container and slot: nothing of the sandbox's memory is worth
+// keeping frozen. If that write fails the sandbox is thawed and runs on,
+// so a failed pause loses nothing. The caller holds its lock.
+func (n *Node) pauseAs(ctx context.Context, inst *instance, rec *store.Sandbox, filesOnly bool) error {
+	if !filesOnly {
+		return n.pause(ctx, inst, rec)
+	}
+	if err := n.freeze(ctx, inst, rec, true); err != nil {
+		return err
+	}
+	if err := n.writeOutLocked(ctx, inst, rec); err != nil {
+		if rerr := n.resume(context.WithoutCancel(ctx), inst, rec); rerr != nil {
+			// Still frozen and recorded as paused: the usual write-out
+			// keeps its files on disk.
+			n.log.Warn("thaw after a failed files-only pause", "sandbox", rec.ID, "err", rerr)
+			n.scheduleWriteOut(inst, rec.PausedAt)
+		}
+		return fmt.Errorf("pause: save the sandbox's files: %w", err)
+	}
 	return nil
 }
 
@@ -39,6 +62,16 @@ func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bo
 // the write-out to disk follows after PauseWriteDelay. The caller holds
 // its lock.
 func (n *Node) pause(ctx context.Context, inst *instance, rec *store.Sandbox) error {
+	if err := n.freeze(ctx, inst, rec, false); err != nil {
+		return err
+	}
+	n.scheduleWriteOut(inst, rec.PausedAt)
+	return nil
+}
+
+// freeze stops a running sandbox's processes and records it as paused,
+// and whether its pause keeps files only. The caller holds its lock.
+func (n *Node) freeze(ctx context.Context, inst *instance, rec *store.Sandbox, filesOnly bool) error {
 	if err := inst.requireState("pause", stateRunning); err != nil {
 		return err
 	}
@@ -53,13 +86,13 @@ func (n *Node) pause(ctx context.Context, inst *instance, rec *store.Sandbox) er
 	c.Add(func() error { return box.sb.Resume(context.WithoutCancel(ctx)) })
 	n.changeState(inst, rec, statePaused)
 	c.Add(func() error { n.changeState(inst, rec, stateRunning); return nil })
-	rec.PausedAt = time.Now().UTC()
+	rec.PausedAt, rec.PauseFilesOnly = time.Now().UTC(), filesOnly
+	c.Add(func() error { rec.PausedAt, rec.PauseFilesOnly = time.Time{}, false; return nil })
 	if err := n.save(ctx, rec); err != nil {
 		return err
 	}
 	n.tel.phase("pause", "record", at)
 	c.Release()
-	n.scheduleWriteOut(inst, rec.PausedAt)
 	return nil
 }
 
@@ -107,6 +140,7 @@ func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) e
 	}
 	rec.EndAt = rec.EndAt.Add(paused)
 	rec.PauseImage, rec.PauseChecksum, rec.PauseImageTarget, rec.PausedAt = "", "", "", time.Time{}
+	rec.PauseFilesOnly = false
 	if err := n.save(ctx, rec); err != nil {
 		return err
 	}
@@ -143,7 +177,11 @@ func (n *Node) resumeFromDisk(ctx context.Context, inst *instance, rec *store.Sa
 	if err := n.save(ctx, rec); err != nil {
 		return "", err
 	}
-	box, err := n.launch(ctx, rec, rec.Boot, image, rec.EnvdToken)
+	launch := n.launch
+	if rec.PauseFilesOnly {
+		launch = n.bootWithFiles
+	}
+	box, err := launch(ctx, rec, rec.Boot, image, rec.EnvdToken)
 	if err != nil {
 		return "", fmt.Errorf("resume: %w", err)
 	}
@@ -161,7 +199,7 @@ func (n *Node) resumeFromDisk(ctx context.Context, inst *instance, rec *store.Sa
 // verifyPauseImage checks a paused sandbox's image against the checksum
 // taken when it was written.
 func verifyPauseImage(rec *store.Sandbox) error {
-	if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err != nil {
+	if !imageComplete(rec.PauseImage) {
 		return fmt.Errorf("the pause image of sandbox %q is missing on disk; it cannot be resumed: kill it with `cubemastercli rm %s`", rec.ID, rec.ID)
 	}
 	if rec.PauseChecksum == "" {

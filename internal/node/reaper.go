@@ -72,7 +72,7 @@ func (n *Node) expire(ctx context.Context, sandboxID string) {
 		return // changed meanwhile
 	}
 	if rec.AutoPause {
-		if err := n.pause(ctx, inst, rec); err != nil {
+		if err := n.pauseAs(ctx, inst, rec, rec.AutoPauseFilesOnly); err != nil {
 			n.log.Warn("auto-pause failed; killing", "sandbox", sandboxID, "err", err)
 		} else {
 			n.event(sandboxID, "info", "paused at end of timeout")

@@ -69,7 +69,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 					continue
 				}
 			}
-			if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err == nil {
+			if imageComplete(rec.PauseImage) {
 				n.log.Info("reconcile: keeping paused sandbox", "sandbox", rec.ID)
 				n.trackOnDisk(rec.ID)
 				keepDir[rec.ID] = true
@@ -79,7 +79,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 			n.forget(ctx, rec)
 		case stateResuming:
 			if rec.PauseImage != "" {
-				if _, err := os.Stat(filepath.Join(rec.PauseImage, "checkpoint.img")); err == nil {
+				if imageComplete(rec.PauseImage) {
 					rec.State, rec.Slot, rec.HostAddr, rec.ContainerID = store.Paused, -1, "", ""
 					if err := n.save(ctx, rec); err != nil {
 						// Read as resuming again at the next start, and

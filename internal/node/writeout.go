@@ -58,6 +58,13 @@ func (n *Node) writeOut(ctx context.Context, inst *instance, pausedAt time.Time)
 	if rec.State != store.Paused || !rec.PausedAt.Equal(pausedAt) {
 		return nil
 	}
+	return n.writeOutLocked(ctx, inst, rec)
+}
+
+// writeOutLocked is writeOut's work, for a sandbox the caller holds
+// locked and paused in memory. The image holds memory and files, or the
+// files alone when the pause keeps no memory.
+func (n *Node) writeOutLocked(ctx context.Context, inst *instance, rec *store.Sandbox) error {
 	box := inst.box
 	var c cleanup
 	defer n.cleanUp(&c, "write out", "sandbox", rec.ID)
@@ -69,7 +76,11 @@ func (n *Node) writeOut(ctx context.Context, inst *instance, pausedAt time.Time)
 		return err
 	}
 	fault.Point(fault.PauseAfterIntent)
-	tmp, sum, err := n.writeImage(ctx, box.sb, dir, true, "pause")
+	save := func(tmp string) error { return box.sb.Checkpoint(ctx, tmp, true) }
+	if rec.PauseFilesOnly {
+		save = func(tmp string) error { return box.sb.SaveFiles(ctx, tmp) }
+	}
+	tmp, sum, err := n.writeImageWith(ctx, dir, "pause", save)
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,15 @@ type Spec struct {
 	MemoryMB int
 	// Hostname seen inside.
 	Hostname string
+	// Files is a file written by Sandbox.SaveFiles. A Boot starts with it
+	// as the writable layer over Rootfs: the sandbox's files are back,
+	// its memory is not (a fresh kernel, a fresh boot ID).
+	Files string
 }
+
+// FilesImage is the one file of an image that holds a sandbox's files
+// without its memory: what Sandbox.SaveFiles writes into a directory.
+const FilesImage = "files.tar"
 
 // AgentMount is where Spec.AgentDir appears inside every sandbox.
 const AgentMount = "/.cube"
@@ -94,6 +102,11 @@ type Sandbox interface {
 	// (uncompressed). With leaveRunning the sandbox continues afterwards;
 	// otherwise it is gone when Checkpoint returns.
 	Checkpoint(ctx context.Context, dir string, leaveRunning bool) error
+	// SaveFiles writes the sandbox's writable layer (its changes to the
+	// root filesystem, whiteouts of deleted files included; not its
+	// memory) to dir/FilesImage. The sandbox stays as it is, running or
+	// paused.
+	SaveFiles(ctx context.Context, dir string) error
 	// Pause freezes every process; Resume thaws them.
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error

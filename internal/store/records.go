@@ -44,9 +44,12 @@ type Sandbox struct {
 	EnvdToken    string            `json:"envdToken"`
 	TrafficToken string            `json:"trafficToken,omitempty"`
 
-	AutoPause  bool   `json:"autoPause,omitempty"`
-	AutoResume bool   `json:"autoResume,omitempty"`
-	Network    []byte `json:"network,omitempty"` // the create request's network settings, as sent
+	AutoPause bool `json:"autoPause,omitempty"`
+	// AutoPauseFilesOnly makes the pause at the end of the timeout keep
+	// files only (E2B's autoPauseMemory false).
+	AutoPauseFilesOnly bool   `json:"autoPauseFilesOnly,omitempty"`
+	AutoResume         bool   `json:"autoResume,omitempty"`
+	Network            []byte `json:"network,omitempty"` // the create request's network settings, as sent
 	// PauseImage is the checkpoint directory of a sandbox paused on disk,
 	// and PauseChecksum its imageChecksum, verified before a resume.
 	PauseImage    string `json:"pauseImage,omitempty"`
@@ -57,6 +60,10 @@ type Sandbox struct {
 	// was in flight and finishes it (the image is complete and matches
 	// PauseChecksum) or rolls it back to the frozen container.
 	PauseImageTarget string `json:"pauseImageTarget,omitempty"`
+	// PauseFilesOnly marks a pause that keeps the sandbox's files but not
+	// its memory (E2B's keepMemory false): its image is a files image, and
+	// a resume boots the template afresh with it.
+	PauseFilesOnly bool `json:"pauseFilesOnly,omitempty"`
 
 	// Boot is the template as it was when the sandbox was created: resume
 	// and rollback restore with its rootfs and agent even after the

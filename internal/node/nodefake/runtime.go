@@ -33,6 +33,7 @@ const (
 	OpRemove     Op = "remove"
 	OpCheckpoint Op = "checkpoint"
 	OpPause      Op = "pause"
+	OpSaveFiles  Op = "save-files"
 	OpResume     Op = "resume"
 	OpKill       Op = "kill"
 	OpStats      Op = "stats"
@@ -139,7 +140,12 @@ func (r *Runtime) Boot(ctx context.Context, spec runtime.Spec) (runtime.Sandbox,
 	if err := r.failing(OpBoot); err != nil {
 		return nil, err
 	}
-	return r.start(spec, "")
+	if spec.Files != "" {
+		if _, err := os.Stat(spec.Files); err != nil {
+			return nil, fmt.Errorf("fake runtime: boot with files: %w", err)
+		}
+	}
+	return r.start(spec, spec.Files)
 }
 
 func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) (runtime.Sandbox, error) {
@@ -258,6 +264,18 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 			delete(s.rt.containers, s.id)
 		}
 		return nil
+	})
+}
+
+// SaveFiles writes a small files image naming the container, so images
+// of different containers differ.
+func (s *Sandbox) SaveFiles(ctx context.Context, dir string) error {
+	return s.do(OpSaveFiles, func() error {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		img := fmt.Sprintf("fake files of container %s (restored from %q)\n", s.id, s.image)
+		return os.WriteFile(filepath.Join(dir, runtime.FilesImage), []byte(img), 0o600)
 	})
 }
 

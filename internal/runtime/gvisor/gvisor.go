@@ -16,10 +16,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,6 +47,8 @@ type Config struct {
 // Runtime is the gVisor implementation of runtime.Runtime.
 type Runtime struct {
 	cfg Config
+	// filesMu serialises boots with files: they share filesLink.
+	filesMu sync.Mutex
 }
 
 // New checks the configuration and returns a Runtime.
@@ -64,7 +68,11 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	return &Runtime{cfg: cfg}, nil
+	r := &Runtime{cfg: cfg}
+	if err := r.prepareFiles(); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // keeperBin is the binary console keepers run.
@@ -120,6 +128,11 @@ func mergeSpec(spec runtime.Spec, base *ociSpecT) ociSpecT {
 	merged.Linux.CgroupsPath = oci.Linux.CgroupsPath
 	merged.Linux.Resources = oci.Linux.Resources
 	merged.Annotations = oci.Annotations
+	if tar, ok := base.Annotations[annUpperTar]; ok {
+		// Booted with files: runsc wants the same annotation again.
+		merged.Annotations = maps.Clone(oci.Annotations)
+		merged.Annotations[annUpperTar] = tar
+	}
 	return merged
 }
 
@@ -197,6 +210,9 @@ func (r *Runtime) failed(id, dir string, w *os.File, op string, err error) error
 
 // Boot starts a fresh sandbox.
 func (r *Runtime) Boot(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	if spec.Files != "" {
+		return r.bootWithFiles(ctx, spec)
+	}
 	return r.start(ctx, spec, nil, "run", "--detach")
 }
 

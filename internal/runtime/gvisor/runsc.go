@@ -38,6 +38,10 @@ func (r Runsc) Flags(spec *runtime.Spec) []string {
 			overlay += ",size=" + strconv.Itoa(spec.WritableMB) + "m"
 		}
 		f = append(f, "--overlay2", overlay)
+		// runsc reads a writable layer's tar from the spec's annotation
+		// (files.go) only when told to; the path is Cube's own, never a
+		// user's. A restore of a sandbox booted so needs it too.
+		f = append(f, "--allow-rootfs-tar-annotation")
 		if spec.NetNS != "" {
 			f = append(f, "--network", "sandbox")
 		} else {

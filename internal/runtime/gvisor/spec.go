@@ -15,6 +15,9 @@ const (
 	annWritableMB   = "dev.cube.writable-mb"
 	annWritableRoot = "dev.cube.writable-root"
 	annNetNS        = "dev.cube.netns"
+	// annUpperTar is gVisor's own: the tar that the root overlay's
+	// writable layer starts with (runsc tar rootfs-upper wrote it).
+	annUpperTar = "dev.gvisor.tar.rootfs.upper"
 )
 
 // The OCI runtime spec, reduced to the fields Cube sets.
@@ -156,6 +159,9 @@ func ociSpec(s runtime.Spec) ociSpecT {
 	}
 	if s.WritableRoot {
 		spec.Annotations[annWritableRoot] = "true"
+	}
+	if s.Files != "" {
+		spec.Annotations[annUpperTar] = s.Files
 	}
 	spec.Process.Rlimits = []ociRlimit{
 		{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20},

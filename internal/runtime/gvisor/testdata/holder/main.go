@@ -99,6 +99,13 @@ func main() {
 		os.Stdout.Write(b)
 		return
 	}
+	if len(os.Args) > 2 && os.Args[1] == "rm" {
+		if err := os.Remove(os.Args[2]); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 2 && os.Args[1] == "ls" {
 		entries, err := os.ReadDir(os.Args[2])
 		if err != nil {
