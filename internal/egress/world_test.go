@@ -50,6 +50,10 @@ var testNames = map[string]netip.Addr{
 	"evil.example":    inetB,
 	"a.wild.example":  inetA,
 	"private.example": lanHost,
+	// Hosts of the rules tests (rules_test.go), served only there.
+	"api.rules.example":   rulesHost,
+	"plain.rules.example": rulesHost,
+	"bad.rules.example":   rulesBadHost,
 }
 
 type world struct {
