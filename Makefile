@@ -12,7 +12,7 @@ DEB_PACKAGES := iproute2 nftables iptables debootstrap procps curl ca-certificat
 
 GO_BINS := cube-server cubemastercli cube-bench
 
-.PHONY: all build run test deps template bench e2e proto clean
+.PHONY: all build run test deps template bench e2e proto clean console-assets
 
 all: build
 
@@ -36,6 +36,12 @@ bin/runsc: go.mod go.sum scripts/build-runsc.sh tools/seccompgen/main.go
 	GO=$(GO) ./scripts/build-runsc.sh $@
 
 FORCE:
+
+## console-assets: regenerate the web console's bundle (internal/webui/dist,
+## committed, embedded in cube-server) from web/console with the pinned
+## esbuild and uPlot (needs Node and the npm registry).
+console-assets:
+	./web/console/build.sh
 
 ## deps: Debian packages the service and its tests need (idempotent).
 deps:

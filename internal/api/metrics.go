@@ -16,6 +16,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	create   *prometheus.HistogramVec
+	ops      *prometheus.HistogramVec
 	handler  http.Handler
 }
 
@@ -34,9 +35,14 @@ func newMetrics(reg *prometheus.Registry, b cube.Backend) (*metrics, error) {
 			Help:    "Time to answer a sandbox creation, by result (ok or error).",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}, []string{"result"}),
+		ops: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cube_sandbox_operation_duration_seconds",
+			Help:    "Time to answer a successful sandbox lifecycle operation (op: pause, resume, connect, snapshot, clone, fork, rollback, kill).",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}, []string{"op"}),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.errors, m.create, &stateCollector{b: b}} {
+	for _, c := range []prometheus.Collector{m.requests, m.errors, m.create, m.ops, &stateCollector{b: b}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -44,11 +50,27 @@ func newMetrics(reg *prometheus.Registry, b cube.Backend) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) request(route string, status int) {
+// operations names the routes whose answer time is a lifecycle
+// operation's, as cube_sandbox_operation_duration_seconds labels them.
+var operations = map[string]string{
+	"POST /sandboxes/{sandboxID}/pause":      "pause",
+	"POST /sandboxes/{sandboxID}/resume":     "resume",
+	"POST /sandboxes/{sandboxID}/connect":    "connect",
+	"POST /v2/sandboxes/{sandboxID}/connect": "connect",
+	"POST /sandboxes/{sandboxID}/snapshots":  "snapshot",
+	"POST /sandboxes/{sandboxID}/clone":      "clone",
+	"POST /sandboxes/{sandboxID}/fork":       "fork",
+	"POST /sandboxes/{sandboxID}/rollback":   "rollback",
+	"DELETE /sandboxes/{sandboxID}":          "kill",
+}
+
+func (m *metrics) request(route string, status int, d time.Duration) {
 	code := strconv.Itoa(status)
 	m.requests.WithLabelValues(route, code).Inc()
 	if status >= 400 {
 		m.errors.WithLabelValues(route, code).Inc()
+	} else if op, ok := operations[route]; ok {
+		m.ops.WithLabelValues(op).Observe(d.Seconds())
 	}
 }
 

@@ -49,7 +49,7 @@ func (s *Server) observe(r *http.Request, rec *recorder, label string, d time.Du
 	if status == 0 {
 		status = http.StatusOK
 	}
-	s.metrics.request(label, status)
+	s.metrics.request(label, status, d)
 	attrs := []slog.Attr{
 		slog.String("method", r.Method),
 		slog.String("route", label),

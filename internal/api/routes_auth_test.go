@@ -31,6 +31,11 @@ var publicRoutes = map[string]string{
 	// the link's HMAC signature, bound to the template, hash and expiry,
 	// is its authority (checkUploadSignature).
 	"PUT " + UploadPath: "signed upload link",
+	// The web console's page, script and style hold no data: the browser
+	// needs them to show the sign-in form. What the console shows comes
+	// from keyed routes (GET /console/api/summary among them).
+	"GET /console":               "web console page",
+	"GET /console/assets/{file}": "web console script and style",
 }
 
 var pathParam = regexp.MustCompile(`\{[^}]+\}`)

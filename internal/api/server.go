@@ -67,6 +67,10 @@ type Config struct {
 	// without the API key. Empty picks 32 random bytes, so links die with
 	// the process; servers behind one address share a secret.
 	UploadSecret []byte
+	// Console answers the web console's routes (/console, its assets and
+	// /console/api/...); nil answers 404 there. The page and its assets
+	// are public, every /console/api route needs the key like any other.
+	Console http.Handler
 }
 
 // Defaults applied by NewServer.
@@ -161,6 +165,9 @@ func (s *Server) routes() []route {
 		{"GET", "/metrics", true, s.promMetrics},
 		{"GET", "/openapi.yml", true, s.openapi},
 		{"GET", "/tls/ca.pem", true, s.caCert},
+		{"GET", "/console", true, s.console},
+		{"GET", "/console/assets/{file}", true, s.console},
+		{"GET", "/console/api/summary", false, s.console},
 
 		{"POST", "/sandboxes", false, s.createSandbox(false)},
 		{"POST", "/v2/sandboxes", false, s.createSandbox(true)},

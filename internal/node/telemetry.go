@@ -45,7 +45,7 @@ var (
 // Collectors are the node's Prometheus metrics, for the server to
 // register.
 func (n *Node) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{n.tel.poolMisses, n.tel.phases, poolCollector{n}}
+	return []prometheus.Collector{n.tel.poolMisses, n.tel.phases, poolCollector{n}, &usageCollector{n: n}}
 }
 
 // poolCollector reads the pools' depths at scrape time.

@@ -30,6 +30,8 @@ import (
 	"cube/internal/runtime/gvisor"
 	"cube/internal/store"
 	"cube/internal/template"
+	"cube/internal/version"
+	"cube/internal/webui"
 )
 
 // Options are cube-server's settings.
@@ -258,9 +260,12 @@ func Run(ctx context.Context, o Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.Collectors()...)
+	reg.MustRegister(builder.Collectors()...)
 	apiSrv, err := api.NewServer(api.Config{
 		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: reported, CACert: caPEM,
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: reg,
+		Console: webui.New(webui.Config{Gatherer: reg, Version: version.Version, DataDir: o.DataDir,
+			Runtime: "gVisor (runsc, systrap platform)", MaxSandboxes: o.MaxSandboxes}),
 	}, backend{Node: nd, Builder: builder})
 	if err != nil {
 		return err

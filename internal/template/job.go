@@ -82,6 +82,7 @@ func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req c
 	}
 	t := &tracker{b: b, job: job}
 	err := b.build(b.ctx, t, tpl, src, req)
+	defer func() { buildEnded(job.CreatedAt, err) }()
 	ctx := context.Background()
 	now := time.Now().UTC()
 	if err == nil {

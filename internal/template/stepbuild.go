@@ -337,6 +337,7 @@ func (b *Builder) runStepBuild(sb *stepBuild) {
 	if err == nil {
 		err = b.publish(sb, tpl)
 	}
+	buildEnded(sb.job.CreatedAt, err)
 	if err != nil {
 		step := "finalize"
 		var se *stepError

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerates the console's bundle in internal/webui/dist from this
+# directory's sources (make console-assets). Pinned versions, lockfile,
+# no source maps and no dates: the same sources give the same bytes.
+set -euo pipefail
+cd "$(dirname "$0")"
+out=../../internal/webui/dist
+npm ci --no-audit --no-fund --silent
+mkdir -p "$out"
+npx esbuild src/main.js --bundle --format=esm --minify --target=es2020 --legal-comments=none --log-level=warning --outfile="$out/app.js"
+npx esbuild src/app.css --bundle --minify --legal-comments=none --log-level=warning --outfile="$out/app.css"
+cp index.html "$out/index.html"
+cp ../../docs/BENCHMARKS.md "$out/benchmarks.md"

@@ -1,0 +1,84 @@
+// Live line charts over time, drawn by uPlot. Each chart keeps its last
+// MAX_POINTS samples; pages push a sample at every poll. The latest
+// values are also written out as text, for screen readers and for
+// anyone who wants the number rather than the line.
+import uPlot from 'uplot'
+import { h } from './ui.js'
+
+const MAX_POINTS = 180
+const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c']
+
+export class TimeChart {
+  /**
+   * title names the chart; series are {label}; format turns a value into
+   * text (axis and legend); range, when given, fixes the y axis [min, max].
+   */
+  constructor (title, series, { format = (v) => String(v), range } = {}) {
+    this.format = format
+    this.series = series
+    this.data = [[], ...series.map(() => [])]
+    this.plot = h('div', { class: 'plot', role: 'img', 'aria-label': `${title}: no samples yet` })
+    this.latest = h('p', { class: 'latest' }, 'waiting for the first sample…')
+    this.el = h('figure', { class: 'chart', 'data-points': '0' }, h('figcaption', {}, title), this.plot, this.latest)
+    this.title = title
+    const fmt = (u, v) => v === null || v === undefined ? '–' : format(v)
+    this.u = new uPlot({
+      width: 320,
+      height: 170,
+      legend: { show: false },
+      cursor: { drag: { x: false, y: false } },
+      scales: { x: { time: true }, y: range ? { range } : { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
+      axes: [{}, { values: (u, vals) => vals.map((v) => fmt(u, v)), size: 70 }],
+      series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2, value: fmt }))],
+    }, this.data, this.plot)
+    this.resizer = new ResizeObserver(() => requestAnimationFrame(() => this.fit()))
+    this.resizer.observe(this.el)
+  }
+
+  fit () {
+    const w = Math.floor(this.el.clientWidth)
+    if (w > 0 && w !== this.u.width) this.u.setSize({ width: w, height: 170 })
+  }
+
+  /** Adds a sample at time t (Unix seconds); values are one per series. */
+  push (t, values) {
+    this.data[0].push(t)
+    values.forEach((v, i) => this.data[i + 1].push(v ?? null))
+    if (this.data[0].length > MAX_POINTS) this.data.forEach((col) => col.shift())
+    this.u.setData(this.data)
+    const text = this.series.map((s, i) => `${s.label} ${values[i] === null || values[i] === undefined ? '–' : this.format(values[i])}`).join(' · ')
+    this.latest.textContent = text
+    this.plot.setAttribute('aria-label', `${this.title}, latest: ${text}`)
+    this.el.dataset.points = String(this.data[0].length)
+  }
+
+  destroy () {
+    this.resizer.disconnect()
+    this.u.destroy()
+  }
+}
+
+/**
+ * The q-quantile of the observations between two cumulative histograms
+ * (Prometheus buckets: counts at or below each bound), interpolated
+ * within the bucket as histogram_quantile does. Null when nothing was
+ * observed in between.
+ */
+export function windowQuantile (prev, cur, q) {
+  if (!cur || !cur.bounds || !cur.bounds.length) return null
+  const buckets = cur.buckets.map((c, i) => c - (prev && prev.buckets ? prev.buckets[i] || 0 : 0))
+  const count = cur.count - (prev ? prev.count : 0)
+  if (count <= 0) return null
+  const rank = q * count
+  let lower = 0
+  let below = 0
+  for (let i = 0; i < cur.bounds.length; i++) {
+    if (buckets[i] >= rank) {
+      const inBucket = buckets[i] - below
+      return inBucket > 0 ? lower + (cur.bounds[i] - lower) * (rank - below) / inBucket : cur.bounds[i]
+    }
+    lower = cur.bounds[i]
+    below = buckets[i]
+  }
+  return cur.bounds[cur.bounds.length - 1]
+}
