@@ -200,6 +200,19 @@ describe('signed URLs', () => {
     assert.equal(await res.text(), 'still valid')
   })
 
+  test('a signed URL past its expiry is refused with E2B\'s message', async () => {
+    await sbx.files.write(`${home}/expired.txt`, 'too late')
+    const url = new URL(await sbx.downloadUrl(`${home}/expired.txt`, { useSignatureExpiration: 1 }))
+    const expires = Number(url.searchParams.get('signature_expiration'))
+    assert.ok(expires > 0, url.href)
+    while (Date.now() / 1000 <= expires + 1) await new Promise((r) => setTimeout(r, 200))
+    const res = await fetch(url, { headers: route() })
+    assert.ok(res.status === 401 || res.status === 403, `expired: ${res.status}`)
+    const body = await res.text()
+    assert.notEqual(body, 'too late')
+    assert.match(body, /signature is already expired/)
+  })
+
   test('a tampered signature or another path is refused', async () => {
     await sbx.files.write(`${home}/secret.txt`, 'secret')
     const url = new URL(await sbx.downloadUrl(`${home}/download.txt`))
