@@ -41,3 +41,14 @@ type Target struct {
 	// at the same address. Empty means Addr.
 	Upstream string
 }
+
+// TokenFinder finds a sandbox by its envd access token, for requests
+// that carry only something made with the token: a signed file URL, which
+// names no sandbox when the SDK routes by header (E2B_SANDBOX_URL) rather
+// than by host name. The node implements it; a Resolver without it leaves
+// such URLs unrouted.
+type TokenFinder interface {
+	// FindByToken returns the sandbox (running or paused) whose envd
+	// access token makes made true, if one does.
+	FindByToken(ctx context.Context, made func(token string) bool) (sandboxID string, ok bool)
+}

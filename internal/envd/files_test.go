@@ -335,28 +335,28 @@ func TestSignedURLs(t *testing.T) {
 	}
 	future := time.Now().Add(time.Hour).Unix()
 	past := time.Now().Add(-time.Minute).Unix()
-	if st := get(q(sn, files.Sign(sn, "read", user, token, 0), 0)); st != 200 {
+	if st := get(q(sn, protocol.SignFileURL(sn, "read", user, token, 0), 0)); st != 200 {
 		t.Fatalf("valid signature: %d", st)
 	}
-	if st := get(q(sn, files.Sign(sn, "read", user, token, future), future)); st != 200 {
+	if st := get(q(sn, protocol.SignFileURL(sn, "read", user, token, future), future)); st != 200 {
 		t.Fatalf("valid signature with expiry: %d", st)
 	}
-	if st := get(q(sn, files.Sign(sn, "read", user, token, past), past)); st != 401 {
+	if st := get(q(sn, protocol.SignFileURL(sn, "read", user, token, past), past)); st != 401 {
 		t.Fatalf("expired signature: %d", st)
 	}
-	if st := get(q(sn, files.Sign(sn, "read", user, "other-token", 0), 0)); st != 401 {
+	if st := get(q(sn, protocol.SignFileURL(sn, "read", user, "other-token", 0), 0)); st != 401 {
 		t.Fatalf("signature made with another token: %d", st)
 	}
-	if st := get(q(sn, files.Sign(sn, "write", user, token, 0), 0)); st != 401 {
+	if st := get(q(sn, protocol.SignFileURL(sn, "write", user, token, 0), 0)); st != 401 {
 		t.Fatalf("write signature used to read: %d", st)
 	}
-	if st := get(q(s.rel("other.txt"), files.Sign(sn, "read", user, token, 0), 0)); st != 401 {
+	if st := get(q(s.rel("other.txt"), protocol.SignFileURL(sn, "read", user, token, 0), 0)); st != 401 {
 		t.Fatalf("signature for another path: %d", st)
 	}
-	if st := get(q(sn, files.Sign(sn, "read", user, token, future), future+1)); st != 401 {
+	if st := get(q(sn, protocol.SignFileURL(sn, "read", user, token, future), future+1)); st != 401 {
 		t.Fatalf("signature with a doctored expiry: %d", st)
 	}
-	up := "/files?" + q(s.rel("up.txt"), files.Sign(s.rel("up.txt"), "write", user, token, future), future)
+	up := "/files?" + q(s.rel("up.txt"), protocol.SignFileURL(s.rel("up.txt"), "write", user, token, future), future)
 	if st, body, _ := s.do("POST", up, bytes.NewReader([]byte("via url")), map[string]string{"Content-Type": "application/octet-stream"}); st != 200 {
 		t.Fatalf("signed upload: %d %s", st, body)
 	}
@@ -364,7 +364,7 @@ func TestSignedURLs(t *testing.T) {
 		t.Fatalf("signed upload stored %q", b)
 	}
 	// The SDK's own shape: "v1_" + unpadded base64 of the sha256.
-	if sig := files.Sign("/a", "read", "user", "tok", 0); len(sig) != 3+43 || sig[:3] != "v1_" {
+	if sig := protocol.SignFileURL("/a", "read", "user", "tok", 0); len(sig) != 3+43 || sig[:3] != "v1_" {
 		t.Fatalf("signature shape %q", sig)
 	}
 }

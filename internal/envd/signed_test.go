@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"cube/internal/envd/files"
+	"cube/internal/envd/protocol"
 )
 
 // signedURL is /files for path, signed for user (left out of the query
 // when empty) with token.
 func signedURL(path, operation, user, token string, expires int64) string {
-	v := url.Values{"path": {path}, "signature": {files.Sign(path, operation, user, token, expires)}}
+	v := url.Values{"path": {path}, "signature": {protocol.SignFileURL(path, operation, user, token, expires)}}
 	if user != "" {
 		v.Set("username", user)
 	}

@@ -84,3 +84,20 @@ func (n *Node) Resume(ctx context.Context, sandboxID string, port int) (cube.Tar
 	}
 	return t, err
 }
+
+// FindByToken implements cube.TokenFinder: it tries made with the token of
+// every sandbox the store holds that is running or paused. Signed URLs
+// that name no sandbox are rare, and checking one is a hash per sandbox.
+func (n *Node) FindByToken(ctx context.Context, made func(token string) bool) (string, bool) {
+	all, err := n.store.Sandboxes().List(ctx)
+	if err != nil {
+		n.log.Warn("find sandbox by token", "err", err)
+		return "", false
+	}
+	for _, rec := range all {
+		if (rec.State == store.Running || rec.State == store.Paused) && rec.EnvdToken != "" && made(rec.EnvdToken) {
+			return rec.ID, true
+		}
+	}
+	return "", false
+}

@@ -274,8 +274,14 @@ func New(cfg Config, r Resolver) *Proxy {
 // the sandbox and port it names. A malformed route is still sandbox
 // traffic, so it gets the proxy's error rather than an API 404; its ID is
 // then as given and its port 0, which is what an access log can show of it.
+//
+// A signed file URL that names no sandbox is matched to the sandbox whose
+// token signed it (routeSigned), which then routes it.
 func (p *Proxy) Match(r *http.Request) (sandboxID string, port int, ok bool) {
 	rt, ok, _ := Match(r, p.cfg.Domain)
+	if !ok && p.routeSigned(r) {
+		rt, ok, _ = Match(r, p.cfg.Domain)
+	}
 	return rt.SandboxID, rt.Port, ok
 }
 

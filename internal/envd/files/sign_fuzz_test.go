@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"cube/internal/envd/protocol"
 )
 
 // FuzzVerify checks signature verification on arbitrary URL parameters: it
@@ -13,9 +15,9 @@ import (
 func FuzzVerify(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
 	f.Add("v1_x", "", "/home/user/a.txt", "read", "user", "tok", int64(0))
-	f.Add(Sign("a", "write", "root", "tok", 0), "", "a", "write", "root", "tok", int64(0))
-	f.Add(Sign("a", "read", "", "tok", now.Unix()+60), strconv.FormatInt(now.Unix()+60, 10), "a", "read", "", "tok", now.Unix()+60)
-	f.Add(Sign("a", "read", "u", "tok", now.Unix()-1), strconv.FormatInt(now.Unix()-1, 10), "a", "read", "u", "tok", now.Unix()-1)
+	f.Add(protocol.SignFileURL("a", "write", "root", "tok", 0), "", "a", "write", "root", "tok", int64(0))
+	f.Add(protocol.SignFileURL("a", "read", "", "tok", now.Unix()+60), strconv.FormatInt(now.Unix()+60, 10), "a", "read", "", "tok", now.Unix()+60)
+	f.Add(protocol.SignFileURL("a", "read", "u", "tok", now.Unix()-1), strconv.FormatInt(now.Unix()-1, 10), "a", "read", "u", "tok", now.Unix()-1)
 	f.Add("", "-5", "a:read:b", "read", "c", "tok", int64(-5))
 	f.Add("", "99999999999999999999", "", "", "", "", int64(0))
 	f.Fuzz(func(t *testing.T, sig, expiration, path, operation, user, token string, expires int64) {
@@ -25,7 +27,7 @@ func FuzzVerify(f *testing.F) {
 			if expiration != "" && (exp <= 0 || now.Unix() > exp) {
 				t.Fatalf("admitted expiration %q at %d", expiration, now.Unix())
 			}
-			if sig != Sign(path, operation, user, token, exp) {
+			if sig != protocol.SignFileURL(path, operation, user, token, exp) {
 				t.Fatalf("admitted %q, not the signature of its parameters", sig)
 			}
 			if strings.Contains(user, ":") {
@@ -42,7 +44,7 @@ func FuzzVerify(f *testing.F) {
 		if expires != 0 {
 			expStr = strconv.FormatInt(expires, 10)
 		}
-		good := Sign(path, operation, user, token, expires)
+		good := protocol.SignFileURL(path, operation, user, token, expires)
 		err = verify(good, expStr, path, operation, user, token, now)
 		expired := expires != 0 && now.Unix() > expires
 		switch {

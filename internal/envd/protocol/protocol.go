@@ -1,8 +1,9 @@
 // Package protocol is what envd and its clients must agree on: the
 // protocol version, the ports, the header names and the JSON bodies both
-// sides encode. It holds no behaviour, so it is the only envd package the
-// control plane links; cube-server names the version SDKs see and talks to
-// every sandbox's envd without carrying the agent that runs inside them.
+// sides encode. It holds no behaviour beyond the file URL signature both
+// sides compute, so it is the only envd package the control plane links;
+// cube-server names the version SDKs see and talks to every sandbox's envd
+// without carrying the agent that runs inside them.
 package protocol
 
 import "time"

@@ -200,6 +200,20 @@ describe('signed URLs', () => {
     assert.equal(await res.text(), 'still valid')
   })
 
+  test('signed URLs work on their own, with no routing headers, as E2B\'s do', async () => {
+    // Over HTTPS the URL's host names the sandbox; routed by header, the
+    // server finds the sandbox whose token signed it.
+    await sbx.files.write(`${home}/alone.txt`, 'no headers needed')
+    const down = await fetch(await sbx.downloadUrl(`${home}/alone.txt`, { useSignatureExpiration: 600 }))
+    assert.equal(down.status, 200)
+    assert.equal(await down.text(), 'no headers needed')
+    const form = new FormData()
+    form.append('file', new Blob(['uploaded with no headers']), 'alone-up.txt')
+    const up = await fetch(await sbx.uploadUrl(`${home}/alone-up.txt`), { method: 'POST', body: form })
+    assert.equal(up.status, 200, await up.clone().text())
+    assert.equal(await sbx.files.read(`${home}/alone-up.txt`), 'uploaded with no headers')
+  })
+
   test('a signed URL past its expiry is refused with E2B\'s message', async () => {
     await sbx.files.write(`${home}/expired.txt`, 'too late')
     const url = new URL(await sbx.downloadUrl(`${home}/expired.txt`, { useSignatureExpiration: 1 }))
