@@ -116,6 +116,8 @@ note "4.6 pause/resume at c=1/10"
 for c in 1 10; do step "pause-resume-c$c" pause-resume -c "$c" -n "$(q 5 2)" -q; done
 note "4.6 resume from disk at c=1: each round waits for the pause image (the server's --pause-write-delay, ~12 s a round)"
 step pause-resume-disk-c1 pause-resume --from-disk --data-dir "$DATA_DIR" -c 1 -n "$(q 3 1)" -q
+note "pause without memory and its fresh-boot resume at c=1"
+step pause-resume-files-c1 pause-resume --files-only -c 1 -n "$(q 5 2)" -q
 
 note "raw runsc baseline on the template's rootfs, same host, same run (scaled down: runsc is slow)"
 step baseline-c1 baseline --runsc "$RUNSC" --data-dir "$DATA_DIR" -c 1 -n "$(q 10 3)" --idle "$(q 10 3)" -q

@@ -280,6 +280,7 @@ func opCommand(o *common, name, short string, kind opKind) *cobra.Command {
 	}
 	if kind == opPauseResume {
 		f.BoolVar(&cfg.FromDisk, "from-disk", false, "resume only once the server has written the paused sandboxes to disk (<data-dir>/sandboxes/<id>/pause/checkpoint.img, after its --pause-write-delay): a restore instead of a thaw; run it on the server's host")
+		f.BoolVar(&cfg.FilesOnly, "files-only", false, "pause without memory (E2B's keepMemory false): the pause saves the sandboxes' files and frees them, the resume boots them afresh with those files")
 	}
 	return cmd
 }

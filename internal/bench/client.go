@@ -171,9 +171,9 @@ func (c *Client) Clone(ctx context.Context, id string, count, concurrency int) (
 	return ids, nil
 }
 
-// Pause is POST /sandboxes/{id}/pause, memory included.
-func (c *Client) Pause(ctx context.Context, id string) error {
-	return explain(c.api.PauseSandbox(ctx, id, true))
+// Pause is POST /sandboxes/{id}/pause, with its memory or its files only.
+func (c *Client) Pause(ctx context.Context, id string, memory bool) error {
+	return explain(c.api.PauseSandbox(ctx, id, memory))
 }
 
 // Connect is POST /sandboxes/{id}/connect, which resumes a paused sandbox.

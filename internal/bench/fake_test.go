@@ -37,6 +37,8 @@ type fakeAPI struct {
 	// onPause and onConnect, when set, see each sandbox paused and each
 	// connected (with f.mu held), as the server's disk would.
 	onPause, onConnect func(id string)
+	// pauseMemory records each pause's "memory" field (nil: left out).
+	pauseMemory []*bool
 }
 
 func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
@@ -203,6 +205,11 @@ func (f *fakeAPI) pause(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusConflict, "sandbox %s is already paused", id)
 		return
 	}
+	var body struct {
+		Memory *bool `json:"memory"`
+	}
+	json.NewDecoder(r.Body).Decode(&body)
+	f.pauseMemory = append(f.pauseMemory, body.Memory)
 	f.paused[id] = true
 	if f.onPause != nil {
 		f.onPause(id)

@@ -36,6 +36,10 @@ type OpConfig struct {
 	// from disk instead of thawing it in memory.
 	FromDisk bool   `json:"from_disk,omitempty"`
 	DataDir  string `json:"data_dir,omitempty"`
+	// FilesOnly (pause-resume) pauses without memory (E2B's keepMemory
+	// false): the pause saves the sandbox's files and frees it, and the
+	// resume boots it afresh with them.
+	FilesOnly bool `json:"files_only,omitempty"`
 }
 
 func (c OpConfig) validate(needCount bool) error {
@@ -54,6 +58,8 @@ func (c OpConfig) validate(needCount bool) error {
 		return fmt.Errorf("warm-up rounds cannot be negative, got %d", c.Warmup)
 	case c.FromDisk && c.DataDir == "":
 		return fmt.Errorf("--from-disk needs the server's data directory (--data-dir)")
+	case c.FromDisk && c.FilesOnly:
+		return fmt.Errorf("--from-disk and --files-only exclude each other: a pause without memory is on disk when it answers")
 	}
 	return nil
 }

@@ -13,6 +13,9 @@ import (
 const (
 	opResume         = "resume"
 	opResumeFromDisk = "resume (from disk)"
+	// A pause without memory and the fresh boot that resumes it.
+	opPauseFiles  = "pause (files only)"
+	opResumeFiles = "resume (files only)"
 )
 
 // pauseImageWait says how pause-resume --from-disk waits for the server

@@ -60,19 +60,20 @@ var Published = struct {
 
 // resultSet is everything scripts/bench.sh left in the results directory.
 type resultSet struct {
-	dir       string
-	create    map[int]*CreateReport
-	baseline  map[int]*BaselineReport // raw runsc at concurrency c, idle
-	baseDirty map[int]*BaselineReport // raw runsc at c=1 with d MB
-	density   *DensityReport
-	snapshot  map[int]*OpReport
-	dirty     map[int]*OpReport
-	cfs       map[int]*OpReport
-	rollback  map[int]*OpReport
-	clone     map[int]*OpReport
-	pause     map[int]*OpReport
-	pauseDisk map[int]*OpReport // pause-resume --from-disk
-	failures  map[string]string // result name → error text
+	dir        string
+	create     map[int]*CreateReport
+	baseline   map[int]*BaselineReport // raw runsc at concurrency c, idle
+	baseDirty  map[int]*BaselineReport // raw runsc at c=1 with d MB
+	density    *DensityReport
+	snapshot   map[int]*OpReport
+	dirty      map[int]*OpReport
+	cfs        map[int]*OpReport
+	rollback   map[int]*OpReport
+	clone      map[int]*OpReport
+	pause      map[int]*OpReport
+	pauseDisk  map[int]*OpReport // pause-resume --from-disk
+	pauseFiles map[int]*OpReport // pause-resume --files-only
+	failures   map[string]string // result name → error text
 }
 
 var numbered = regexp.MustCompile(`^([a-z-]+)-([a-z])(\d+)\.(json|err)$`)
@@ -82,7 +83,7 @@ func loadResults(dir string) (*resultSet, error) {
 		create: map[int]*CreateReport{}, baseline: map[int]*BaselineReport{}, baseDirty: map[int]*BaselineReport{},
 		snapshot: map[int]*OpReport{}, dirty: map[int]*OpReport{}, cfs: map[int]*OpReport{},
 		rollback: map[int]*OpReport{}, clone: map[int]*OpReport{}, pause: map[int]*OpReport{},
-		pauseDisk: map[int]*OpReport{}, failures: map[string]string{}}
+		pauseDisk: map[int]*OpReport{}, pauseFiles: map[int]*OpReport{}, failures: map[string]string{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -129,6 +130,8 @@ func loadResults(dir string) (*resultSet, error) {
 			target = newEntry(rs.pause, n)
 		case "pause-resume-disk-c":
 			target = newEntry(rs.pauseDisk, n)
+		case "pause-resume-files-c":
+			target = newEntry(rs.pauseFiles, n)
 		default:
 			continue
 		}

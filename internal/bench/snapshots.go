@@ -229,7 +229,8 @@ func RunClone(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*O
 // then resumes them at once (POST .../connect), each round; one row per
 // half. With FromDisk the resume waits until the server has written every
 // paused sandbox to disk (its pause image under DataDir), so it measures
-// a restore from that image rather than a thaw.
+// a restore from that image rather than a thaw. With FilesOnly the pause
+// keeps no memory and the resume is a fresh boot with the sandbox's files.
 func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
 	if err := cfg.validate(false); err != nil {
 		return nil, err
@@ -248,11 +249,14 @@ func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgres
 	if timeout <= 0 {
 		timeout = 300
 	}
-	resumeOp := opResume
+	pauseOp, resumeOp := "pause", opResume
 	if cfg.FromDisk {
 		resumeOp = opResumeFromDisk
 	}
-	pause := &rowBuilder{row: OpRow{Op: "pause", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	if cfg.FilesOnly {
+		pauseOp, resumeOp = opPauseFiles, opResumeFiles
+	}
+	pause := &rowBuilder{row: OpRow{Op: pauseOp, Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	resume := &rowBuilder{row: OpRow{Op: resumeOp, Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	m := c.newMeter()
 	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
@@ -260,7 +264,7 @@ func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgres
 		// is a previous round's.
 		paused := time.Now().Add(-50 * time.Millisecond)
 		pwall, peach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
-			return c.Pause(ctx, sbs[i].id())
+			return c.Pause(ctx, sbs[i].id(), !cfg.FilesOnly)
 		})
 		var werr error
 		if err == nil && cfg.FromDisk {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,5 +120,24 @@ func TestFakeFilesOnlyPauseSurvivesARestart(t *testing.T) {
 	n = n.Restart(t)
 	wantState(t, n, a.ID, cube.StatePaused)
 	wantHeld(t, n, nil, nil)
+	resumeBootsWithFiles(t, n, a, cid)
+}
+
+func TestFakeTrafficDoesNotWakeAFilesOnlyPause(t *testing.T) {
+	n := newFake(t, nodefake.Options{PauseWriteDelay: time.Hour})
+	a := fakeCreate(t, n, cube.CreateRequest{AutoResume: true})
+	cid, _ := served(t, n, a.ID)
+	if err := n.PauseSandbox(fctx(t), a.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if tgt, err := n.Resolve(fctx(t), a.ID, 8080); err == nil || tgt.Paused {
+		t.Fatalf("resolve = %+v, %v; want an error that says to connect", tgt, err)
+	} else if !strings.Contains(err.Error(), "connect") {
+		t.Fatalf("resolve error %q does not say what to do", err)
+	}
+	if _, err := n.Resume(fctx(t), a.ID, 8080); err == nil {
+		t.Fatal("traffic resumed a sandbox paused without its memory")
+	}
+	wantState(t, n, a.ID, cube.StatePaused)
 	resumeBootsWithFiles(t, n, a, cid)
 }

@@ -42,6 +42,8 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Ta
 		return cube.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
 	}
 	switch {
+	case rec.State == store.Paused && rec.PauseFilesOnly:
+		return cube.Target{}, filesOnlyPaused(sandboxID)
 	case rec.State == store.Paused && rec.AutoResume:
 		return cube.Target{Paused: true, TrafficAccessToken: rec.TrafficToken, EnvdAccessToken: rec.EnvdToken}, nil
 	case rec.State != store.Running:
@@ -70,6 +72,9 @@ func (n *Node) Resume(ctx context.Context, sandboxID string, port int) (cube.Tar
 		return cube.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
 	}
 	if rec.State == store.Paused {
+		if rec.PauseFilesOnly {
+			return cube.Target{}, filesOnlyPaused(sandboxID)
+		}
 		if !rec.AutoResume {
 			return cube.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
 		}
@@ -83,6 +88,13 @@ func (n *Node) Resume(ctx context.Context, sandboxID string, port int) (cube.Tar
 		return cube.Target{}, fmt.Errorf("sandbox %q is paused", sandboxID)
 	}
 	return t, err
+}
+
+// filesOnlyPaused is the answer to traffic for a sandbox paused without
+// its memory. As E2B does, traffic does not wake it, even with auto-resume
+// on: its resume is a reboot, which only an explicit request may cause.
+func filesOnlyPaused(sandboxID string) error {
+	return fmt.Errorf("sandbox %q is paused without its memory: traffic does not resume it; resume it with connect (Sandbox.connect)", sandboxID)
 }
 
 // FindByToken implements cube.TokenFinder: it tries made with the token of
