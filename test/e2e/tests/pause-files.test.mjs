@@ -3,7 +3,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from 'e2b'
-import { Tracker } from './helpers.mjs'
+import { Tracker, rawRequest } from './helpers.mjs'
 
 const tracker = new Tracker()
 after(() => tracker.killAll(Sandbox))
@@ -60,5 +60,18 @@ test('auto-pause without memory at the timeout, resumed by connect', async () =>
   await sbx.connect({ timeoutMs: 60_000 })
   assert.equal(await sbx.files.read('/home/user/auto.txt'), 'kept through the auto-pause')
   assert.notEqual(await bootID(sbx), before)
+  await sbx.kill()
+})
+
+test('traffic does not wake a sandbox paused without memory, even with auto-resume', async () => {
+  const sbx = tracker.add(await Sandbox.create({ lifecycle: { onTimeout: 'pause', autoResume: true } }))
+  await sbx.commands.run('python3 -m http.server 8000', { background: true })
+  await sbx.pause({ keepMemory: false })
+  const r = await rawRequest('/', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' } })
+  assert.equal(r.status, 502)
+  assert.match(r.body.toString(), /paused without its memory.*connect/)
+  assert.equal((await sbx.getInfo()).state, 'paused', 'a request to a port resumed it')
+  await sbx.connect()
+  assert.equal(await sbx.isRunning(), true)
   await sbx.kill()
 })
