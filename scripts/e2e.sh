@@ -31,6 +31,12 @@ for b in cube-server cubemastercli cube-envd cube-console runsc; do
 	[ -x "bin/$b" ] || die "bin/$b is missing: run make build first"
 done
 command -v node >/dev/null || die "node is not installed (Node >= 20.18.1 is needed)"
+# The web console's test drives Debian's Chromium (tests/console.test.mjs).
+if [ ! -x /usr/bin/chromium ]; then
+	echo "e2e: installing chromium"
+	{ DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || die "could not install chromium (apt-get install chromium)"
+fi
 
 data="$(mktemp -d /tmp/cube-e2e.XXXXXX)"
 log="$data.server.log"

@@ -28,7 +28,7 @@ export class TimeChart {
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: true }, y: range ? { range } : { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
-      axes: [{}, { values: (u, vals) => vals.map((v) => fmt(u, v)), size: 70 }],
+      axes: [{}, { values: (u, vals) => vals.map((v) => fmt(u, v)), size: 84 }],
       series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2, value: fmt }))],
     }, this.data, this.plot)
     this.resizer = new ResizeObserver(() => requestAnimationFrame(() => this.fit()))

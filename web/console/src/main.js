@@ -24,6 +24,8 @@ const view = document.getElementById('view')
 const nav = document.getElementById('nav')
 const logout = document.getElementById('logout')
 let stop = () => {}
+// While a key is being checked, its refusal is shown by the form itself.
+let checking = false
 
 function signedIn (yes) {
   nav.hidden = !yes
@@ -48,11 +50,14 @@ function showSignIn (problem) {
     ev.preventDefault()
     session.set(input.value.trim())
     fill(status, h('p', { class: 'muted' }, 'Checking the key…'))
+    checking = true
     try {
       await get('/console/api/summary')
+      checking = false
       if (!location.hash || location.hash === '#/signin') location.hash = '#/overview'
       else route()
     } catch (err) {
+      checking = false
       session.clear()
       const msg = err instanceof ApiError && err.status === 401 ? new ApiError(401, `The server refused this API key: ${err.message}`) : err
       fill(status, errorBox(msg))
@@ -86,6 +91,7 @@ function route () {
 }
 
 whenUnauthorized((message) => {
+  if (checking) return
   session.clear()
   showSignIn(new ApiError(401, `The server refused the API key: ${message}`))
 })

@@ -72,7 +72,7 @@ export function render (root, [id]) {
         } catch (err) {
           fill(problem, errorBox(err))
         }
-        refresh()
+        if (!gone) refresh()
       },
     }, label)
   }
@@ -98,7 +98,14 @@ export function render (root, [id]) {
         extra: () => textInput('Timeout (seconds from now)', '300', 'number'),
       }),
       act('Kill', async () => {
-        await del(`/sandboxes/${enc(id)}`)
+        // No poll asks for the sandbox once it is being killed.
+        gone = true
+        try {
+          await del(`/sandboxes/${enc(id)}`)
+        } catch (err) {
+          gone = false
+          throw err
+        }
         location.hash = '#/sandboxes'
       }, { danger: true, ask: `Kill sandbox ${id}? It cannot be brought back.` }))
   }

@@ -41,7 +41,7 @@ function buildForm () {
   const image = h('input', { name: 'image', placeholder: 'docker.io/library/python:3.12 or oci-archive:default-image.tar' })
   const archive = h('input', { name: 'archive', type: 'file', accept: '.tar,application/x-tar' })
   const kind = h('select', { name: 'kind' }, h('option', { value: 'oci-archive' }, 'OCI archive'), h('option', { value: 'docker-archive' }, 'docker save archive'))
-  const templateID = h('input', { name: 'templateID', pattern: '[a-z0-9][a-z0-9_-]{0,62}', placeholder: 'generated when empty' })
+  const templateID = h('input', { name: 'templateID', pattern: '[a-z0-9][a-z0-9_\\-]{0,62}', placeholder: 'generated when empty' })
   const aliases = h('input', { name: 'aliases', placeholder: 'comma-separated' })
   const cpu = h('input', { name: 'cpuMillicores', type: 'number', min: 1000, step: 1000, value: 1000 })
   const memory = h('input', { name: 'memoryMB', type: 'number', min: 128, step: 128, value: 1024 })
