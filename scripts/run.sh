@@ -22,5 +22,6 @@ if ! make --no-print-directory template DATA_DIR="$DATA_DIR"; then
 	echo "run: the default template is not ready; the server keeps running (retry with: make template)" >&2
 fi
 echo "run: cube-server is serving at $CUBE_API_URL (API key in $DATA_DIR/api-key); Ctrl-C stops it"
+echo "run: web console at $CUBE_API_URL/console (sign in with the API key)"
 echo "run: over HTTPS as E2B_DOMAIN=cube.localhost:3443, trusting $DATA_DIR/tls/ca.pem (cubemastercli ca)"
 wait $pid
