@@ -130,6 +130,7 @@ func TestAssets(t *testing.T) {
 		{"/console/assets/benchmarks.md", 200, "text/markdown; charset=utf-8"},
 		{"/console/assets/index.html", 404, ""},
 		{"/console/assets/nothing.js", 404, ""},
+		{"/console/assets/sources.sha256", 404, ""},
 		{"/console/assets/../webui.go", 404, ""},
 		{"/console/other", 404, ""},
 	} {

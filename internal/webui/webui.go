@@ -105,7 +105,10 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, name, ctype 
 		ctype = contentTypes[path.Ext(name)]
 	}
 	if ctype == "" {
-		ctype = "application/octet-stream"
+		// Only the page's own kinds of file are served (not the bundle's
+		// list of sources, for one).
+		http.NotFound(w, r)
+		return
 	}
 	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("Content-Security-Policy", contentSecurity)

@@ -11,3 +11,6 @@ npx esbuild src/main.js --bundle --format=esm --minify --target=es2020 --legal-c
 npx esbuild src/app.css --bundle --minify --legal-comments=none --log-level=warning --outfile="$out/app.css"
 cp index.html "$out/index.html"
 cp ../../docs/BENCHMARKS.md "$out/benchmarks.md"
+# What the bundle was made from; internal/webui's tests fail when a source
+# changes without the bundle being made again.
+find index.html package.json package-lock.json src -type f | LC_ALL=C sort | xargs sha256sum >"$out/sources.sha256"
