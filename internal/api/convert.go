@@ -33,7 +33,7 @@ func (s *Server) wireSandbox(sb *cube.Sandbox) wire.Sandbox {
 }
 
 func wireNetwork(n cube.Network) *wire.NetworkConfig {
-	if len(n.AllowOut) == 0 && len(n.DenyOut) == 0 && n.AllowPublicTraffic == nil && n.MaskRequestHost == "" {
+	if len(n.AllowOut) == 0 && len(n.DenyOut) == 0 && n.AllowPublicTraffic == nil && n.MaskRequestHost == "" && len(n.Rules) == 0 {
 		return nil
 	}
 	return &wire.NetworkConfig{
@@ -41,6 +41,7 @@ func wireNetwork(n cube.Network) *wire.NetworkConfig {
 		DenyOut:            n.DenyOut,
 		AllowPublicTraffic: n.AllowPublicTraffic,
 		MaskRequestHost:    n.MaskRequestHost,
+		Rules:              wireRules(n.Rules),
 	}
 }
 
@@ -67,6 +68,7 @@ func (s *Server) wireDetail(sb *cube.Sandbox) wire.SandboxDetail {
 		AllowInternetAccess: sb.Network.AllowInternetAccess,
 		Network:             wireNetwork(sb.Network),
 		Lifecycle:           &wire.Lifecycle{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
+		VolumeMounts:        wireMounts(sb.VolumeMounts),
 	}
 }
 
@@ -94,6 +96,7 @@ func (s *Server) wireListed(sb *cube.Sandbox) wire.ListedSandbox {
 		DiskSizeMB:  sb.DiskSizeMB,
 		State:       string(sb.State),
 		Metadata:    sb.Metadata,
+		VolumeMounts: wireMounts(sb.VolumeMounts),
 	}
 }
 

@@ -95,6 +95,10 @@ func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (cube.CreateRequest,
 		req.Network.DenyOut = n.DenyOut
 		req.Network.AllowPublicTraffic = n.AllowPublicTraffic
 		req.Network.MaskRequestHost = n.MaskRequestHost
+		req.Network.Rules = cubeRules(n.Rules)
+	}
+	if req.VolumeMounts, err = volumeMounts(b.VolumeMounts); err != nil {
+		return cube.CreateRequest{}, err
 	}
 	return req, nil
 }
@@ -396,7 +400,8 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n := cube.Network{AllowInternetAccess: body.AllowInternetAccess, AllowOut: body.AllowOut, DenyOut: body.DenyOut}
+	n := cube.Network{AllowInternetAccess: body.AllowInternetAccess, AllowOut: body.AllowOut, DenyOut: body.DenyOut,
+		Rules: cubeRules(body.Rules)}
 	if err := nu.UpdateNetwork(r.Context(), id, n); err != nil {
 		writeError(w, err)
 		return

@@ -201,6 +201,8 @@ func resolve(doc map[string]any, ref string) any {
 var schemaTypes = map[string]any{
 	"Error": wire.Error{}, "ProxyError": proxy.ErrorBody{}, "Health": wire.Health{}, "ImportedArchive": ImportedArchive{},
 	"NetworkConfig": wire.NetworkConfig{}, "NetworkUpdate": wire.NetworkUpdate{},
+	"NetworkRule": wire.NetworkRule{}, "NetworkTransform": wire.NetworkTransform{},
+	"NewSecret": wire.NewSecret{}, "SecretUpdate": wire.SecretUpdate{}, "Secret": wire.Secret{},
 	"AutoResume": wire.AutoResume{}, "NewSandbox": wire.NewSandbox{},
 	"Sandbox": wire.Sandbox{}, "Lifecycle": wire.Lifecycle{}, "SandboxDetail": wire.SandboxDetail{},
 	"ListedSandbox": wire.ListedSandbox{}, "TimeoutRequest": wire.TimeoutRequest{},
@@ -213,6 +215,8 @@ var schemaTypes = map[string]any{
 	"SnapshotRequest": wire.SnapshotRequest{}, "SnapshotInfo": wire.SnapshotInfo{}, "TemplateAliasResponse": wire.TemplateAliasResponse{},
 	"ForkRequest": wire.ForkRequest{}, "CloneRequest": wire.CloneRequest{}, "ForkResult": wire.ForkResult{},
 	"RollbackRequest": wire.RollbackRequest{}, "RollbackResult": wire.RollbackResult{},
+	"VolumeMount": wire.VolumeMount{}, "NewVolume": wire.NewVolume{}, "Volume": wire.Volume{},
+	"VolumeAndToken": wire.VolumeAndToken{}, "VolumeEntryStat": wire.VolumeEntryStat{}, "VolumeAttr": wire.VolumeAttr{},
 }
 
 // TestSpecSchemasMatchWireTypes checks each schema's properties against the

@@ -17,12 +17,9 @@ import (
 // deleting its line here (and its mention in api/openapi.yml, which a test
 // keeps in step).
 var unsupportedFields = []unsupportedField{
-	{wire.NewSandbox{}, "network.rules"},       // per-domain egress rules that inject headers
 	{wire.NewSandbox{}, "network.egressProxy"}, // SOCKS5 proxy for egress
 	{wire.NewSandbox{}, "iam"},                 // workload identity tokens
 	{wire.NewSandbox{}, "mcp"},                 // MCP gateway
-	{wire.NewSandbox{}, "volumeMounts"},        // persistent volumes
-	{wire.NetworkUpdate{}, "rules"},            // as network.rules, on a running sandbox
 	{wire.NetworkUpdate{}, "egressProxy"},      // as network.egressProxy, on a running sandbox
 }
 

@@ -23,6 +23,17 @@ type Network struct {
 	// MaskRequestHost replaces the Host header of proxied requests;
 	// "${PORT}" in it is replaced by the target port.
 	MaskRequestHost string
+	// Rules transform outbound requests per host (E2B's network.rules):
+	// keys are names or *. wildcards, values the transforms in order.
+	// Header values may hold ${e2b.secrets.<name>} placeholders, which only
+	// the egress filter resolves.
+	Rules map[string][]NetworkRule `json:",omitempty"`
+}
+
+// NetworkRule is one transform of an outbound request.
+type NetworkRule struct {
+	// Headers are set on the request, replacing any of the same name.
+	Headers map[string]string `json:",omitempty"`
 }
 
 // CreateRequest is a validated sandbox creation request.
@@ -46,6 +57,9 @@ type CreateRequest struct {
 	// for this sandbox.
 	CPUCount int
 	MemoryMB int
+	// VolumeMounts bind persistent volumes into the sandbox; each path is
+	// valid (volume.CheckMountPath) and no two overlap.
+	VolumeMounts []VolumeMount
 }
 
 // ConnectRequest is a validated connect or resume request.
@@ -84,6 +98,7 @@ type Sandbox struct {
 	Network            Network
 	AutoPause          bool
 	AutoResume         bool
+	VolumeMounts       []VolumeMount
 }
 
 // ListFilter selects sandboxes. Empty fields match everything.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"cube/internal/cube"
-	"cube/internal/egress"
 	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/netslot"
@@ -28,8 +27,8 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	if tpl.Status != store.TemplateReady {
 		return nil, cube.Errorf(cube.Conflict, "template %q is %s, not ready", req.Template, tpl.Status)
 	}
-	if err := egress.Validate(policyOf(req.Network)); err != nil {
-		return nil, cube.Errorf(cube.Invalid, "network: %v", err).WithField("network")
+	if err := n.checkNetwork(req.Network); err != nil {
+		return nil, err
 	}
 	if err := n.checkCapacity(ctx); err != nil {
 		return nil, err
@@ -52,6 +51,11 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	boot := *tpl
 	boot.Aliases = nil
 	rec.Boot = &boot
+	unlock, err := n.mountVolumes(ctx, &boot, req.VolumeMounts)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if req.Template != tpl.ID {
 		rec.Alias = req.Template
 	}
@@ -123,6 +127,9 @@ func (n *Node) attach(ctx context.Context, inst *instance, rec *store.Sandbox, b
 // store; on failure it leaves nothing behind. A crash mid-way leaves a
 // container and slot no record names, which the reconciler removes.
 func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*container, error) {
+	if needsBoot(rec, tpl) {
+		return n.bootWithVolumes(ctx, rec, tpl)
+	}
 	start := time.Now()
 	// The sandbox's own limits apply; a restore may change them, but warm
 	// sandboxes were restored with the template's.
@@ -167,7 +174,7 @@ func (n *Node) ready(ctx context.Context, box *container, rec *store.Sandbox, ol
 	token, need := rec.EnvdToken, n.cfg.CodeContextsNeedToken
 	user, workdir := defaultUser(rec.Boot)
 	return n.agentAt(box.slot.HostAddr).Init(ctx, protocol.Init{
-		EnvVars:        rec.EnvVars,
+		EnvVars:        n.egressTrustEnv(rec.EnvVars),
 		AccessToken:    &token,
 		DefaultUser:    user,
 		DefaultWorkdir: workdir,

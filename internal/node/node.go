@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"cube/internal/egress"
+	"cube/internal/secrets"
 	"cube/internal/envd/protocol"
 	"cube/internal/envdclient"
 	"cube/internal/netslot"
@@ -78,6 +79,10 @@ type Config struct {
 	// Egress enforces per-sandbox egress policies; nil leaves every
 	// sandbox with the slots' base isolation only.
 	Egress *egress.Filter
+	// EgressCA and Secrets serve network.rules: the CA sandboxes trust for
+	// intercepted hosts, the values rules insert. Both may be nil.
+	EgressCA *egress.CA
+	Secrets  *secrets.Store
 	// PauseWriteDelay is how long a paused sandbox stays frozen in memory
 	// (resuming in milliseconds) before it is written to disk and its
 	// memory and slot are freed.
@@ -93,6 +98,10 @@ type Config struct {
 	// PreparedPerKey is how many prepared containers (see prepared.go) to
 	// keep per kind of restore asked for recently; 0 disables them.
 	PreparedPerKey int
+	// VolumeBytes is the size of a volume created without one (0: 1 GiB);
+	// MaxVolumeBytes the largest a volume may be (0: 100 GiB).
+	VolumeBytes    int64
+	MaxVolumeBytes int64
 }
 
 // Node owns the sandboxes of this host.
@@ -106,6 +115,8 @@ type Node struct {
 	// agentDir holds the cube-envd this node boots new templates with.
 	agentDir string
 	agentAt  func(host netip.Addr) Agent
+	// audit queues the egress Filter's events for sandbox logs.
+	audit auditLog
 
 	// mu guards the maps below and the shared fields of each instance.
 	mu sync.Mutex
@@ -137,6 +148,9 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// vols holds the persistent volumes (volumes.go).
+	vols volumeSet
 
 	// goneMu guards gone, the functions OnGone registered.
 	goneMu sync.Mutex
@@ -174,6 +188,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.agentDir = dir
+	if err := n.installEgressTrust(); err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -321,6 +338,7 @@ func Spec(tpl *store.Template, id, netns string) runtime.Spec {
 		ID: id, Rootfs: tpl.Rootfs, AgentDir: tpl.Envd, WritableMB: tpl.DiskSizeMB,
 		Args: args, Env: env, Cwd: "/", NetNS: netns,
 		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB,
+		Mounts: runtimeMounts(tpl.Mounts),
 	}
 }
 

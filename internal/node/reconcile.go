@@ -17,6 +17,10 @@ import (
 // slot and directory that no record accounts for is removed. Each decision
 // is logged.
 func (n *Node) Reconcile(ctx context.Context) error {
+	// Volumes first: sandboxes restored or resumed from here on bind them.
+	if err := n.reconcileVolumes(ctx); err != nil {
+		return err
+	}
 	containers, err := n.rt.List(ctx)
 	if err != nil {
 		return err

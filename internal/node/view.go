@@ -40,7 +40,7 @@ func (n *Node) view(rec *store.Sandbox) (*cube.Sandbox, error) {
 		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
 		StartedAt: rec.StartedAt, EndAt: rec.EndAt, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB,
 		DiskSizeMB: rec.DiskSizeMB, Metadata: rec.Metadata, Network: netw,
-		AutoPause: rec.AutoPause, AutoResume: rec.AutoResume,
+		AutoPause: rec.AutoPause, AutoResume: rec.AutoResume, VolumeMounts: mountsView(rec.Boot),
 	}, nil
 }
 
@@ -91,6 +91,7 @@ func policyOf(nw cube.Network) egress.Policy {
 		AllowInternet: nw.AllowInternetAccess == nil || *nw.AllowInternetAccess,
 		AllowOut:      nw.AllowOut,
 		DenyOut:       nw.DenyOut,
+		Rules:         egressRules(nw.Rules),
 	}
 }
 

@@ -38,6 +38,10 @@ type Spec struct {
 	MemoryMB int
 	// Hostname seen inside.
 	Hostname string
+	// Mounts are host directories bound into the sandbox through its
+	// gofer (persistent volumes). A checkpoint keeps them: a restore binds
+	// the same sources at the same places.
+	Mounts []Mount
 	// Files is a file written by Sandbox.SaveFiles. A Boot starts with it
 	// as the writable layer over Rootfs: the sandbox's files are back,
 	// its memory is not (a fresh kernel, a fresh boot ID).
@@ -47,6 +51,13 @@ type Spec struct {
 // FilesImage is the one file of an image that holds a sandbox's files
 // without its memory: what Sandbox.SaveFiles writes into a directory.
 const FilesImage = "files.tar"
+
+// Mount is one host directory bound into a sandbox at Destination.
+type Mount struct {
+	Source      string
+	Destination string
+	ReadOnly    bool
+}
 
 // AgentMount is where Spec.AgentDir appears inside every sandbox.
 const AgentMount = "/.cube"

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,7 +29,6 @@ import (
 	"cube/internal/oci"
 	"cube/internal/proxy"
 	"cube/internal/runtime/gvisor"
-	"cube/internal/store"
 	"cube/internal/template"
 	"cube/internal/version"
 	"cube/internal/webui"
@@ -38,6 +38,10 @@ import (
 type Options struct {
 	Listen  string
 	DataDir string
+	// Store is the state database: empty for the SQLite file
+	// <DataDir>/state.db, or a postgres:// URL. A PostgreSQL database is
+	// claimed by one server at a time (store.Claim).
+	Store string
 	// Domain is the sandbox domain: <port>-<id>.<Domain> routes to a
 	// sandbox, api.<Domain> to the API. Default DefaultDomain.
 	Domain string
@@ -60,6 +64,9 @@ type Options struct {
 	// PreparedPerKey is how many containers are made ahead of cold
 	// restores per kind of restore in demand (node.Config.PreparedPerKey).
 	PreparedPerKey int
+	// VolumeMB and MaxVolumeMB are the size of a volume created without
+	// one and the largest volume allowed (node.Config.VolumeBytes).
+	VolumeMB, MaxVolumeMB int64
 	// PauseWriteDelay is how long a paused sandbox stays in memory.
 	PauseWriteDelay time.Duration
 	MaxTimeout      time.Duration
@@ -86,6 +93,12 @@ type Options struct {
 	ProxyRateLimit float64
 	// CodeContextsNeedToken: see node.Config.
 	CodeContextsNeedToken bool
+	// EgressCABundle is a PEM file of the roots that hosts with network
+	// rules are verified against; empty: the host's trust store.
+	EgressCABundle string
+	// SecretsKey seals secrets (32 bytes, base64 or hex); empty:
+	// $CUBE_SECRETS_KEY, else <DataDir>/secrets.key, made on first use.
+	SecretsKey string
 	Debug                 bool
 	Logger                *slog.Logger
 	// Ready, when set, receives the listening address once serving.
@@ -155,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := privateSubdirs(o.DataDir); err != nil {
 		return err
 	}
-	st, err := store.Open(filepath.Join(o.DataDir, "state.db"))
+	st, err := openStore(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -194,7 +207,20 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("network slots: %w", err)
 	}
-	filter, err := egress.NewFilter(egress.Config{AllowPrivate: o.AllowPrivate, HostCIDR: slotCfg.HostCIDR, Logger: log})
+	eg, err := openEgress(o)
+	if err != nil {
+		slots.Close()
+		return err
+	}
+	// The node, made below, receives the Filter's audit events.
+	var auditTo atomic.Pointer[node.Node]
+	filter, err := egress.NewFilter(egress.Config{AllowPrivate: o.AllowPrivate, HostCIDR: slotCfg.HostCIDR, Logger: log,
+		CA: eg.ca, UpstreamRoots: eg.roots, Secrets: eg.secrets.Value,
+		Audit: func(e egress.Event) {
+			if nd := auditTo.Load(); nd != nil {
+				nd.EgressAudit(e)
+			}
+		}})
 	if err != nil {
 		slots.Close()
 		return fmt.Errorf("egress filter: %w", err)
@@ -214,11 +240,14 @@ func Run(ctx context.Context, o Options) error {
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
+		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
+		EgressCA: eg.ca, Secrets: eg.secrets,
 	})
 	if err != nil {
 		return err
 	}
+	auditTo.Store(nd)
 	if err := nd.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -260,6 +289,7 @@ func Run(ctx context.Context, o Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.Collectors()...)
+	reg.MustRegister(filter.Collectors()...)
 	reg.MustRegister(builder.Collectors()...)
 	apiSrv, err := api.NewServer(api.Config{
 		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: reported, CACert: caPEM,

@@ -122,6 +122,10 @@ type Template struct {
 	SourceSandbox string `json:"sourceSandbox,omitempty"`
 	// Parent is the template the snapshotted sandbox was created from.
 	Parent string `json:"parent,omitempty"`
+	// Mounts are the volumes bound into the sandbox (see volumes.go). A
+	// checkpoint carries its mounts, so sandboxes restored from one mount
+	// the same volumes at the same paths.
+	Mounts []VolumeMount `json:"volumeMounts,omitempty"`
 	// EnvdToken is the envd access token inside the checkpoint (snapshots
 	// of initialised sandboxes); re-initialising envd needs it.
 	EnvdToken string `json:"envdToken,omitempty"`

@@ -25,6 +25,13 @@ var ErrNotFound = errors.New("not found")
 // Store is the state database.
 type Store struct {
 	db *sql.DB
+	// q turns a query written with ? placeholders into the database's own
+	// (PostgreSQL numbers them).
+	q func(query string) string
+	// dialect is "sqlite" or "postgres".
+	dialect string
+	// claim holds the connection whose session holds Claim's lock.
+	claim *sql.Conn
 }
 
 const schema = `
@@ -41,6 +48,12 @@ CREATE TABLE IF NOT EXISTS templates (
 	data  TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS jobs (
+	id    TEXT PRIMARY KEY,
+	state TEXT NOT NULL,
+	seq   INTEGER NOT NULL,
+	data  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS volumes (
 	id    TEXT PRIMARY KEY,
 	state TEXT NOT NULL,
 	seq   INTEGER NOT NULL,
@@ -76,11 +89,16 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("initialise state database %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, q: func(query string) string { return query }, dialect: "sqlite"}, nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database, ending a Claim.
+func (s *Store) Close() error {
+	if s.claim != nil {
+		s.claim.Close()
+	}
+	return s.db.Close()
+}
 
 // Table is a typed view of one table of JSON records.
 type Table[T any] struct {
@@ -97,8 +115,8 @@ func (t Table[T]) Put(ctx context.Context, v *T) error {
 		return err
 	}
 	_, err = t.s.db.ExecContext(ctx,
-		`INSERT INTO `+t.name+`(id, state, seq, data) VALUES(?, ?, ?, ?)
-		 ON CONFLICT(id) DO UPDATE SET state=excluded.state, data=excluded.data`,
+		t.s.q(`INSERT INTO `+t.name+`(id, state, seq, data) VALUES(?, ?, ?, ?)
+		 ON CONFLICT(id) DO UPDATE SET state=excluded.state, data=excluded.data`),
 		t.key(v), t.state(v), time.Now().UnixNano(), string(data))
 	if err != nil {
 		return fmt.Errorf("store %s %s: %w", t.name, t.key(v), err)
@@ -109,7 +127,7 @@ func (t Table[T]) Put(ctx context.Context, v *T) error {
 // Get returns the record with the given ID or ErrNotFound.
 func (t Table[T]) Get(ctx context.Context, id string) (*T, error) {
 	var data string
-	err := t.s.db.QueryRowContext(ctx, `SELECT data FROM `+t.name+` WHERE id = ?`, id).Scan(&data)
+	err := t.s.db.QueryRowContext(ctx, t.s.q(`SELECT data FROM `+t.name+` WHERE id = ?`), id).Scan(&data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -125,7 +143,7 @@ func (t Table[T]) Get(ctx context.Context, id string) (*T, error) {
 
 // Delete removes a record; deleting a missing record is not an error.
 func (t Table[T]) Delete(ctx context.Context, id string) error {
-	_, err := t.s.db.ExecContext(ctx, `DELETE FROM `+t.name+` WHERE id = ?`, id)
+	_, err := t.s.db.ExecContext(ctx, t.s.q(`DELETE FROM `+t.name+` WHERE id = ?`), id)
 	return err
 }
 
@@ -183,7 +201,7 @@ type Event struct {
 
 // AddEvent appends a line to a sandbox's log.
 func (s *Store) AddEvent(ctx context.Context, sandboxID, level, msg string) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO events(sandbox_id, ts, level, message) VALUES(?, ?, ?, ?)`,
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO events(sandbox_id, ts, level, message) VALUES(?, ?, ?, ?)`),
 		sandboxID, time.Now().UnixNano(), level, msg)
 	return err
 }
@@ -191,7 +209,7 @@ func (s *Store) AddEvent(ctx context.Context, sandboxID, level, msg string) erro
 // Events returns up to limit log lines of a sandbox after sequence number after.
 func (s *Store) Events(ctx context.Context, sandboxID string, after int64, limit int) ([]Event, error) {
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT seq, ts, level, message FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+		s.q(`SELECT seq, ts, level, message FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?`),
 		sandboxID, after, limit)
 	if err != nil {
 		return nil, err
@@ -212,6 +230,6 @@ func (s *Store) Events(ctx context.Context, sandboxID string, after int64, limit
 
 // DeleteEvents removes a sandbox's log.
 func (s *Store) DeleteEvents(ctx context.Context, sandboxID string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE sandbox_id = ?`, sandboxID)
+	_, err := s.db.ExecContext(ctx, s.q(`DELETE FROM events WHERE sandbox_id = ?`), sandboxID)
 	return err
 }

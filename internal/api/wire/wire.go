@@ -27,6 +27,8 @@ type NetworkConfig struct {
 	DenyOut            []string `json:"denyOut,omitempty"`
 	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
 	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
+	// Rules: see NetworkRule (secrets.go).
+	Rules map[string][]NetworkRule `json:"rules,omitempty"`
 }
 
 // NetworkUpdate is the body of PUT /sandboxes/{id}/network. Omitted fields
@@ -35,6 +37,8 @@ type NetworkUpdate struct {
 	AllowInternetAccess *bool    `json:"allow_internet_access,omitempty"`
 	AllowOut            []string `json:"allowOut,omitempty"`
 	DenyOut             []string `json:"denyOut,omitempty"`
+	// Rules replaces every rule; omitted, the sandbox has none.
+	Rules map[string][]NetworkRule `json:"rules,omitempty"`
 }
 
 // AutoResume is the auto-resume part of a create request.
@@ -60,6 +64,8 @@ type NewSandbox struct {
 	// (a Cube extension; E2B takes them from the template only).
 	CPUCount *int `json:"cpuCount,omitempty"`
 	MemoryMB *int `json:"memoryMB,omitempty"`
+	// VolumeMounts bind persistent volumes (volumes.go).
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // Sandbox is the answer to create, connect and resume.
@@ -99,6 +105,7 @@ type SandboxDetail struct {
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
 	Network             *NetworkConfig    `json:"network,omitempty"`
 	Lifecycle           *Lifecycle        `json:"lifecycle,omitempty"`
+	VolumeMounts        []VolumeMount     `json:"volumeMounts,omitempty"`
 }
 
 // ListedSandbox is one element of the sandbox lists.
@@ -115,6 +122,7 @@ type ListedSandbox struct {
 	DiskSizeMB  int               `json:"diskSizeMB"`
 	State       string            `json:"state"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
+	VolumeMounts []VolumeMount    `json:"volumeMounts,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /sandboxes/{id}/timeout.

@@ -153,6 +153,7 @@ var defaultCaps = []string{
 func ociSpec(s runtime.Spec) ociSpecT {
 	spec := bareSpec(s)
 	spec.Mounts = append(spec.Mounts, ociMount{Destination: runtime.AgentMount, Type: "bind", Source: s.AgentDir, Options: []string{"rbind", "ro"}})
+	spec.Mounts = append(spec.Mounts, volumeMounts(s.Mounts)...)
 	spec.Annotations = map[string]string{
 		annWritableMB: strconv.Itoa(s.WritableMB),
 		annNetNS:      s.NetNS,

@@ -1,0 +1,234 @@
+package volume
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"cube/internal/id"
+)
+
+// OwnerUID and OwnerGID own a new volume's root: the sandboxes' user.
+const (
+	OwnerUID = 1000
+	OwnerGID = 1000
+)
+
+// MinBytes is the smallest volume mkfs.ext4 makes with room to spare.
+const MinBytes = 8 << 20
+
+// Disks keeps the volumes of one data directory: <dir>/<id>/disk.img,
+// loop-mounted on <dir>/<id>/mnt.
+type Disks struct {
+	dir string
+}
+
+// NewDisks returns the disks under dir, creating it.
+func NewDisks(dir string) (*Disks, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	return &Disks{dir: dir}, nil
+}
+
+// NewID returns a fresh volume ID.
+func NewID() string { return id.New("vol-", 20) }
+
+func (d *Disks) image(id string) string { return filepath.Join(d.dir, id, "disk.img") }
+
+// Path is the host directory where volume id's filesystem is mounted:
+// what sandboxes bind and what the content API opens.
+func (d *Disks) Path(id string) string { return filepath.Join(d.dir, id, "mnt") }
+
+// Create makes volume id's disk: a sparse file of sizeBytes, formatted
+// ext4 with its root owned by the sandboxes' user, and mounts it. On
+// failure nothing of it remains.
+func (d *Disks) Create(id string, sizeBytes int64) (err error) {
+	if !ValidID(id) {
+		return fmt.Errorf("volume id %q is malformed", id)
+	}
+	dir := filepath.Join(d.dir, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			d.Remove(id)
+		}
+	}()
+	f, err := os.OpenFile(d.image(id), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(sizeBytes)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("size the disk image: %w", err)
+	}
+	// No reserved blocks (every byte is the user's), no lost+found
+	// listing in the user's root, no lazy init work left running.
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0",
+		"-E", fmt.Sprintf("root_owner=%d:%d,lazy_itable_init=0,lazy_journal_init=0", OwnerUID, OwnerGID),
+		d.image(id)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mkfs.ext4 (install e2fsprogs): %w: %s", err, bytes.TrimSpace(out))
+	}
+	if err := os.Mkdir(d.Path(id), 0o755); err != nil {
+		return err
+	}
+	if err := d.Mount(id); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(d.Path(id), "lost+found")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Mount loop-mounts volume id's disk on its Path unless it is mounted
+// already (it stays mounted across server restarts).
+func (d *Disks) Mount(id string) error {
+	mounted, err := d.Mounted(id)
+	if err != nil || mounted {
+		return err
+	}
+	if err := os.MkdirAll(d.Path(id), 0o755); err != nil {
+		return err
+	}
+	// mount(8) sets the loop device up with autoclear: unmounting
+	// releases it.
+	out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", d.image(id), d.Path(id)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mount volume %s: %w: %s", id, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Mounted reports whether volume id's Path is a mount point.
+func (d *Disks) Mounted(id string) (bool, error) {
+	points, err := mountPoints()
+	if err != nil {
+		return false, err
+	}
+	return points[d.Path(id)], nil
+}
+
+// Remove unmounts volume id, lets go of its loop device and deletes its
+// directory, disk included. A volume half made or already gone is no
+// error.
+func (d *Disks) Remove(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("volume id %q is malformed", id)
+	}
+	for {
+		mounted, err := d.Mounted(id)
+		if err != nil {
+			return err
+		}
+		if !mounted {
+			break
+		}
+		if err := unix.Unmount(d.Path(id), 0); err != nil {
+			return fmt.Errorf("unmount volume %s: %w", id, err)
+		}
+	}
+	if err := detachLoops(d.image(id)); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Join(d.dir, id))
+}
+
+// List returns the IDs of every volume directory on disk.
+func (d *Disks) List() ([]string, error) {
+	entries, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && ValidID(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Usage returns the bytes used and the bytes the volume holds in all.
+func (d *Disks) Usage(id string) (used, total int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.Path(id), &st); err != nil {
+		return 0, 0, err
+	}
+	total = int64(st.Blocks) * st.Bsize
+	return total - int64(st.Bfree)*st.Bsize, total, nil
+}
+
+// detachLoops releases any loop device still backed by image: one that
+// a crash between losetup and mount left behind.
+func detachLoops(image string) error {
+	if _, err := os.Stat(image); err != nil {
+		return nil
+	}
+	out, err := exec.Command("losetup", "-j", image).Output()
+	if err != nil {
+		return fmt.Errorf("losetup -j %s: %w", image, err)
+	}
+	for line := range strings.Lines(string(out)) {
+		dev, _, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			return fmt.Errorf("losetup -d %s: %w: %s", dev, err, bytes.TrimSpace(out))
+		}
+	}
+	return nil
+}
+
+// mountPoints returns the mount points of this mount namespace.
+func mountPoints() (map[string]bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	points := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 {
+			points[unescapeMount(fields[4])] = true
+		}
+	}
+	return points, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v int
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &v); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
