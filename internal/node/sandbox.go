@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"cube/internal/cube"
-	"cube/internal/egress"
 	"cube/internal/netslot"
 	"cube/internal/store"
 )
@@ -81,7 +80,9 @@ func (n *Node) applyPolicy(slot *netslot.Slot, rec *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	if err := n.cfg.Egress.Apply(slot, policyOf(nw)); err != nil {
+	p := policyOf(nw)
+	p.Owner = rec.ID
+	if err := n.cfg.Egress.Apply(slot, p); err != nil {
 		return fmt.Errorf("egress policy: %w", err)
 	}
 	return nil
@@ -89,8 +90,8 @@ func (n *Node) applyPolicy(slot *netslot.Slot, rec *store.Sandbox) error {
 
 // UpdateNetwork replaces a running sandbox's egress policy, live.
 func (n *Node) UpdateNetwork(ctx context.Context, sandboxID string, nw cube.Network) error {
-	if err := egress.Validate(policyOf(nw)); err != nil {
-		return cube.Errorf(cube.Invalid, "network: %v", err).WithField("network")
+	if err := n.checkNetwork(nw); err != nil {
+		return err
 	}
 	inst, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
@@ -105,7 +106,7 @@ func (n *Node) UpdateNetwork(ctx context.Context, sandboxID string, nw cube.Netw
 		return err
 	}
 	// Only the egress part is replaced; inbound settings stay.
-	old.AllowInternetAccess, old.AllowOut, old.DenyOut = nw.AllowInternetAccess, nw.AllowOut, nw.DenyOut
+	old.AllowInternetAccess, old.AllowOut, old.DenyOut, old.Rules = nw.AllowInternetAccess, nw.AllowOut, nw.DenyOut, nw.Rules
 	if rec.Network, err = json.Marshal(old); err != nil {
 		return err
 	}

@@ -1,0 +1,149 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"cube/internal/api/wire"
+	"cube/internal/cube"
+)
+
+// The /secrets routes: values go in, metadata comes out, never a value.
+
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+	limit, token, err := pageParams(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sc, ok := capability[cube.Secrets](s, w, "secrets are")
+	if !ok {
+		return
+	}
+	items, err := sc.ListSecrets(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	items, next, err := page(items, func(i *cube.SecretInfo) (time.Time, string) { return i.CreatedAt, i.ID }, true, limit, token)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]wire.Secret, 0, len(items))
+	for _, i := range items {
+		out = append(out, wireSecret(i))
+	}
+	setNextToken(w, next)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) {
+	var body wire.NewSecret
+	if err := decodeBody(r, &body, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	sc, ok := capability[cube.Secrets](s, w, "secrets are")
+	if !ok {
+		return
+	}
+	info, err := sc.CreateSecret(r.Context(), body.Name, body.Value, body.Metadata)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, wireSecret(info))
+}
+
+func (s *Server) getSecret(w http.ResponseWriter, r *http.Request) {
+	sc, ok := capability[cube.Secrets](s, w, "secrets are")
+	if !ok {
+		return
+	}
+	info, err := sc.GetSecret(r.Context(), r.PathValue("secretID"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireSecret(info))
+}
+
+func (s *Server) updateSecret(w http.ResponseWriter, r *http.Request) {
+	var body wire.SecretUpdate
+	if err := decodeBody(r, &body, true); err != nil {
+		writeError(w, err)
+		return
+	}
+	sc, ok := capability[cube.Secrets](s, w, "secrets are")
+	if !ok {
+		return
+	}
+	info, err := sc.UpdateSecret(r.Context(), r.PathValue("secretID"), body.Value, body.Metadata)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireSecret(info))
+}
+
+func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
+	sc, ok := capability[cube.Secrets](s, w, "secrets are")
+	if !ok {
+		return
+	}
+	if err := sc.DeleteSecret(r.Context(), r.PathValue("secretID")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func wireSecret(i cube.SecretInfo) wire.Secret {
+	md := i.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return wire.Secret{SecretID: i.ID, Name: i.Name, CurrentVersion: i.Version, Metadata: md,
+		CreatedAt: i.CreatedAt.UTC(), UpdatedAt: i.UpdatedAt.UTC()}
+}
+
+// cubeRules and wireRules convert network.rules. A rule without a
+// transform is kept (as one that sets nothing), as E2B keeps it.
+func cubeRules(in map[string][]wire.NetworkRule) map[string][]cube.NetworkRule {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string][]cube.NetworkRule, len(in))
+	for host, rules := range in {
+		list := make([]cube.NetworkRule, 0, len(rules))
+		for _, r := range rules {
+			var nr cube.NetworkRule
+			if r.Transform != nil {
+				nr.Headers = r.Transform.Headers
+			}
+			list = append(list, nr)
+		}
+		out[host] = list
+	}
+	return out
+}
+
+func wireRules(in map[string][]cube.NetworkRule) map[string][]wire.NetworkRule {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string][]wire.NetworkRule, len(in))
+	for host, rules := range in {
+		list := make([]wire.NetworkRule, 0, len(rules))
+		for _, r := range rules {
+			var wr wire.NetworkRule
+			if len(r.Headers) > 0 {
+				wr.Transform = &wire.NetworkTransform{Headers: r.Headers}
+			}
+			list = append(list, wr)
+		}
+		out[host] = list
+	}
+	return out
+}

@@ -1,0 +1,238 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"cube/internal/cube"
+	"cube/internal/egress"
+	"cube/internal/runtime"
+	"cube/internal/secrets"
+)
+
+// egressRules is a sandbox's network.rules in the Filter's terms.
+func egressRules(in map[string][]cube.NetworkRule) map[string][]egress.Rule {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string][]egress.Rule, len(in))
+	for host, rules := range in {
+		list := make([]egress.Rule, 0, len(rules))
+		for _, r := range rules {
+			list = append(list, egress.Rule{Headers: r.Headers})
+		}
+		out[host] = list
+	}
+	return out
+}
+
+// checkNetwork validates a sandbox's network settings for a create or an
+// update: the policy itself, a CA to intercept with when there are rules,
+// and every secret the rules name.
+func (n *Node) checkNetwork(nw cube.Network) error {
+	p := policyOf(nw)
+	if err := egress.Validate(p); err != nil {
+		field := "network"
+		if len(nw.Rules) > 0 && strings.Contains(err.Error(), "network.rules") {
+			field = "network.rules"
+		}
+		return cube.Errorf(cube.Invalid, "%v", err).WithField(field)
+	}
+	if len(nw.Rules) == 0 {
+		return nil
+	}
+	if n.cfg.Egress == nil || n.cfg.EgressCA == nil {
+		return cube.Errorf(cube.Unsupported, "network.rules: this server runs without an egress filter and CA, so rules cannot be applied").WithField("network.rules")
+	}
+	for _, ref := range egress.SecretRefs(p) {
+		if n.cfg.Secrets == nil || !n.cfg.Secrets.Exists(ref.Name) {
+			return cube.Errorf(cube.Invalid, "%s: secret %q does not exist: create it with POST /secrets (Secret.create) first", ref.Field, ref.Name).WithField(ref.Field)
+		}
+	}
+	return nil
+}
+
+// Trust of the egress CA inside sandboxes. Every sandbox, built from an
+// OCI image or by steps, has the node's agent directory mounted at
+// runtime.AgentMount; the CA goes there, next to cube-envd, and the
+// environment variables the common TLS stacks read point at it. Nothing
+// in a template's rootfs changes, so templates and their checkpoints
+// built before stay valid.
+const (
+	egressCAName     = "egress-ca.pem"
+	egressBundleName = "ca-bundle.pem"
+)
+
+// hostBundles are where the host's trust store may be, first found wins.
+var hostBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// installEgressTrust writes the egress CA, alone and appended to the
+// host's trust store, into every agent directory sandboxes mount.
+func (n *Node) installEgressTrust() error {
+	if n.cfg.EgressCA == nil {
+		return nil
+	}
+	ca := n.cfg.EgressCA.CertPEM()
+	var system []byte
+	for _, p := range hostBundles {
+		if b, err := os.ReadFile(p); err == nil {
+			system = b
+			break
+		}
+	}
+	bundle := append(append(system, '\n'), ca...)
+	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, "envd", "*"))
+	for _, d := range dirs {
+		for name, data := range map[string][]byte{egressCAName: ca, egressBundleName: bundle} {
+			p := filepath.Join(d, name)
+			if old, err := os.ReadFile(p); err == nil && string(old) == string(data) {
+				continue
+			}
+			if err := os.WriteFile(p+".tmp", data, 0o644); err != nil {
+				return fmt.Errorf("egress CA into %s: %w", d, err)
+			}
+			if err := os.Rename(p+".tmp", p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// egressTrustEnv adds to a sandbox's environment the variables that make
+// OpenSSL, Python, Node, curl and Go trust the egress CA; a variable the
+// user set is kept.
+func (n *Node) egressTrustEnv(env map[string]string) map[string]string {
+	if n.cfg.EgressCA == nil {
+		return env
+	}
+	bundle := runtime.AgentMount + "/" + egressBundleName
+	add := map[string]string{
+		"SSL_CERT_FILE":       bundle,
+		"REQUESTS_CA_BUNDLE":  bundle,
+		"CURL_CA_BUNDLE":      bundle,
+		"NODE_EXTRA_CA_CERTS": runtime.AgentMount + "/" + egressCAName,
+	}
+	out := make(map[string]string, len(env)+len(add))
+	for k, v := range add {
+		out[k] = v
+	}
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
+}
+
+// Egress audit: the Filter's events go to the sandbox's log (GET
+// /sandboxes/{id}/logs) through a bounded queue, so a sandbox making
+// requests in a loop never slows the Filter down; what does not fit is
+// counted and dropped.
+const auditQueue = 4096
+
+// EgressAudit takes one event from the Filter; it never blocks.
+func (n *Node) EgressAudit(e egress.Event) {
+	if e.Owner == "" {
+		return
+	}
+	n.audit.once.Do(n.startAudit)
+	select {
+	case n.audit.ch <- e:
+	default:
+		n.audit.dropped.Add(1)
+	}
+}
+
+// auditLog is the queue of EgressAudit.
+type auditLog struct {
+	once    sync.Once
+	ch      chan egress.Event
+	dropped atomic.Int64
+}
+
+func (n *Node) startAudit() {
+	n.audit.ch = make(chan egress.Event, auditQueue)
+	go func() {
+		for {
+			select {
+			case <-n.ctx.Done():
+				return
+			case e := <-n.audit.ch:
+				level := "info"
+				if e.Decision == egress.Denied || e.Decision == egress.Failed {
+					level = "warn"
+				}
+				if err := n.store.AddEvent(context.Background(), e.Owner, level, e.String()); err != nil {
+					n.log.Debug("record egress event", "sandbox", e.Owner, "err", err)
+				}
+				if d := n.audit.dropped.Swap(0); d > 0 {
+					n.event(e.Owner, "warn", "egress audit: %d events dropped (too many at once)", d)
+				}
+			}
+		}
+	}()
+}
+
+// The /secrets routes (cube.Secrets).
+
+func (n *Node) secretStore() (*secrets.Store, error) {
+	if n.cfg.Secrets == nil {
+		return nil, cube.Errorf(cube.Unsupported, "secrets are not enabled on this server")
+	}
+	return n.cfg.Secrets, nil
+}
+
+func secretInfo(i secrets.Info) cube.SecretInfo {
+	return cube.SecretInfo{ID: i.ID, Name: i.Name, Version: i.Version, Metadata: i.Metadata, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
+}
+
+func (n *Node) CreateSecret(_ context.Context, name, value string, md map[string]string) (cube.SecretInfo, error) {
+	s, err := n.secretStore()
+	if err != nil {
+		return cube.SecretInfo{}, err
+	}
+	i, err := s.Create(name, value, md)
+	return secretInfo(i), err
+}
+
+func (n *Node) UpdateSecret(_ context.Context, ref, value string, md map[string]string) (cube.SecretInfo, error) {
+	s, err := n.secretStore()
+	if err != nil {
+		return cube.SecretInfo{}, err
+	}
+	i, err := s.Update(ref, value, md)
+	return secretInfo(i), err
+}
+
+func (n *Node) GetSecret(_ context.Context, ref string) (cube.SecretInfo, error) {
+	s, err := n.secretStore()
+	if err != nil {
+		return cube.SecretInfo{}, err
+	}
+	i, err := s.Get(ref)
+	return secretInfo(i), err
+}
+
+func (n *Node) ListSecrets(context.Context) ([]cube.SecretInfo, error) {
+	s, err := n.secretStore()
+	if err != nil {
+		return nil, err
+	}
+	var out []cube.SecretInfo
+	for _, i := range s.List() {
+		out = append(out, secretInfo(i))
+	}
+	return out, nil
+}
+
+func (n *Node) DeleteSecret(_ context.Context, ref string) error {
+	s, err := n.secretStore()
+	if err != nil {
+		return err
+	}
+	return s.Delete(ref)
+}
