@@ -25,6 +25,7 @@ func main() {
 	var o server.Options
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:3000", "address of the API and sandbox proxy")
 	flag.StringVar(&o.DataDir, "data-dir", "/var/lib/cube", "state, images, templates and snapshots")
+	flag.StringVar(&o.Store, "store", os.Getenv("CUBE_STORE"), "state database: empty for <data-dir>/state.db (SQLite), or postgres://user:password@host:port/db (default $CUBE_STORE, which keeps the password out of the process list)")
 	flag.StringVar(&o.Domain, "domain", server.DefaultDomain, "sandbox domain: <port>-<id>.<domain> routes to a sandbox and api.<domain> to the API (names under localhost resolve to this machine; any other domain needs a wildcard DNS record)")
 	flag.StringVar(&o.TLSListen, "tls-listen", "127.0.0.1:3443", "address of the HTTPS listener, serving the API and sandbox traffic like --listen ('' for none)")
 	flag.StringVar(&o.TLSCert, "tls-cert", "", "certificate (PEM, with its chain) of the HTTPS listener, instead of Cube's local CA; reloaded when it changes")
@@ -38,6 +39,8 @@ func main() {
 	flag.IntVar(&o.MaxSandboxes, "max-sandboxes", 200, "most sandboxes (running and paused) at once")
 	flag.IntVar(&o.PoolSize, "pool-size", 2, "warm sandboxes kept ready per template (0: none)")
 	flag.IntVar(&o.PreparedPerKey, "prepared-pool", 2, "containers made ahead of cold restores, per kind of restore asked for in the last 10 minutes (0: none)")
+	flag.Int64Var(&o.VolumeMB, "volume-size", 1024, "size in MiB of a persistent volume created without sizeMB")
+	flag.Int64Var(&o.MaxVolumeMB, "max-volume-size", 100<<10, "largest persistent volume in MiB a create may ask for")
 	flag.DurationVar(&o.PauseWriteDelay, "pause-write-delay", 10*time.Second, "how long a paused sandbox stays in memory (resuming at once) before it is written to disk")
 	flag.DurationVar(&o.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a request may ask for")
 	flag.IntVar(&o.Slots, "slots", 0, "network slots (default: the netslot default)")

@@ -68,6 +68,7 @@ func (s *Server) wireDetail(sb *cube.Sandbox) wire.SandboxDetail {
 		AllowInternetAccess: sb.Network.AllowInternetAccess,
 		Network:             wireNetwork(sb.Network),
 		Lifecycle:           &wire.Lifecycle{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
+		VolumeMounts:        wireMounts(sb.VolumeMounts),
 	}
 }
 
@@ -95,6 +96,7 @@ func (s *Server) wireListed(sb *cube.Sandbox) wire.ListedSandbox {
 		DiskSizeMB:  sb.DiskSizeMB,
 		State:       string(sb.State),
 		Metadata:    sb.Metadata,
+		VolumeMounts: wireMounts(sb.VolumeMounts),
 	}
 }
 

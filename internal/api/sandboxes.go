@@ -97,6 +97,9 @@ func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (cube.CreateRequest,
 		req.Network.MaskRequestHost = n.MaskRequestHost
 		req.Network.Rules = cubeRules(n.Rules)
 	}
+	if req.VolumeMounts, err = volumeMounts(b.VolumeMounts); err != nil {
+		return cube.CreateRequest{}, err
+	}
 	return req, nil
 }
 

@@ -219,6 +219,20 @@ func (s *Server) routes() []route {
 		{"POST", "/templates/tags", false, s.assignTags},
 		{"DELETE", "/templates/tags", false, s.removeTags},
 		{"GET", "/templates/{templateID}/tags", false, s.templateTags},
+
+		{"GET", "/volumes", false, s.listVolumes},
+		{"POST", "/volumes", false, s.createVolume},
+		{"GET", "/volumes/{volumeID}", false, s.getVolume},
+		{"DELETE", "/volumes/{volumeID}", false, s.deleteVolume},
+		// The volume content routes also take the volume's own token
+		// (volumeToken).
+		{"GET", "/volumecontent/{volumeID}/path", false, s.volumeStat},
+		{"PATCH", "/volumecontent/{volumeID}/path", false, s.volumeSetAttr},
+		{"DELETE", "/volumecontent/{volumeID}/path", false, s.volumeRemove},
+		{"GET", "/volumecontent/{volumeID}/dir", false, s.volumeList},
+		{"POST", "/volumecontent/{volumeID}/dir", false, s.volumeMakeDir},
+		{"GET", "/volumecontent/{volumeID}/file", false, s.volumeReadFile},
+		{"PUT", VolumeFilePath, false, s.volumeWriteFile},
 	}
 }
 
@@ -265,6 +279,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 	if !s.isPublic(pattern) {
 		key, ok := s.authorized(r)
 		if !ok {
+			key, ok = s.volumeToken(pattern, r)
+		}
+		if !ok {
 			writeError(w, Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
 			return pattern
 		}
@@ -292,6 +309,10 @@ func (s *Server) bodyLimit(pattern string) int64 {
 	case "PUT " + UploadPath:
 		if b, ok := s.backend.(cube.StepBuilder); ok {
 			return b.MaxFilesBytes()
+		}
+	case "PUT " + VolumeFilePath:
+		if b, ok := s.backend.(cube.Volumes); ok {
+			return b.MaxVolumeBytes() // the volume's own size stops it first
 		}
 	}
 	return s.cfg.MaxBodyBytes

@@ -215,6 +215,8 @@ var schemaTypes = map[string]any{
 	"SnapshotRequest": wire.SnapshotRequest{}, "SnapshotInfo": wire.SnapshotInfo{}, "TemplateAliasResponse": wire.TemplateAliasResponse{},
 	"ForkRequest": wire.ForkRequest{}, "CloneRequest": wire.CloneRequest{}, "ForkResult": wire.ForkResult{},
 	"RollbackRequest": wire.RollbackRequest{}, "RollbackResult": wire.RollbackResult{},
+	"VolumeMount": wire.VolumeMount{}, "NewVolume": wire.NewVolume{}, "Volume": wire.Volume{},
+	"VolumeAndToken": wire.VolumeAndToken{}, "VolumeEntryStat": wire.VolumeEntryStat{}, "VolumeAttr": wire.VolumeAttr{},
 }
 
 // TestSpecSchemasMatchWireTypes checks each schema's properties against the

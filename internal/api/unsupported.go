@@ -20,7 +20,6 @@ var unsupportedFields = []unsupportedField{
 	{wire.NewSandbox{}, "network.egressProxy"}, // SOCKS5 proxy for egress
 	{wire.NewSandbox{}, "iam"},                 // workload identity tokens
 	{wire.NewSandbox{}, "mcp"},                 // MCP gateway
-	{wire.NewSandbox{}, "volumeMounts"},        // persistent volumes
 	{wire.NetworkUpdate{}, "egressProxy"},      // as network.egressProxy, on a running sandbox
 }
 

@@ -13,7 +13,6 @@ func TestUnsupportedE2BFieldsRefused(t *testing.T) {
 		{`{"templateID":"base","network":{"egressProxy":{"address":"proxy.example.com:1080"}}}`, "network.egressProxy"},
 		{`{"templateID":"base","iam":{"tokens":{"aws":{"audience":"sts.amazonaws.com","tokenType":"jwt"}}}}`, "iam"},
 		{`{"templateID":"base","mcp":{"github":{"token":"x"}}}`, "mcp"},
-		{`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, "volumeMounts"},
 		// encoding/json matches names without regard to case; so does the refusal.
 		{`{"templateID":"base","Network":{"EgressProxy":{"address":"p.example:1080"}}}`, "network.egressProxy"},
 	}

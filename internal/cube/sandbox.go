@@ -57,6 +57,9 @@ type CreateRequest struct {
 	// for this sandbox.
 	CPUCount int
 	MemoryMB int
+	// VolumeMounts bind persistent volumes into the sandbox; each path is
+	// valid (volume.CheckMountPath) and no two overlap.
+	VolumeMounts []VolumeMount
 }
 
 // ConnectRequest is a validated connect or resume request.
@@ -95,6 +98,7 @@ type Sandbox struct {
 	Network            Network
 	AutoPause          bool
 	AutoResume         bool
+	VolumeMounts       []VolumeMount
 }
 
 // ListFilter selects sandboxes. Empty fields match everything.

@@ -51,6 +51,11 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	boot := *tpl
 	boot.Aliases = nil
 	rec.Boot = &boot
+	unlock, err := n.mountVolumes(ctx, &boot, req.VolumeMounts)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if req.Template != tpl.ID {
 		rec.Alias = req.Template
 	}
@@ -122,6 +127,9 @@ func (n *Node) attach(ctx context.Context, inst *instance, rec *store.Sandbox, b
 // store; on failure it leaves nothing behind. A crash mid-way leaves a
 // container and slot no record names, which the reconciler removes.
 func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*container, error) {
+	if needsBoot(rec, tpl) {
+		return n.bootWithVolumes(ctx, rec, tpl)
+	}
 	start := time.Now()
 	// The sandbox's own limits apply; a restore may change them, but warm
 	// sandboxes were restored with the template's.

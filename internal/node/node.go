@@ -98,6 +98,10 @@ type Config struct {
 	// PreparedPerKey is how many prepared containers (see prepared.go) to
 	// keep per kind of restore asked for recently; 0 disables them.
 	PreparedPerKey int
+	// VolumeBytes is the size of a volume created without one (0: 1 GiB);
+	// MaxVolumeBytes the largest a volume may be (0: 100 GiB).
+	VolumeBytes    int64
+	MaxVolumeBytes int64
 }
 
 // Node owns the sandboxes of this host.
@@ -144,6 +148,9 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// vols holds the persistent volumes (volumes.go).
+	vols volumeSet
 
 	// goneMu guards gone, the functions OnGone registered.
 	goneMu sync.Mutex
@@ -331,6 +338,7 @@ func Spec(tpl *store.Template, id, netns string) runtime.Spec {
 		ID: id, Rootfs: tpl.Rootfs, AgentDir: tpl.Envd, WritableMB: tpl.DiskSizeMB,
 		Args: args, Env: env, Cwd: "/", NetNS: netns,
 		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB,
+		Mounts: runtimeMounts(tpl.Mounts),
 	}
 }
 

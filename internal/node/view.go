@@ -40,7 +40,7 @@ func (n *Node) view(rec *store.Sandbox) (*cube.Sandbox, error) {
 		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
 		StartedAt: rec.StartedAt, EndAt: rec.EndAt, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB,
 		DiskSizeMB: rec.DiskSizeMB, Metadata: rec.Metadata, Network: netw,
-		AutoPause: rec.AutoPause, AutoResume: rec.AutoResume,
+		AutoPause: rec.AutoPause, AutoResume: rec.AutoResume, VolumeMounts: mountsView(rec.Boot),
 	}, nil
 }
 

@@ -29,7 +29,6 @@ import (
 	"cube/internal/oci"
 	"cube/internal/proxy"
 	"cube/internal/runtime/gvisor"
-	"cube/internal/store"
 	"cube/internal/template"
 	"cube/internal/version"
 	"cube/internal/webui"
@@ -39,6 +38,10 @@ import (
 type Options struct {
 	Listen  string
 	DataDir string
+	// Store is the state database: empty for the SQLite file
+	// <DataDir>/state.db, or a postgres:// URL. A PostgreSQL database is
+	// claimed by one server at a time (store.Claim).
+	Store string
 	// Domain is the sandbox domain: <port>-<id>.<Domain> routes to a
 	// sandbox, api.<Domain> to the API. Default DefaultDomain.
 	Domain string
@@ -61,6 +64,9 @@ type Options struct {
 	// PreparedPerKey is how many containers are made ahead of cold
 	// restores per kind of restore in demand (node.Config.PreparedPerKey).
 	PreparedPerKey int
+	// VolumeMB and MaxVolumeMB are the size of a volume created without
+	// one and the largest volume allowed (node.Config.VolumeBytes).
+	VolumeMB, MaxVolumeMB int64
 	// PauseWriteDelay is how long a paused sandbox stays in memory.
 	PauseWriteDelay time.Duration
 	MaxTimeout      time.Duration
@@ -162,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := privateSubdirs(o.DataDir); err != nil {
 		return err
 	}
-	st, err := store.Open(filepath.Join(o.DataDir, "state.db"))
+	st, err := openStore(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -234,6 +240,7 @@ func Run(ctx context.Context, o Options) error {
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
+		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets,
 	})

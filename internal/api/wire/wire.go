@@ -64,6 +64,8 @@ type NewSandbox struct {
 	// (a Cube extension; E2B takes them from the template only).
 	CPUCount *int `json:"cpuCount,omitempty"`
 	MemoryMB *int `json:"memoryMB,omitempty"`
+	// VolumeMounts bind persistent volumes (volumes.go).
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // Sandbox is the answer to create, connect and resume.
@@ -103,6 +105,7 @@ type SandboxDetail struct {
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
 	Network             *NetworkConfig    `json:"network,omitempty"`
 	Lifecycle           *Lifecycle        `json:"lifecycle,omitempty"`
+	VolumeMounts        []VolumeMount     `json:"volumeMounts,omitempty"`
 }
 
 // ListedSandbox is one element of the sandbox lists.
@@ -119,6 +122,7 @@ type ListedSandbox struct {
 	DiskSizeMB  int               `json:"diskSizeMB"`
 	State       string            `json:"state"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
+	VolumeMounts []VolumeMount    `json:"volumeMounts,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /sandboxes/{id}/timeout.
