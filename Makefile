@@ -8,11 +8,14 @@ export PATH := /usr/local/go/bin:$(PATH)
 DATA_DIR ?= /var/lib/cube
 DEB_PACKAGES := iproute2 nftables iptables debootstrap procps curl ca-certificates \
 	python3 python3-ipykernel python3-numpy python3-pandas python3-matplotlib busybox-static \
-	libnss-myhostname r-base-core openjdk-17-jdk-headless
+	libnss-myhostname r-base-core
+# What only the tests need on the host: PostgreSQL (a state database of
+# their own, started by the tests) and the JDK the Java kernel's tests run.
+TEST_PACKAGES := postgresql openjdk-17-jdk-headless
 
 GO_BINS := cube-server cubemastercli cube-bench
 
-.PHONY: all build run test deps template bench e2e proto clean console-assets
+.PHONY: all build run test deps test-deps template bench e2e proto clean console-assets
 
 all: build
 
@@ -43,14 +46,19 @@ FORCE:
 console-assets:
 	./web/console/build.sh
 
-## deps: Debian packages the service and its tests need (idempotent).
-deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+# install installs the Debian packages of $(1) that are missing.
+define install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+endef
+
+## deps: Debian packages the service needs (idempotent).
+deps:
+	$(call install,$(DEB_PACKAGES))
 	@# Names under localhost (the default sandbox domain) resolve to this
 	@# machine through nss-myhostname, once it is among the host sources.
 	@grep -qE '^hosts:.*\bmyhostname\b' /etc/nsswitch.conf || sed -i -E 's/^(hosts:.*)$$/\1 myhostname/' /etc/nsswitch.conf
@@ -82,8 +90,12 @@ template: bin/cubemastercli
 		--expose-port 49983 --expose-port 49999 --probe 49999 --writable-layer-size 1G \
 		--cpu 2000 --memory 2048 --wait
 
+## test-deps: what the tests need beyond the service (idempotent).
+test-deps: deps
+	$(call install,$(TEST_PACKAGES))
+
 ## test: the whole suite (unit, gVisor integration, crash, e2e).
-test: deps build
+test: test-deps build
 	./scripts/test.sh
 
 ## e2e: the end-to-end suite alone (official SDKs against a private server).

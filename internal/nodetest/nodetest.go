@@ -48,6 +48,9 @@ type Options struct {
 	PauseWriteDelay time.Duration
 	// CodeContextsNeedToken: see node.Config.
 	CodeContextsNeedToken bool
+	// Store is a postgres:// state database; empty means the SQLite file
+	// in DataDir.
+	Store string
 }
 
 // New starts a node on real gVisor; it is torn down when the test ends.
@@ -59,7 +62,13 @@ func New(t testing.TB, o Options) *Node {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	st, err := store.Open(filepath.Join(dir, "state.db"))
+	var st *store.Store
+	var err error
+	if o.Store != "" {
+		st, err = store.OpenPostgres(context.Background(), o.Store)
+	} else {
+		st, err = store.Open(filepath.Join(dir, "state.db"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

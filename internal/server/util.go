@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"cube/internal/store"
 )
 
 // lockDataDir makes sure only one server uses a data directory: two would
@@ -62,4 +65,24 @@ func privateSubdirs(dir string) error {
 		}
 	}
 	return nil
+}
+
+// openStore opens the state database o names: the SQLite file in the data
+// directory, or a PostgreSQL database, which this server then claims.
+func openStore(ctx context.Context, o Options) (*store.Store, error) {
+	if o.Store == "" {
+		return store.Open(filepath.Join(o.DataDir, "state.db"))
+	}
+	if !store.IsURL(o.Store) {
+		return nil, fmt.Errorf("--store %q: want a postgres:// URL, or nothing for %s", o.Store, filepath.Join(o.DataDir, "state.db"))
+	}
+	st, err := store.OpenPostgres(ctx, o.Store)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Claim(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
 }

@@ -2,26 +2,91 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"cube/internal/testenv"
 )
 
-func open(t *testing.T) (*Store, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, path
+// backend opens a state database for a test, and opens it again as a
+// restarted server would.
+type backend struct {
+	name string
+	open func(t *testing.T) (s *Store, reopen func() *Store)
 }
 
-func TestSandboxRoundTripAndReopen(t *testing.T) {
+func sqliteBackend() backend {
+	return backend{"sqlite", func(t *testing.T) (*Store, func() *Store) {
+		path := filepath.Join(t.TempDir(), "state.db")
+		return openOrFail(t, func() (*Store, error) { return Open(path) })
+	}}
+}
+
+// postgresBackend gives each test a database of its own on one server.
+func postgresBackend(t *testing.T) backend {
+	admin := testenv.Postgres(t)
+	n := 0
+	return backend{"postgres", func(t *testing.T) (*Store, func() *Store) {
+		n++
+		name := fmt.Sprintf("t%d", n)
+		db, err := sql.Open("pgx", admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Exec(`CREATE DATABASE ` + name); err != nil {
+			t.Fatal(err)
+		}
+		dsn := strings.Replace(admin, "/cube?", "/"+name+"?", 1)
+		return openOrFail(t, func() (*Store, error) { return OpenPostgres(context.Background(), dsn) })
+	}}
+}
+
+func openOrFail(t *testing.T, open func() (*Store, error)) (*Store, func() *Store) {
+	t.Helper()
+	reopen := func() *Store {
+		s, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	return reopen(), reopen
+}
+
+// suite is every test that holds for any backend.
+var suite = []struct {
+	name string
+	test func(t *testing.T, b backend)
+}{
+	{"SandboxRoundTripAndReopen", testSandboxRoundTripAndReopen},
+	{"ListFiltersByStateInOrder", testListFiltersByStateInOrder},
+	{"Events", testEvents},
+	{"InFlightWriteOutRoundTrips", testInFlightWriteOutRoundTrips},
+}
+
+func runSuite(t *testing.T, b backend) {
+	for _, c := range suite {
+		t.Run(c.name, func(t *testing.T) { c.test(t, b) })
+	}
+}
+
+func TestStoreOnSQLite(t *testing.T) { runSuite(t, sqliteBackend()) }
+
+// TestStoreOnPostgres runs the suite against a real PostgreSQL server,
+// the cluster's state database.
+func TestStoreOnPostgres(t *testing.T) { runSuite(t, postgresBackend(t)) }
+
+func testSandboxRoundTripAndReopen(t *testing.T, b backend) {
 	ctx := context.Background()
-	s, path := open(t)
+	s, reopen := b.open(t)
 	sb := &Sandbox{ID: "abc", TemplateID: "base", State: Creating, Slot: 3,
 		EndAt: time.Now().Add(time.Minute).UTC().Truncate(time.Second), Metadata: map[string]string{"k": "v"}}
 	if err := s.Sandboxes().Put(ctx, sb); err != nil {
@@ -33,11 +98,7 @@ func TestSandboxRoundTripAndReopen(t *testing.T) {
 	}
 	s.Close()
 
-	s2, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen()
 	got, err := s2.Sandboxes().Get(ctx, "abc")
 	if err != nil {
 		t.Fatal(err)
@@ -50,9 +111,9 @@ func TestSandboxRoundTripAndReopen(t *testing.T) {
 	}
 }
 
-func TestListFiltersByStateInOrder(t *testing.T) {
+func testListFiltersByStateInOrder(t *testing.T, b backend) {
 	ctx := context.Background()
-	s, _ := open(t)
+	s, _ := b.open(t)
 	for _, x := range []struct {
 		id string
 		st SandboxState
@@ -78,9 +139,9 @@ func TestListFiltersByStateInOrder(t *testing.T) {
 	}
 }
 
-func TestEvents(t *testing.T) {
+func testEvents(t *testing.T, b backend) {
 	ctx := context.Background()
-	s, _ := open(t)
+	s, _ := b.open(t)
 	for _, m := range []string{"created", "paused", "resumed"} {
 		if err := s.AddEvent(ctx, "sb1", "info", m); err != nil {
 			t.Fatal(err)
@@ -113,7 +174,7 @@ func ids(l []*Sandbox) []string {
 // (synchronous=FULL in WAL mode), since the node acts on a record as soon
 // as it is written.
 func TestCommitsAreSynced(t *testing.T) {
-	s, _ := open(t)
+	s, _ := sqliteBackend().open(t)
 	var mode string
 	var sync int
 	if err := s.db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
@@ -129,25 +190,111 @@ func TestCommitsAreSynced(t *testing.T) {
 
 // TestInFlightWriteOutRoundTrips: the fields that name a write-out in
 // flight survive a reopen, as the reconciler needs them after a crash.
-func TestInFlightWriteOutRoundTrips(t *testing.T) {
+func testInFlightWriteOutRoundTrips(t *testing.T, b backend) {
 	ctx := context.Background()
-	s, path := open(t)
+	s, reopen := b.open(t)
 	sb := &Sandbox{ID: "p", State: Paused, Slot: 2, ContainerID: "p-1",
 		PauseImageTarget: "/data/sandboxes/p/pause", PauseChecksum: "abc"}
 	if err := s.Sandboxes().Put(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	s2, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen()
 	got, err := s2.Sandboxes().Get(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.PauseImageTarget != sb.PauseImageTarget || got.PauseChecksum != "abc" || got.PauseImage != "" {
 		t.Fatalf("after reopen: %+v", got)
+	}
+}
+
+// Nodes of a cluster open one PostgreSQL database at once: the schema is
+// created once, and each sees the others' writes.
+func TestPostgresSharedByNodes(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	stores := make([]*Store, 4)
+	errs := make(chan error, len(stores))
+	for i := range stores {
+		go func() {
+			s, err := OpenPostgres(ctx, dsn)
+			stores[i] = s
+			errs <- err
+		}()
+	}
+	for range stores {
+		if err := <-errs; err != nil {
+			t.Fatalf("a node opening the database with the others: %v", err)
+		}
+	}
+	for _, s := range stores {
+		defer s.Close()
+	}
+	if err := stores[0].Sandboxes().Put(ctx, &Sandbox{ID: "on-node-0", State: Running}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stores[3].AddEvent(ctx, "on-node-0", "info", "seen everywhere"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := stores[2].Sandboxes().Get(ctx, "on-node-0")
+	if err != nil || got.State != Running {
+		t.Fatalf("another node reads %+v, %v", got, err)
+	}
+	if ev, err := stores[1].Events(ctx, "on-node-0", 0, 10); err != nil || len(ev) != 1 || ev[0].Message != "seen everywhere" {
+		t.Fatalf("events from another node: %+v, %v", ev, err)
+	}
+}
+
+func TestPostgresErrorsNameTheServerWithoutThePassword(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = OpenPostgres(ctx, "postgres://cube:hunter2@"+addr+"/cube?sslmode=disable")
+	if err == nil {
+		t.Fatal("opened a database nothing serves")
+	}
+	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "--store") {
+		t.Fatalf("error %q: want the address and what to check, never the password", err)
+	}
+}
+
+func TestPlaceholdersAreNumberedForPostgres(t *testing.T) {
+	got := numberPlaceholders(`SELECT a FROM t WHERE b = ? AND c > ? LIMIT ?`)
+	if want := `SELECT a FROM t WHERE b = $1 AND c > $2 LIMIT $3`; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if !IsURL("postgres://h/db") || !IsURL("postgresql://h/db") || IsURL("/var/lib/cube/state.db") {
+		t.Fatal("IsURL")
+	}
+}
+
+func TestPostgresIsClaimedByOneServer(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	first, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if err := second.Claim(ctx); err == nil || !strings.Contains(err.Error(), "another cube-server") {
+		t.Fatalf("a second server's claim: %v", err)
+	}
+	// Once the first server is gone, the database is free again.
+	first.Close()
+	if err := second.Claim(ctx); err != nil {
+		t.Fatalf("claim after the first server closed: %v", err)
 	}
 }

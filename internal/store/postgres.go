@@ -1,0 +1,129 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+)
+
+// A cluster keeps its state in PostgreSQL instead of the SQLite file: the
+// same tables of JSON records, so every node reads and writes the same
+// sandboxes, templates and volumes.
+
+// IsURL reports whether a --store value names a PostgreSQL database
+// rather than a SQLite file.
+func IsURL(store string) bool {
+	return strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://")
+}
+
+// OpenPostgres connects to the PostgreSQL database at dsn
+// (postgres://user:password@host:port/db?sslmode=...) and creates the
+// tables it lacks. Several nodes may open one database at once: the schema
+// is applied under an advisory lock.
+func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
+	shown := redact(dsn)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open state database %s: %w", shown, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("state database %s does not answer: %w (check the --store URL and that PostgreSQL runs)", shown, err)
+	}
+	if err := applyPostgresSchema(pctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise state database %s: %w", shown, err)
+	}
+	return &Store{db: db, q: numberPlaceholders, dialect: "postgres"}, nil
+}
+
+// schemaLock is the advisory lock nodes take while they create tables, so
+// two nodes starting together do not race on the catalogue.
+const schemaLock = 0x637562 // "cub"
+
+func applyPostgresSchema(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, schemaLock); err != nil {
+		return err
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, schemaLock)
+	_, err = conn.ExecContext(ctx, postgresSchema(schema))
+	return err
+}
+
+// postgresSchema is the SQLite schema in PostgreSQL's words: 64-bit
+// integers (sequence numbers and times are nanoseconds) and a serial
+// primary key where SQLite autoincrements.
+func postgresSchema(sqlite string) string {
+	s := strings.ReplaceAll(sqlite, "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+	return strings.ReplaceAll(s, "INTEGER", "BIGINT")
+}
+
+// numberPlaceholders rewrites ? placeholders as $1, $2, ...; Cube's
+// queries hold no ? inside string literals.
+func numberPlaceholders(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// redact is dsn without its password, for messages and logs.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable PostgreSQL URL)"
+	}
+	return u.Redacted()
+}
+
+// soleServerLock is the advisory lock a server holds on a PostgreSQL
+// state database while nodes do not yet share one (see Claim).
+const soleServerLock = 0x63756265 // "cube"
+
+// Claim makes this server the only one using the database, as the lock
+// on the data directory does for a SQLite file: each server reconciles the
+// records it finds with what runs on its host, so two servers on one
+// database would remove each other's sandboxes. It fails at once, saying
+// so, when another server holds the database; the claim ends with Close
+// (or the connection, if the server dies). A SQLite store has nothing to
+// claim.
+func (s *Store) Claim(ctx context.Context) error {
+	if s.dialect != "postgres" {
+		return nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	var got bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, soleServerLock).Scan(&got); err != nil {
+		conn.Close()
+		return fmt.Errorf("claim the state database: %w", err)
+	}
+	if !got {
+		conn.Close()
+		return fmt.Errorf("another cube-server uses this state database; each server needs a database of its own (or stop the other one)")
+	}
+	s.claim = conn
+	return nil
+}
