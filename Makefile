@@ -15,7 +15,7 @@ TEST_PACKAGES := postgresql openjdk-17-jdk-headless
 
 GO_BINS := cube-server cubemastercli cube-bench
 
-.PHONY: all build run test deps test-deps template bench e2e proto clean console-assets
+.PHONY: all build run test deps test-deps install template bench e2e proto clean console-assets
 
 all: build
 
@@ -89,6 +89,13 @@ template: bin/cubemastercli
 		--template-id code-interpreter --alias base --alias code-interpreter-v1 \
 		--expose-port 49983 --expose-port 49999 --probe 49999 --writable-layer-size 1G \
 		--cpu 2000 --memory 2048 --wait
+
+## install: a node in place (PREFIX=/usr/local): the binaries, the systemd
+## unit cube-server.service (enabled and started when systemd runs), its
+## settings in /etc/cube/cube-server.env and data in /var/lib/cube; DESTDIR
+## stages it all under a directory instead (scripts/install.sh).
+install: deps build
+	./scripts/install.sh
 
 ## test-deps: what the tests need beyond the service (idempotent).
 test-deps: deps
