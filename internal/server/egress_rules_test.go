@@ -354,8 +354,12 @@ func TestEgressRulesWithSecrets(t *testing.T) {
 		t.Errorf("no egress metrics")
 	}
 
-	// The data dir never holds the value in plain text, and after a
-	// restart the secret still works.
+	// The data dir never holds the value in plain text, a pause image of
+	// the sandbox included, and after a restart the secret still works.
+	if code, body := d.do(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", nil, nil); code != 204 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	waitFile(t, filepath.Join(dataDir, "sandboxes", sb.SandboxID, "pause", "checkpoint.img"))
 	if found := grepDir(dataDir, []byte(secret)); len(found) > 0 {
 		t.Errorf("plain text of the secret in %v", found)
 	}
