@@ -4,18 +4,20 @@
 #
 # The image is Debian 12 (bookworm) minbase with bash, coreutils, curl,
 # ca-certificates, python3 and Debian's ipykernel, numpy, pandas and
-# matplotlib, node with npm and TypeScript, R with IRkernel, and Jupyter
-# kernels for python, bash, javascript, typescript and r (the non-Debian
-# ones are Cube's, in image/rootfs), plus a user `user` (uid 1000). It has no CMD: cube-envd is
+# matplotlib, node with npm and TypeScript, R with IRkernel, a Java 17
+# runtime (jlink) with JShell, and Jupyter kernels for python, bash,
+# javascript, typescript, r and java (the non-Debian ones are Cube's, in
+# image/rootfs), plus a user `user` (uid 1000). It has no CMD: cube-envd is
 # bind-mounted at run time, runs as PID 1 and serves the code interpreter.
 #
 # Skips the build when OUT is newer than this script. Needs root (debootstrap
 # and file ownership). Downloaded .debs are kept in $CUBE_CACHE_DIR so a
 # rebuild does not fetch them again.
 #
-# Measured on a 2-core VM with warm caches: 99 s; the result is an 824 MB
-# rootfs in a 318 MB archive (685 MB and 255 MB without the bash, JS/TS and
-# R kernels' runtimes).
+# Measured on a 2-core VM with warm caches: 99 s without Java (which adds
+# about 90 s: unpacking the JDK, javac, jlink, the warm-up run); the result
+# is a 926 MB rootfs in a 357 MB archive (824 MB and 318 MB without Java,
+# 685 MB and 255 MB without the bash, JS/TS, R and Java kernels' runtimes).
 #
 # Environment:
 #   DEBIAN_MIRROR       default http://deb.debian.org/debian
@@ -47,6 +49,16 @@ TOOL_PACKAGES="iproute2 procps sudo git"
 # (cube_kernels, on ipykernel), R through Debian's IRkernel, whose
 # kernelspec "ir" declares language "R"; python as a name for python3.
 KERNEL_PACKAGES="python-is-python3 nodejs r-base-core r-cran-irkernel"
+# Java: Debian's JDK is not installed but unpacked in the tree's /tmp, only
+# to compile Cube's JShell driver and to jlink a runtime of the modules below
+# into $JAVA_RUNTIME. The runtime has JShell (and the compiler it runs) and
+# the Java SE modules a cell may use, without java.desktop (AWT/Swing, whose
+# native libraries need X11 and font packages). Debian's native libraries
+# are stripped already (jlink's --strip-debug would want objcopy).
+JAVA_PACKAGES="openjdk-17-jre-headless openjdk-17-jdk-headless"
+JAVA_HOME_BUILD=/tmp/jdk/usr/lib/jvm/java-17-openjdk-amd64
+JAVA_RUNTIME=/usr/local/lib/cube-java
+JAVA_MODULES=java.base,java.compiler,java.instrument,java.logging,java.management,java.naming,java.net.http,java.prefs,java.rmi,java.scripting,java.security.jgss,java.security.sasl,java.sql,java.sql.rowset,java.xml,java.xml.crypto,jdk.charsets,jdk.crypto.ec,jdk.httpserver,jdk.jshell,jdk.unsupported,jdk.zipfs
 # From the npm registry, pinned: npm itself, as in E2B's image (Debian's
 # npm package brings 140 MB of node-* packages; the registry's tarball has
 # its dependencies bundled), and TypeScript for the typescript kernel's
@@ -83,6 +95,7 @@ mkdir -p "$(dirname "$OUT")" "$CACHE_DIR"
 work=$(mktemp -d "$(dirname "$OUT")/.default-image.XXXXXX")
 cleanup() {
 	local rc=$?
+	if [[ -n "${rootfs:-}" ]] && mountpoint -q "$rootfs/proc" 2>/dev/null; then umount "$rootfs/proc" || true; fi
 	# Nothing is mounted inside the tree, but be sure before deleting it.
 	if findmnt -rn -o TARGET | grep -qF "$work/"; then
 		echo "default image: mounts left under $work; not deleting it" >&2
@@ -109,7 +122,7 @@ if [[ ! -x "$rootfs/usr/bin/apt-get" || ! -f "$rootfs/var/lib/dpkg/status" || -d
 	exit 1
 fi
 
-step 2 "apt-get install $PY_PACKAGES $TOOL_PACKAGES $KERNEL_PACKAGES"
+step 2 "apt-get install $PY_PACKAGES $TOOL_PACKAGES $KERNEL_PACKAGES (and download $JAVA_PACKAGES)"
 # Leave out documentation and translations, as Debian's slim images do
 # (copyright files stay); about 60 MB.
 cat >"$rootfs/etc/dpkg/dpkg.cfg.d/cube-slim" <<'EOF'
@@ -125,11 +138,23 @@ find "$rootfs/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
 find "$rootfs/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
 rm -rf "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/lintian/*
 in_root() { chroot "$rootfs" /usr/bin/env -i PATH="$IMAGE_PATH" DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 "$@"; }
+# The JDK's postinst links its man pages with update-alternatives, which
+# fails when their directory is missing (the pages themselves are left out).
+mkdir -p "$rootfs/usr/share/man/man1"
 # Reuse .debs from earlier builds: copied in, new ones copied back out.
 find "$CACHE_DIR/apt" -maxdepth 1 -name '*.deb' -exec cp -n -t "$rootfs/var/cache/apt/archives/" {} +
 in_root apt-get update -qq
 in_root apt-get install -y -qq --no-install-recommends $PY_PACKAGES $TOOL_PACKAGES $KERNEL_PACKAGES 2>&1 |
 	grep -E --line-buffered '^(Unpacking|Setting up|E:|W:)' | grep -v --line-buffered 'Can not write log' | awk '{ print "  " $0; fflush() }' || true
+for p in $JAVA_PACKAGES; do
+	v=$(in_root apt-cache show --no-all-versions "$p" | sed -n 's/^Version: //p')
+	deb=var/cache/apt/archives/${p}_${v//:/%3a}_amd64.deb
+	if [[ ! -f "$rootfs/$deb" ]]; then
+		in_root sh -c "cd /var/cache/apt/archives && apt-get download -qq '$p=$v'" 2>&1 | grep -v unsandboxed || true
+	fi
+	[[ -f "$rootfs/$deb" ]] || { echo "default image: could not download $p $v" >&2; exit 1; }
+	dpkg-deb -x "$rootfs/$deb" "$rootfs/tmp/jdk"
+done
 find "$rootfs/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -n -t "$CACHE_DIR/apt/" {} +
 for p in $PY_PACKAGES $TOOL_PACKAGES $KERNEL_PACKAGES; do
 	if ! in_root dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -188,6 +213,47 @@ in_root /usr/sbin/runuser -u user -- env HOME=/home/user /usr/local/bin/npm --ve
 in_root /usr/sbin/runuser -u user -- env HOME=/home/user /usr/bin/Rscript -e \
 	'suppressMessages(library(IRkernel)); cat("  R", format(getRversion()), "IRkernel", format(packageVersion("IRkernel")), "\n")'
 in_root /usr/bin/python3 -m compileall -q /usr/local/lib/python3.11/dist-packages/cube_kernels
+# The Java kernel: its driver compiled into a jar, a jlinked runtime with a
+# class data archive of the base modules, and one of the classes a first
+# cell loads (JShell's compiler), recorded by running two cells; the JDK
+# goes with /tmp. Java wants /proc, mounted for these steps alone.
+kernels=/usr/local/lib/python3.11/dist-packages/cube_kernels
+du_jdk=$(du -sm "$rootfs$JAVA_HOME_BUILD" | cut -f1)
+mount -t proc proc "$rootfs/proc"
+# The JDK's configuration files are links into /etc/java-17-openjdk, which
+# its package would have put there; the runtime jlink makes has its own.
+ln -sfn /tmp/jdk/etc/java-17-openjdk "$rootfs/etc/java-17-openjdk"
+mkdir -p "$rootfs/tmp/jshell-classes"
+# (javac warns that sun.misc.Signal, for SIGINT, is internal API: shown only on failure.)
+in_root "$JAVA_HOME_BUILD/bin/javac" -nowarn -d /tmp/jshell-classes "$kernels/CubeJShell.java" >"$work/javac.log" 2>&1 ||
+	{ cat "$work/javac.log" >&2; echo "default image: javac failed" >&2; exit 1; }
+in_root "$JAVA_HOME_BUILD/bin/jar" --create --file "$kernels/cube-jshell.jar" -C /tmp/jshell-classes .
+rm -rf "$rootfs$JAVA_RUNTIME"
+in_root "$JAVA_HOME_BUILD/bin/jlink" --add-modules "$JAVA_MODULES" --strip-java-debug-attributes --no-man-pages --no-header-files \
+	--generate-cds-archive --output "$JAVA_RUNTIME"
+# The archive for heaps over 32 GB (no compressed pointers) is never used here.
+rm -f "$rootfs$JAVA_RUNTIME/lib/server/classes_nocoops.jsa"
+cell() { printf '0 %d\n%s' "${#1}" "$1"; } # a request: not silent, the code's length, the code
+{ cell 'int cubeWarm = 40 + 2;'; cell 'String.join(" ", List.of("warm", "up"))'; } >"$rootfs/tmp/warm.req"
+in_root "$JAVA_RUNTIME/bin/java" -XX:+UseSerialGC -XX:-UsePerfData -Xlog:disable -Xlog:all=warning:stderr -XX:ArchiveClassesAtExit="$JAVA_RUNTIME/lib/cube-jshell.jsa" \
+	-cp "$kernels/cube-jshell.jar" CubeJShell /tmp/warm.req /tmp/warm.out
+java_version=$(in_root "$JAVA_RUNTIME/bin/java" -version 2>&1 | head -1 | cut -d'"' -f2)
+umount "$rootfs/proc"
+rm "$rootfs/etc/java-17-openjdk"
+if ! grep -q '"text":"warm up"' "$rootfs/tmp/warm.out"; then
+	echo "default image: the Java driver's warm-up run did not answer:" >&2
+	cat "$rootfs/tmp/warm.out" >&2
+	exit 1
+fi
+# Every library the runtime's native code links is in the image (libjvm.so
+# is the JVM's own, which the launcher loads by path).
+missing=$(cd "$rootfs" && find ".$JAVA_RUNTIME" -name '*.so' | while read -r so; do in_root /usr/bin/ldd "${so#.}"; done | grep 'not found' | grep -v 'libjvm.so' | sort -u || true)
+if [[ -n "$missing" ]]; then
+	echo "default image: the Java runtime lacks libraries:" >&2
+	echo "$missing" >&2
+	exit 1
+fi
+echo "  java $java_version: runtime $(du -sm "$rootfs$JAVA_RUNTIME" | cut -f1) MB (the JDK was $du_jdk MB)"
 in_root apt-get clean
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb \
 	"$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/var/log/apt/* "$rootfs"/var/log/dpkg.log \

@@ -1,7 +1,8 @@
 // The code interpreter's languages beyond Python, through
-// @e2b/code-interpreter: bash, javascript, typescript and r, each on a real
-// Jupyter kernel of the default template (Cube's wrapper kernels in
-// cube_kernels for bash, javascript and typescript; Debian's IRkernel for r).
+// @e2b/code-interpreter: bash, javascript, typescript, r and java, each on a
+// real Jupyter kernel of the default template (Cube's wrapper kernels in
+// cube_kernels for bash, javascript, typescript and java, the last on the
+// JDK's JShell; Debian's IRkernel for r).
 // Each language gets its output streams, a result, state across calls, an
 // error, sandbox-wide and per-call environment variables, the working
 // directory, and a context of its own.
@@ -287,8 +288,62 @@ describe('r', () => {
   })
 })
 
+// Java runs on JShell in a JVM that starts with the first java cell. A
+// String value is shown as its text, environment variables are system
+// properties, as with E2B's Java kernel.
 describe('java', () => {
-  test('has no kernel in the default template: a clear error', async () => {
-    await assert.rejects(sbx.runCode('1 + 1', { language: 'java' }), /no Jupyter kernel for language "java"/)
+  test('the first cell starts the JVM; an expression is the result, a String without quotes', async () => {
+    const ex = await run('java', 'System.getProperty("user.dir")')
+    assert.equal(ex.text, '/home/user')
+    assert.equal(ex.results.length, 1)
+    assert.equal(ex.results[0].isMainResult, true)
+    assert.equal((await run('java', '6 * 7')).text, '42')
+    assert.equal((await run('java', 'List.of("a", "b")')).text, '[a, b]')
+    assert.equal((await run('java', 'int quiet = 1;')).text, undefined)
+  })
+
+  test('System.out and System.err are streamed; a statement has no result', async () => {
+    const out = []
+    const ex = await run('java', 'System.out.println("Hello, World!");\nSystem.err.println("careful");', { onStdout: (m) => out.push(m.line) })
+    assert.deepEqual(ex.logs.stdout, ['Hello, World!\n'])
+    assert.equal(ex.logs.stderr.join(''), 'careful\n')
+    assert.equal(out.join(''), 'Hello, World!\n')
+    assert.deepEqual(ex.results, [])
+  })
+
+  test('variables, methods and classes persist across calls', async () => {
+    await run('java', 'int total = 40;\nint add(int n) { total += n; return total; }\nrecord Pair(String left, String right) {}')
+    assert.equal((await run('java', 'add(1);\nadd(1)')).text, '42')
+    assert.equal((await run('java', 'new Pair("l", "r").right() + total')).text, 'r42')
+  })
+
+  test('a compile error and an exception are errors; the JVM and its state survive', async () => {
+    const bad = await run('java', 'int ok = 1;\nString s = ok +;', { expectError: true })
+    assert.ok(bad.error, 'a compile error is an error')
+    assert.equal(bad.error.name, 'CompilationException')
+    assert.match(bad.error.traceback, /line 2: error/)
+    const thrown = await run('java', 'Object o = null;\no.toString();', { expectError: true })
+    assert.ok(thrown.error, 'an exception is an error')
+    assert.equal(thrown.error.name, 'java.lang.NullPointerException')
+    assert.match(thrown.error.traceback, /^java\.lang\.NullPointerException/)
+    assert.equal((await run('java', 'total')).text, '42')
+  })
+
+  test('an interrupted loop ends the call; the JVM and its state survive', async () => {
+    await run('java', 'String kept = "kept";')
+    await assert.rejects(sbx.runCode('while (true) { }', { language: 'java', timeoutMs: 3000 }))
+    assert.equal((await run('java', 'kept')).text, 'kept')
+  })
+
+  test('env vars are system properties: sandbox-wide, and per call for that call only', async () => {
+    assert.equal((await run('java', 'System.getProperty("SBX_LANG_VAR")')).text, 'sandbox-wide')
+    assert.equal((await run('java', 'System.getProperty("CALL_VAR")', { envs: { CALL_VAR: "only now, \"quoted\" \\ it's" } })).text, "only now, \"quoted\" \\ it's")
+    assert.equal((await run('java', 'System.getProperty("CALL_VAR", "unset")')).text, 'unset')
+    assert.equal((await run('java', 'System.getProperty("SBX_LANG_VAR")', { envs: { SBX_LANG_VAR: 'for one call' } })).text, 'for one call')
+    assert.equal((await run('java', 'System.getProperty("SBX_LANG_VAR")')).text, 'sandbox-wide')
+  })
+
+  test('a java context is created and listed', async () => {
+    await contextTest('java', 'System.out.print("in a context ");\nSystem.getProperty("SBX_LANG_VAR")', 'in a context sandbox-wide')
   })
 })

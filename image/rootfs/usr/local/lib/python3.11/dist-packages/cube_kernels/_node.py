@@ -19,8 +19,19 @@ DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver.js")
 
 
 class NodeKernel(ChildKernel):
+    """A kernel whose cells a driver process runs; the Java kernel uses it
+    with a JVM in place of node (command, encode_request)."""
+
     implementation_version = "1.0"
     mode = "javascript"  # or "typescript"
+    process_name = "node"
+
+    def command(self, req_fd, rep_fd):
+        """The driver's argv; it reads cells from req_fd, replies on rep_fd."""
+        return ["node", DRIVER, self.mode, str(req_fd), str(rep_fd)]
+
+    def encode_request(self, code, silent):
+        return (json.dumps({"code": code, "silent": silent}) + "\n").encode()
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -34,7 +45,7 @@ class NodeKernel(ChildKernel):
         rep_r, rep_w = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                ["node", DRIVER, self.mode, str(req_r), str(rep_w)],
+                self.command(req_r, rep_w),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -73,7 +84,7 @@ class NodeKernel(ChildKernel):
         previous = self.ignore_sigint()
         try:
             try:
-                self._req.write((json.dumps({"code": code, "silent": silent}) + "\n").encode())
+                self._req.write(self.encode_request(code, silent))
             except OSError:
                 pass
             return self._pump(proc, silent)
@@ -107,11 +118,12 @@ class NodeKernel(ChildKernel):
                     reply = self._handle(msg, silent)
             if self._rep.eof:
                 break
-        # node ended in the middle of the cell.
+        # The driver ended in the middle of the cell.
         self._drain(out, err, silent)
         rc = proc.wait()
         self._close()
-        desc = f"node was killed by signal {-rc}" if rc < 0 else f"node exited with status {rc}"
+        name = self.process_name
+        desc = f"{name} was killed by signal {-rc}" if rc < 0 else f"{name} exited with status {rc}"
         return self.publish_error("Error", desc,
                                   [desc + "; a new process starts for the next cell (its state is lost)"], silent)
 
