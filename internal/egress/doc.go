@@ -25,11 +25,27 @@
 // the name's own addresses (resolved by the Filter), so neither an IP
 // literal nor a forged name reaches an address the policy denies.
 //
+// Rules (E2B's network.rules, Policy.Rules) transform requests to the
+// hosts they name: plain HTTP is read by the Filter and rewritten in
+// flight; TLS to such a host is answered with a certificate from the
+// node's egress CA (OpenCA; sandboxes trust it, its key stays on the
+// host) and each request is sent on over TLS of the Filter's own,
+// verified for the name against Config.UpstreamRoots or the host's trust
+// store, so a destination with a bad certificate gets the sandbox a 502,
+// never a silent connection. Connections to hosts without rules stay end
+// to end. Secret placeholders in header values are resolved through
+// Config.Secrets only as each request leaves, so no value ever enters a
+// sandbox. Rules are read per request: a change applies from the next
+// one. Every connection and intercepted request is an Event for
+// Config.Audit and a Prometheus count (Filter.Collectors).
+//
 // Wiring, in cube-server and the node:
 //
 //	// once, at start, with the pool's settings:
 //	slots, _ := netslot.NewPool(netslot.Config{..., AllowPrivate: allow})
-//	filter, err := egress.NewFilter(egress.Config{AllowPrivate: allow, HostCIDR: hostCIDR})
+//	ca, _ := egress.OpenCA(filepath.Join(dataDir, "egress-ca"))
+//	filter, err := egress.NewFilter(egress.Config{AllowPrivate: allow, HostCIDR: hostCIDR,
+//		CA: ca, Secrets: store.Value, Audit: node.EgressAudit})
 //	defer filter.Close()
 //
 //	// validate a create request or PUT /sandboxes/{id}/network (400 on error):
@@ -71,4 +87,10 @@
 //     entry (*.example.com) lets any name below it be asked upstream,
 //     which carries what the name spells to example.com's servers.
 //   - IPv6 entries are refused: slots carry IPv4 only.
+//   - Rules apply on ports 80 and 443 to HTTP/1.1 (the Filter offers only
+//     http/1.1 in ALPN); an intercepted connection serves one host, and a
+//     request on it for another Host is answered 421. Upgrades
+//     (WebSockets) through an intercepted host are not passed on.
+//   - E2B documents denyOut as addresses only; names there keep working
+//     here, as before.
 package egress
