@@ -243,12 +243,13 @@ func (n *Node) VolumeFiles(ctx context.Context, volumeID string) (cube.VolumeFil
 // is Invalid.
 func (n *Node) mountVolumes(ctx context.Context, boot *store.Template, asked []cube.VolumeMount) (unlock func(), err error) {
 	n.vols.mu.RLock()
-	unlock = n.vols.mu.RUnlock
+	release := n.vols.mu.RUnlock
 	defer func() {
 		if err != nil {
-			unlock()
+			release()
 		}
 	}()
+	unlock = release
 	if len(asked) == 0 {
 		return unlock, nil
 	}
