@@ -25,6 +25,8 @@ func main() {
 	var o server.Options
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:3000", "address of the API and sandbox proxy")
 	flag.StringVar(&o.DataDir, "data-dir", "/var/lib/cube", "state, images, templates and snapshots")
+	flag.StringVar(&o.NodeID, "node-id", "", "this node's name in the nodes API (default: kept in <data-dir>/node-id, made from the host name at first start)")
+	flag.StringVar(&o.Advertise, "advertise", "", "base URL at which other nodes reach this node's API (default http://<listen address>)")
 	flag.StringVar(&o.Store, "store", os.Getenv("CUBE_STORE"), "state database: empty for <data-dir>/state.db (SQLite), or postgres://user:password@host:port/db (default $CUBE_STORE, which keeps the password out of the process list)")
 	flag.StringVar(&o.Domain, "domain", server.DefaultDomain, "sandbox domain: <port>-<id>.<domain> routes to a sandbox and api.<domain> to the API (names under localhost resolve to this machine; any other domain needs a wildcard DNS record)")
 	flag.StringVar(&o.TLSListen, "tls-listen", "127.0.0.1:3443", "address of the HTTPS listener, serving the API and sandbox traffic like --listen ('' for none)")

@@ -187,6 +187,10 @@ func (s *Server) routes() []route {
 		{"GET", "/v2/sandboxes/{sandboxID}/logs", false, s.logsV2},
 		{"PUT", "/sandboxes/{sandboxID}/network", false, s.updateNetwork},
 
+		{"GET", "/nodes", false, s.listNodes},
+		{"GET", "/nodes/{nodeID}", false, s.getNode},
+		{"POST", "/nodes/{nodeID}", false, s.setNodeStatus},
+		{"DELETE", "/nodes/{nodeID}", false, s.removeNode},
 		{"GET", "/secrets", false, s.listSecrets},
 		{"POST", "/secrets", false, s.createSecret},
 		{"GET", "/secrets/{secretID}", false, s.getSecret},

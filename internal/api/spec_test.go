@@ -202,6 +202,7 @@ var schemaTypes = map[string]any{
 	"Error": wire.Error{}, "ProxyError": proxy.ErrorBody{}, "Health": wire.Health{}, "ImportedArchive": ImportedArchive{},
 	"NetworkConfig": wire.NetworkConfig{}, "NetworkUpdate": wire.NetworkUpdate{},
 	"NetworkRule": wire.NetworkRule{}, "NetworkTransform": wire.NetworkTransform{},
+	"Node": wire.Node{}, "NodeStatusChange": wire.NodeStatusChange{},
 	"NewSecret": wire.NewSecret{}, "SecretUpdate": wire.SecretUpdate{}, "Secret": wire.Secret{},
 	"AutoResume": wire.AutoResume{}, "NewSandbox": wire.NewSandbox{},
 	"Sandbox": wire.Sandbox{}, "Lifecycle": wire.Lifecycle{}, "SandboxDetail": wire.SandboxDetail{},

@@ -27,6 +27,6 @@ func Root() *cobra.Command {
 	})
 	root.AddCommand(newListCmd(), newInfoCmd(), newRmCmd(), newTplCmd())
 	root.AddCommand(newSnapshotCmd(), newRollbackCmd(), newPauseCmd(), newResumeCmd(), newCloneCmd())
-	root.AddCommand(newCACmd())
+	root.AddCommand(newCACmd(), newNodeCmd())
 	return root
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"cube/internal/api"
+	"cube/internal/cluster"
 	"cube/internal/egress"
 	"cube/internal/envd/protocol"
 	"cube/internal/fault"
@@ -42,6 +43,11 @@ type Options struct {
 	// <DataDir>/state.db, or a postgres:// URL. A PostgreSQL database is
 	// claimed by one server at a time (store.Claim).
 	Store string
+	// NodeID names this node in the nodes API (default: kept in
+	// <DataDir>/node-id, made from the host name at first start);
+	// Advertise is the base URL other nodes reach its API at (default
+	// http://<the listen address>).
+	NodeID, Advertise string
 	// Domain is the sandbox domain: <port>-<id>.<Domain> routes to a
 	// sandbox, api.<Domain> to the API. Default DefaultDomain.
 	Domain string
@@ -99,8 +105,8 @@ type Options struct {
 	// SecretsKey seals secrets (32 bytes, base64 or hex); empty:
 	// $CUBE_SECRETS_KEY, else <DataDir>/secrets.key, made on first use.
 	SecretsKey string
-	Debug                 bool
-	Logger                *slog.Logger
+	Debug      bool
+	Logger     *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -286,17 +292,28 @@ func Run(ctx context.Context, o Options) error {
 		caPEM = certs.ca.CAPEM()
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(nd.Collectors()...)
-	reg.MustRegister(filter.Collectors()...)
-	reg.MustRegister(builder.Collectors()...)
+	advertise := o.Advertise
+	if advertise == "" {
+		advertise = "http://" + lns[0].Addr().String()
+	}
+	counts := &creates{}
+	reg, err := registerNode(ctx, o, st, nd, counts, advertise)
+	if err != nil {
+		return err
+	}
+	go reg.Run(ctx)
+
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics.MustRegister(nd.Collectors()...)
+	metrics.MustRegister(filter.Collectors()...)
+	metrics.MustRegister(builder.Collectors()...)
 	apiSrv, err := api.NewServer(api.Config{
 		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: reported, CACert: caPEM,
-		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: reg,
-		Console: webui.New(webui.Config{Gatherer: reg, Version: version.Version, DataDir: o.DataDir,
+		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics,
+		Console: webui.New(webui.Config{Gatherer: metrics, Version: version.Version, DataDir: o.DataDir,
 			Runtime: "gVisor (runsc, systrap platform)", MaxSandboxes: o.MaxSandboxes}),
-	}, backend{Node: nd, Builder: builder})
+	}, backend{Node: nd, Builder: builder, Registry: reg, creates: counts})
 	if err != nil {
 		return err
 	}
@@ -357,6 +374,8 @@ func Run(ctx context.Context, o Options) error {
 type backend struct {
 	*node.Node
 	*template.Builder
+	*cluster.Registry
+	creates *creates
 }
 
 // DeleteTemplate deletes the template, then the build layers and trees

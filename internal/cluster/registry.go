@@ -1,0 +1,231 @@
+// Package cluster keeps a node's own record in the state database: the
+// node registers at start, heartbeats its resources and their use, and
+// takes new sandboxes only while its status is ready. Operators change a
+// node's status (drain, standby, ready) and remove nodes that are gone
+// through the Registry of any node.
+//
+// With the embedded SQLite store the service is one node; the record is
+// the same, so the operators' commands and the API do not change when
+// nodes share a PostgreSQL database.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/store"
+)
+
+// Config configures a Registry.
+type Config struct {
+	Store *store.Store
+	// ID names the node; Address is its API base URL for its peers.
+	ID, Address, Version string
+	// Interval is the time between heartbeats (default 2s); a node whose
+	// last heartbeat is older than Timeout (default 5 × Interval) is
+	// reported unhealthy.
+	Interval, Timeout time.Duration
+	// Usage reads the node's resources and their use for a heartbeat.
+	Usage  func(ctx context.Context) store.NodeUsage
+	Logger *slog.Logger
+	// Now is time.Now; tests move it.
+	Now func() time.Time
+}
+
+// Registry is one node's handle on the node records.
+type Registry struct {
+	cfg Config
+	// mu orders this node's writes of its own record (heartbeats and
+	// status changes), so neither undoes the other.
+	mu     sync.Mutex
+	status cube.NodeStatus
+}
+
+// Register records the node as started: a new node is ready; one that was
+// drained or set aside before a restart stays so, since an operator's
+// decision outlives the process.
+func Register(ctx context.Context, cfg Config) (*Registry, error) {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * cfg.Interval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Usage == nil {
+		cfg.Usage = func(context.Context) store.NodeUsage { return store.NodeUsage{} }
+	}
+	r := &Registry{cfg: cfg}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := cfg.Now().UTC()
+	rec, err := cfg.Store.Nodes().Get(ctx, cfg.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		rec = &store.Node{ID: cfg.ID, Status: store.NodeReady, StatusChangedAt: now}
+	} else if err != nil {
+		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
+	}
+	rec.Address, rec.Version, rec.StartedAt, rec.HeartbeatAt = cfg.Address, cfg.Version, now, now
+	rec.Usage = cfg.Usage(ctx)
+	if err := cfg.Store.Nodes().Put(ctx, rec); err != nil {
+		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
+	}
+	r.status = cube.NodeStatus(rec.Status)
+	return r, nil
+}
+
+// Run heartbeats until ctx ends. A failed heartbeat is logged and tried
+// again at the next tick: a node that cannot reach the database keeps
+// serving the sandboxes it runs.
+func (r *Registry) Run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("node heartbeat", "node", r.cfg.ID, "err", err)
+		}
+	}
+}
+
+// heartbeat writes the node's usage and the time, and picks up a status an
+// operator set through another node.
+func (r *Registry) heartbeat(ctx context.Context) error {
+	usage := r.cfg.Usage(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, err := r.cfg.Store.Nodes().Get(ctx, r.cfg.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		// Removed by an operator while it ran: it registers again.
+		rec = &store.Node{ID: r.cfg.ID, Address: r.cfg.Address, Version: r.cfg.Version,
+			Status: store.NodeStatus(r.status), StatusChangedAt: r.cfg.Now().UTC(), StartedAt: r.cfg.Now().UTC()}
+	} else if err != nil {
+		return err
+	}
+	rec.HeartbeatAt, rec.Usage = r.cfg.Now().UTC(), usage
+	if err := r.cfg.Store.Nodes().Put(ctx, rec); err != nil {
+		return err
+	}
+	r.status = cube.NodeStatus(rec.Status)
+	return nil
+}
+
+// Admit answers whether this node takes a new sandbox: nil while it is
+// ready, else an Unavailable error saying why and what undoes it.
+func (r *Registry) Admit() error {
+	r.mu.Lock()
+	status := r.status
+	r.mu.Unlock()
+	if status == cube.NodeReady {
+		return nil
+	}
+	return cube.Errorf(cube.Unavailable, "node %s is %s and takes no new sandboxes; `cubemastercli node uncordon %s` makes it ready again", r.cfg.ID, status, r.cfg.ID)
+}
+
+// ListNodes returns every node, this one first.
+func (r *Registry) ListNodes(ctx context.Context) ([]cube.Node, error) {
+	recs, err := r.cfg.Store.Nodes().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cube.Node, 0, len(recs))
+	for _, rec := range recs {
+		n := r.view(rec)
+		if n.Self {
+			out = append([]cube.Node{n}, out...)
+		} else {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// GetNode returns one node.
+func (r *Registry) GetNode(ctx context.Context, id string) (cube.Node, error) {
+	rec, err := r.cfg.Store.Nodes().Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return cube.Node{}, cube.Errorf(cube.NotFound, "node %q not found: list nodes with `cubemastercli node list`", id)
+	}
+	if err != nil {
+		return cube.Node{}, err
+	}
+	return r.view(rec), nil
+}
+
+// SetNodeStatus makes a node ready, draining or standby.
+func (r *Registry) SetNodeStatus(ctx context.Context, id string, status cube.NodeStatus) error {
+	switch status {
+	case cube.NodeReady, cube.NodeDraining, cube.NodeStandby:
+	default:
+		return cube.Errorf(cube.Invalid, "status %q cannot be set: use ready, draining or standby", status).WithField("status")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, err := r.cfg.Store.Nodes().Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return cube.Errorf(cube.NotFound, "node %q not found: list nodes with `cubemastercli node list`", id)
+	}
+	if err != nil {
+		return err
+	}
+	if rec.Status != store.NodeStatus(status) {
+		rec.Status, rec.StatusChangedAt = store.NodeStatus(status), r.cfg.Now().UTC()
+		if err := r.cfg.Store.Nodes().Put(ctx, rec); err != nil {
+			return err
+		}
+	}
+	if id == r.cfg.ID {
+		r.status = status
+	}
+	r.cfg.Logger.Info("node status changed", "node", id, "status", status)
+	return nil
+}
+
+// RemoveNode forgets a node that no longer runs. A node that still
+// heartbeats would only register again: it is refused, as is this one.
+func (r *Registry) RemoveNode(ctx context.Context, id string) error {
+	n, err := r.GetNode(ctx, id)
+	if err != nil {
+		return err
+	}
+	if n.Self || n.Status != cube.NodeUnhealthy {
+		return cube.Errorf(cube.Conflict, "node %s is running (its last heartbeat was %s ago): stop it first, then remove it", id, r.cfg.Now().Sub(n.HeartbeatAt).Round(time.Second))
+	}
+	return r.cfg.Store.Nodes().Delete(ctx, id)
+}
+
+// view is a record as the API shows it: unhealthy once its heartbeat is
+// older than the timeout, whatever status it was given.
+func (r *Registry) view(rec *store.Node) cube.Node {
+	status := cube.NodeStatus(rec.Status)
+	self := rec.ID == r.cfg.ID
+	if !self && r.cfg.Now().Sub(rec.HeartbeatAt) > r.cfg.Timeout {
+		status = cube.NodeUnhealthy
+	}
+	u := rec.Usage
+	return cube.Node{
+		ID: rec.ID, Address: rec.Address, Status: status, StatusChangedAt: rec.StatusChangedAt,
+		Version: rec.Version, StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, Self: self,
+		Usage: cube.NodeUsage{
+			CPUCount: u.CPUCount, CPUPercent: u.CPUPercent, MemoryTotalBytes: u.MemoryTotalBytes, MemoryUsedBytes: u.MemoryUsedBytes,
+			AllocatedCPU: u.AllocatedCPU, AllocatedMemoryBytes: u.AllocatedMemoryBytes, DiskTotalBytes: u.DiskTotalBytes,
+			DiskUsedBytes: u.DiskUsedBytes, SlotsTotal: u.SlotsTotal, SlotsUsed: u.SlotsUsed, Sandboxes: u.Sandboxes,
+			SandboxesStarting: u.SandboxesStarting, CreateSuccesses: u.CreateSuccesses, CreateFails: u.CreateFails,
+			CPUModel: u.CPUModel, Arch: u.Arch,
+		},
+	}
+}

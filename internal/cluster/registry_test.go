@@ -1,0 +1,127 @@
+package cluster
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/store"
+)
+
+// clock is a time tests move by hand.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func open(t *testing.T) *store.Store {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func register(t *testing.T, st *store.Store, id string, c *clock) *Registry {
+	t.Helper()
+	r, err := Register(context.Background(), Config{Store: st, ID: id, Address: "http://" + id, Version: "v1",
+		Interval: time.Second, Now: c.now,
+		Usage: func(context.Context) store.NodeUsage { return store.NodeUsage{CPUCount: 2, Sandboxes: 3} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestStatusDecidesAdmissionAndOutlivesARestart(t *testing.T) {
+	ctx := context.Background()
+	st, c := open(t), &clock{time.Unix(1000, 0)}
+	a := register(t, st, "a", c)
+	if err := a.Admit(); err != nil {
+		t.Fatalf("a new node refuses sandboxes: %v", err)
+	}
+	n, err := a.GetNode(ctx, "a")
+	if err != nil || n.Status != cube.NodeReady || !n.Self || n.Address != "http://a" || n.Usage.Sandboxes != 3 {
+		t.Fatalf("node a = %+v, %v", n, err)
+	}
+	for _, s := range []cube.NodeStatus{cube.NodeDraining, cube.NodeStandby} {
+		if err := a.SetNodeStatus(ctx, "a", s); err != nil {
+			t.Fatal(err)
+		}
+		err := a.Admit()
+		if cube.KindOf(err) != cube.Unavailable || !strings.Contains(err.Error(), string(s)) || !strings.Contains(err.Error(), "uncordon") {
+			t.Fatalf("%s node admits: %v", s, err)
+		}
+	}
+	// Restarted, it is still set aside: an operator's decision.
+	a = register(t, st, "a", c)
+	if cube.KindOf(a.Admit()) != cube.Unavailable {
+		t.Fatal("a restart made the node ready again")
+	}
+	if err := a.SetNodeStatus(ctx, "a", cube.NodeReady); err != nil || a.Admit() != nil {
+		t.Fatalf("uncordon: %v, admit %v", err, a.Admit())
+	}
+
+	wantKind := func(what string, err error, k cube.Kind) {
+		t.Helper()
+		if cube.KindOf(err) != k {
+			t.Fatalf("%s: %v, want kind %v", what, err, k)
+		}
+	}
+	wantKind("unknown node", a.SetNodeStatus(ctx, "nope", cube.NodeDraining), cube.NotFound)
+	wantKind("unhealthy is not set by hand", a.SetNodeStatus(ctx, "a", cube.NodeUnhealthy), cube.Invalid)
+	wantKind("a node removing itself", a.RemoveNode(ctx, "a"), cube.Conflict)
+	_, err = a.GetNode(ctx, "nope")
+	wantKind("get unknown", err, cube.NotFound)
+}
+
+func TestPeersAreUnhealthyWhenTheirHeartbeatIsLate(t *testing.T) {
+	ctx := context.Background()
+	st, c := open(t), &clock{time.Unix(1000, 0)}
+	a := register(t, st, "a", c)
+	b := register(t, st, "b", c)
+	// b drains a through the shared store; a's heartbeat picks it up.
+	if err := b.SetNodeStatus(ctx, "a", cube.NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(time.Second)
+	if err := a.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cube.KindOf(a.Admit()) != cube.Unavailable {
+		t.Fatal("a drain set through another node did not reach this one")
+	}
+	list, err := a.ListNodes(ctx)
+	if err != nil || len(list) != 2 || list[0].ID != "a" || !list[0].Self || list[1].Status != cube.NodeReady {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+	wantErr := func(err error) {
+		t.Helper()
+		if cube.KindOf(err) != cube.Conflict {
+			t.Fatalf("removing a live node: %v", err)
+		}
+	}
+	wantErr(a.RemoveNode(ctx, "b"))
+
+	// b stops heartbeating: past the timeout (5 intervals) it is unhealthy,
+	// and may then be removed.
+	c.t = c.t.Add(6 * time.Second)
+	if err := a.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.GetNode(ctx, "b"); n.Status != cube.NodeUnhealthy {
+		t.Fatalf("silent node b is %s", n.Status)
+	}
+	if n, _ := a.GetNode(ctx, "a"); n.Status != cube.NodeDraining {
+		t.Fatalf("heartbeating node a is %s", n.Status)
+	}
+	if err := a.RemoveNode(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetNode(ctx, "b"); cube.KindOf(err) != cube.NotFound {
+		t.Fatalf("removed node: %v", err)
+	}
+}

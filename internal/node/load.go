@@ -1,0 +1,41 @@
+package node
+
+import (
+	"context"
+
+	"cube/internal/store"
+)
+
+// Load is what this node's sandboxes hold, for its heartbeat and the
+// nodes API.
+type Load struct {
+	// Running and Starting count sandboxes; HoldingSlots those that hold a
+	// network slot (running, or paused but still in memory).
+	Running, Starting, HoldingSlots int
+	// CPUs and MemoryMB are the limits of the running ones, summed.
+	CPUs, MemoryMB int
+}
+
+// Load counts the sandboxes the store holds. Every record is this node's
+// while a store serves one node.
+func (n *Node) Load(ctx context.Context) (Load, error) {
+	recs, err := n.store.Sandboxes().List(ctx)
+	if err != nil {
+		return Load{}, err
+	}
+	var l Load
+	for _, rec := range recs {
+		switch rec.State {
+		case store.Running:
+			l.Running++
+			l.CPUs += rec.CPUCount
+			l.MemoryMB += rec.MemoryMB
+		case store.Creating:
+			l.Starting++
+		}
+		if rec.Slot >= 0 {
+			l.HoldingSlots++
+		}
+	}
+	return l, nil
+}

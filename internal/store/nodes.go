@@ -1,0 +1,61 @@
+package store
+
+import "time"
+
+// NodeStatus is an operator's or the registry's word on a node, in E2B's
+// terms. Ready nodes take new sandboxes; draining and standby nodes keep
+// the sandboxes they run and take no new ones (draining: on the way out;
+// standby: set aside for now, back with uncordon). Unhealthy is not
+// stored: a node is reported so when its heartbeat is late.
+type NodeStatus string
+
+const (
+	NodeReady     NodeStatus = "ready"
+	NodeDraining  NodeStatus = "draining"
+	NodeStandby   NodeStatus = "standby"
+	NodeUnhealthy NodeStatus = "unhealthy"
+)
+
+// Node is the record a server keeps of itself in the state database: who
+// it is, where peers reach it, what it can hold and holds, and when it was
+// last heard from.
+type Node struct {
+	ID string `json:"id"`
+	// Address is the node's API base URL, as other nodes reach it.
+	Address string     `json:"address"`
+	Status  NodeStatus `json:"status"`
+	// StatusChangedAt is when Status last changed.
+	StatusChangedAt time.Time `json:"statusChangedAt"`
+	Version         string    `json:"version"`
+	StartedAt       time.Time `json:"startedAt"`
+	HeartbeatAt     time.Time `json:"heartbeatAt"`
+	Usage           NodeUsage `json:"usage"`
+}
+
+// NodeUsage is a node's resources and their use at its last heartbeat.
+type NodeUsage struct {
+	CPUCount             int     `json:"cpuCount"`
+	CPUPercent           float64 `json:"cpuPercent"`
+	MemoryTotalBytes     uint64  `json:"memoryTotalBytes"`
+	MemoryUsedBytes      uint64  `json:"memoryUsedBytes"`
+	AllocatedCPU         int     `json:"allocatedCPU"`
+	AllocatedMemoryBytes uint64  `json:"allocatedMemoryBytes"`
+	DiskTotalBytes       uint64  `json:"diskTotalBytes"`
+	DiskUsedBytes        uint64  `json:"diskUsedBytes"`
+	// Slots are network slots: every running sandbox holds one.
+	SlotsTotal        int    `json:"slotsTotal"`
+	SlotsUsed         int    `json:"slotsUsed"`
+	Sandboxes         int    `json:"sandboxes"`
+	SandboxesStarting int    `json:"sandboxesStarting"`
+	CreateSuccesses   uint64 `json:"createSuccesses"`
+	CreateFails       uint64 `json:"createFails"`
+	// CPUModel and Arch describe the machine.
+	CPUModel string `json:"cpuModel"`
+	Arch     string `json:"arch"`
+}
+
+// Nodes is the table of nodes.
+func (s *Store) Nodes() Table[Node] {
+	return Table[Node]{s: s, name: "nodes",
+		key: func(v *Node) string { return v.ID }, state: func(v *Node) string { return string(v.Status) }}
+}
