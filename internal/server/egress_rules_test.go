@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,7 +216,8 @@ func grepDir(dir string, needle []byte) []string {
 // processes' environments, memory, files) nor in the data dir in plain
 // text; hosts without rules stay end to end; a destination whose
 // certificate does not verify is refused; rules change live; every
-// request is in the sandbox's log; secrets survive a restart.
+// request is in the sandbox's log; secrets survive a restart, and rules
+// a crash.
 func TestEgressRulesWithSecrets(t *testing.T) {
 	testenv.RequireRoot(t)
 	out := newOutside(t)
@@ -366,10 +368,23 @@ func TestEgressRulesWithSecrets(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(dataDir, "secrets.key")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("secrets.key: %v %v", st, err)
 	}
-	d.stop(t)
+	// A crash (kill -9) with a running sandbox under a rule: the restarted
+	// server adopts it and its rule applies again, the secret opening with
+	// the key in the data dir.
+	code, body = d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny", "network": map[string]any{"rules": rules("Bearer ${e2b.secrets.vendor-key}")}}, nil)
+	if code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	json.Unmarshal(body, &sb)
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	d.cmd.Wait()
 	d = startDaemon(t, dataDir, prefix, cidr.String(), addr, "--egress-ca-bundle", caFile)
 	if code, body := d.do(t, "GET", "/secrets/vendor-key", nil, nil); code != 200 || !bytes.Contains(body, []byte(sec.SecretID)) {
 		t.Fatalf("after a restart: %d %s", code, body)
+	}
+	run("get", "https://api.rules.test/adopted", good)
+	if got := out.seen(); got[len(got)-1] != "api.rules.test Bearer "+secret {
+		t.Errorf("in a sandbox adopted after a crash the destination saw %q", got[len(got)-1])
 	}
 	code, body = d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny", "network": map[string]any{"rules": rules("Bearer ${e2b.secrets." + sec.SecretID + "}")}}, nil)
 	if code != 201 {
