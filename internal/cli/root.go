@@ -27,6 +27,6 @@ func Root() *cobra.Command {
 	})
 	root.AddCommand(newListCmd(), newInfoCmd(), newRmCmd(), newTplCmd())
 	root.AddCommand(newSnapshotCmd(), newRollbackCmd(), newPauseCmd(), newResumeCmd(), newCloneCmd())
-	root.AddCommand(newCACmd(), newNodeCmd())
+	root.AddCommand(newCACmd(), newNodeCmd(), newVolumeCmd())
 	return root
 }
