@@ -8,7 +8,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 DATA_DIR ?= /var/lib/cube
 DEB_PACKAGES := iproute2 nftables iptables debootstrap procps curl ca-certificates \
 	python3 python3-ipykernel python3-numpy python3-pandas python3-matplotlib busybox-static \
-	libnss-myhostname r-base-core
+	libnss-myhostname r-base-core e2fsprogs
 # What only the tests need on the host: PostgreSQL (a state database of
 # their own, started by the tests) and the JDK the Java kernel's tests run.
 TEST_PACKAGES := postgresql openjdk-17-jdk-headless
