@@ -134,7 +134,7 @@ describe('web console', { concurrency: false }, () => {
     await shot('templates')
   })
 
-  test('a sandbox from the UI: list, detail with charts, pause, resume, snapshot, kill', async () => {
+  test('a sandbox from the UI: list, detail with charts, pause, resume, snapshot (and a sandbox from it), kill', async () => {
     await section('Sandboxes')
     await page.getByRole('heading', { name: 'New sandbox' }).waitFor()
     const tpl = page.getByLabel('Template', { exact: true }).first()
@@ -186,6 +186,17 @@ describe('web console', { concurrency: false }, () => {
     const snapRow = page.locator('table tr', { hasText: snapshot.snapshotID })
     await snapRow.waitFor()
     await shot('snapshots')
+    // A sandbox started from the snapshot opens in its own page.
+    await snapRow.getByRole('button', { name: 'Create sandbox' }).click()
+    await confirmWith('Create sandbox')
+    await page.waitForURL((url) => /^#\/sandboxes\/[a-z0-9-]+$/.test(url.hash) && !url.hash.endsWith(id))
+    const child = shownSandbox()
+    sandboxes.add(child)
+    assert.equal((await api('GET', `/sandboxes/${child}`)).json.templateID, snapshot.snapshotID)
+    await eventually(async () => (await state.textContent()) === 'running', { what: 'the sandbox from the snapshot running' })
+    await section('Snapshots')
+    assert.equal((await api('DELETE', `/sandboxes/${child}`)).status, 204)
+    sandboxes.delete(child)
     await snapRow.getByRole('button', { name: 'Delete' }).click()
     await confirmWith('Delete')
     await snapRow.waitFor({ state: 'detached' })
