@@ -33,7 +33,7 @@ func (s *Server) wireSandbox(sb *cube.Sandbox) wire.Sandbox {
 }
 
 func wireNetwork(n cube.Network) *wire.NetworkConfig {
-	if len(n.AllowOut) == 0 && len(n.DenyOut) == 0 && n.AllowPublicTraffic == nil && n.MaskRequestHost == "" && len(n.Rules) == 0 {
+	if len(n.AllowOut) == 0 && len(n.DenyOut) == 0 && n.AllowPublicTraffic == nil && n.MaskRequestHost == "" && len(n.Rules) == 0 && len(n.HTTPSPorts) == 0 {
 		return nil
 	}
 	return &wire.NetworkConfig{
@@ -41,6 +41,7 @@ func wireNetwork(n cube.Network) *wire.NetworkConfig {
 		DenyOut:            n.DenyOut,
 		AllowPublicTraffic: n.AllowPublicTraffic,
 		MaskRequestHost:    n.MaskRequestHost,
+		HTTPSPorts:         n.HTTPSPorts,
 		Rules:              wireRules(n.Rules),
 	}
 }
@@ -84,18 +85,18 @@ func (s *Server) wireListedAll(items []cube.Sandbox) []wire.ListedSandbox {
 
 func (s *Server) wireListed(sb *cube.Sandbox) wire.ListedSandbox {
 	return wire.ListedSandbox{
-		TemplateID:  sb.TemplateID,
-		SandboxID:   sb.ID,
-		ClientID:    s.cfg.ClientID,
-		Alias:       sb.Alias,
-		StartedAt:   sb.StartedAt.UTC(),
-		EndAt:       sb.EndAt.UTC(),
-		EnvdVersion: sb.EnvdVersion,
-		CPUCount:    sb.CPUCount,
-		MemoryMB:    sb.MemoryMB,
-		DiskSizeMB:  sb.DiskSizeMB,
-		State:       string(sb.State),
-		Metadata:    sb.Metadata,
+		TemplateID:   sb.TemplateID,
+		SandboxID:    sb.ID,
+		ClientID:     s.cfg.ClientID,
+		Alias:        sb.Alias,
+		StartedAt:    sb.StartedAt.UTC(),
+		EndAt:        sb.EndAt.UTC(),
+		EnvdVersion:  sb.EnvdVersion,
+		CPUCount:     sb.CPUCount,
+		MemoryMB:     sb.MemoryMB,
+		DiskSizeMB:   sb.DiskSizeMB,
+		State:        string(sb.State),
+		Metadata:     sb.Metadata,
 		VolumeMounts: wireMounts(sb.VolumeMounts),
 	}
 }

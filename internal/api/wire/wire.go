@@ -27,6 +27,8 @@ type NetworkConfig struct {
 	DenyOut            []string `json:"denyOut,omitempty"`
 	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
 	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
+	// HTTPSPorts are ports whose servers speak HTTPS (not envd's).
+	HTTPSPorts []int `json:"httpsPorts,omitempty"`
 	// Rules: see NetworkRule (secrets.go).
 	Rules map[string][]NetworkRule `json:"rules,omitempty"`
 }
@@ -110,19 +112,19 @@ type SandboxDetail struct {
 
 // ListedSandbox is one element of the sandbox lists.
 type ListedSandbox struct {
-	TemplateID  string            `json:"templateID"`
-	SandboxID   string            `json:"sandboxID"`
-	ClientID    string            `json:"clientID"`
-	Alias       string            `json:"alias,omitempty"`
-	StartedAt   time.Time         `json:"startedAt"`
-	EndAt       time.Time         `json:"endAt"`
-	EnvdVersion string            `json:"envdVersion"`
-	CPUCount    int               `json:"cpuCount"`
-	MemoryMB    int               `json:"memoryMB"`
-	DiskSizeMB  int               `json:"diskSizeMB"`
-	State       string            `json:"state"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	VolumeMounts []VolumeMount    `json:"volumeMounts,omitempty"`
+	TemplateID   string            `json:"templateID"`
+	SandboxID    string            `json:"sandboxID"`
+	ClientID     string            `json:"clientID"`
+	Alias        string            `json:"alias,omitempty"`
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	EnvdVersion  string            `json:"envdVersion"`
+	CPUCount     int               `json:"cpuCount"`
+	MemoryMB     int               `json:"memoryMB"`
+	DiskSizeMB   int               `json:"diskSizeMB"`
+	State        string            `json:"state"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	VolumeMounts []VolumeMount     `json:"volumeMounts,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /sandboxes/{id}/timeout.
