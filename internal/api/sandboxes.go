@@ -9,6 +9,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
+	"cube/internal/envd/protocol"
 	"cube/internal/version"
 )
 
@@ -95,6 +96,9 @@ func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (cube.CreateRequest,
 		req.Network.DenyOut = n.DenyOut
 		req.Network.AllowPublicTraffic = n.AllowPublicTraffic
 		req.Network.MaskRequestHost = n.MaskRequestHost
+		if req.Network.HTTPSPorts, err = httpsPorts(n.HTTPSPorts); err != nil {
+			return cube.CreateRequest{}, err
+		}
 		req.Network.Rules = cubeRules(n.Rules)
 	}
 	if req.VolumeMounts, err = volumeMounts(b.VolumeMounts); err != nil {
@@ -418,4 +422,18 @@ func positive(field string, v *int, max int) (int, error) {
 		return 0, badRequest("%s must be between 1 and %d", field, max)
 	}
 	return *v, nil
+}
+
+// httpsPorts checks network.httpsPorts: ports of the sandbox, not envd's,
+// which the proxy always reaches over plain HTTP.
+func httpsPorts(ports []int) ([]int, error) {
+	for i, p := range ports {
+		switch {
+		case p < 1 || p > 65535:
+			return nil, cube.Errorf(cube.Invalid, "network.httpsPorts[%d]: %d is not a port (1-65535)", i, p).WithField("network.httpsPorts")
+		case p == protocol.EnvdPort:
+			return nil, cube.Errorf(cube.Invalid, "network.httpsPorts[%d]: %d is envd's port, which is always plain HTTP: leave it out", i, p).WithField("network.httpsPorts")
+		}
+	}
+	return ports, nil
 }

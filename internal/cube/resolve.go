@@ -35,6 +35,8 @@ type Target struct {
 	// MaskRequestHost, when non-empty, replaces the Host header sent to the
 	// sandbox; "${PORT}" in it is replaced by the port.
 	MaskRequestHost string
+	// HTTPS means the port's server speaks HTTPS (network.httpsPorts).
+	HTTPS bool
 	// Upstream names the sandbox instance behind Addr (its container).
 	// Connections are pooled per Upstream and never shared across two, so
 	// a kept-alive connection cannot outlive its sandbox into the next one

@@ -23,6 +23,10 @@ type Network struct {
 	// MaskRequestHost replaces the Host header of proxied requests;
 	// "${PORT}" in it is replaced by the target port.
 	MaskRequestHost string
+	// HTTPSPorts are sandbox ports whose servers speak HTTPS: the proxy
+	// reaches them over TLS, without checking their certificates (a
+	// sandbox's are self-signed as often as not).
+	HTTPSPorts []int `json:",omitempty"`
 	// Rules transform outbound requests per host (E2B's network.rules):
 	// keys are names or *. wildcards, values the transforms in order.
 	// Header values may hold ${e2b.secrets.<name>} placeholders, which only

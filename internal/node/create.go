@@ -116,7 +116,7 @@ func (n *Node) attach(ctx context.Context, inst *instance, rec *store.Sandbox, b
 		return err
 	}
 	c.Release()
-	n.setBox(inst, box, rec, nw.MaskRequestHost)
+	n.setBox(inst, box, rec, nw)
 	return nil
 }
 

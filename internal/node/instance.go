@@ -41,6 +41,8 @@ type instance struct {
 	// trafficToken and maskHost are what the proxy needs of the record on
 	// every request; neither changes while the container runs.
 	trafficToken, maskHost string
+	// httpsPorts are the ports the proxy reaches over TLS.
+	httpsPorts []int
 	// cpu is the last CPU reading, for utilisation between samples.
 	cpuAt   time.Time
 	cpuTime time.Duration
@@ -130,11 +132,11 @@ func (n *Node) changeState(inst *instance, rec *store.Sandbox, s state) {
 
 // setBox gives a locked sandbox its container (nil: none), with what the
 // resolver needs of rec.
-func (n *Node) setBox(inst *instance, box *container, rec *store.Sandbox, maskHost string) {
+func (n *Node) setBox(inst *instance, box *container, rec *store.Sandbox, nw cube.Network) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	inst.box = box
-	inst.trafficToken, inst.maskHost = rec.TrafficToken, maskHost
+	inst.trafficToken, inst.maskHost, inst.httpsPorts = rec.TrafficToken, nw.MaskRequestHost, nw.HTTPSPorts
 	inst.cpuAt, inst.cpuTime = time.Time{}, 0
 }
 

@@ -186,7 +186,7 @@ func (n *Node) resumeFromDisk(ctx context.Context, inst *instance, rec *store.Sa
 		return "", fmt.Errorf("resume: %w", err)
 	}
 	c.Add(func() error {
-		n.setBox(inst, nil, rec, "")
+		n.setBox(inst, nil, rec, cube.Network{})
 		return n.retire(box)
 	})
 	rec.PauseImage, rec.PauseChecksum = "", ""

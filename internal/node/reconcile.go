@@ -266,7 +266,7 @@ func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s stat
 	}
 	inst := n.track(rec.ID, s)
 	defer inst.mu.Unlock()
-	n.setBox(inst, &container{sb: sb, slot: slot}, rec, nw.MaskRequestHost)
+	n.setBox(inst, &container{sb: sb, slot: slot}, rec, nw)
 	n.log.Info("reconcile: re-adopted running sandbox", "sandbox", rec.ID, "slot", rec.Slot)
 	return inst
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,6 +30,7 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Ta
 			Upstream:           inst.box.sb.ID(),
 			TrafficAccessToken: inst.trafficToken,
 			MaskRequestHost:    inst.maskHost,
+			HTTPS:              slices.Contains(inst.httpsPorts, port),
 		}
 		n.mu.Unlock()
 		return t, nil
@@ -58,6 +60,7 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Ta
 		Upstream:           rec.ContainerID,
 		TrafficAccessToken: rec.TrafficToken,
 		MaskRequestHost:    netw.MaskRequestHost,
+		HTTPS:              slices.Contains(netw.HTTPSPorts, port),
 	}, nil
 }
 

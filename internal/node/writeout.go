@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"cube/internal/cube"
 	"cube/internal/fault"
 	"cube/internal/store"
 )
@@ -106,7 +107,7 @@ func (n *Node) writeOutLocked(ctx context.Context, inst *instance, rec *store.Sa
 	}
 	c.Release()
 	fault.Point(fault.PauseAfterRecord)
-	n.setBox(inst, nil, rec, "")
+	n.setBox(inst, nil, rec, cube.Network{})
 	n.discard(box, rec.ID)
 	n.event(rec.ID, "info", "paused sandbox written to disk")
 	return nil

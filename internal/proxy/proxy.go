@@ -9,6 +9,7 @@ package proxy
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -217,6 +218,11 @@ func (p *Proxy) transport(upstream string) *http.Transport {
 			IdleConnTimeout:       90 * time.Second,
 			DisableCompression:    true,
 			ExpectContinueTimeout: time.Second,
+			// For ports the sandbox serves over HTTPS (network.httpsPorts):
+			// as E2B does, certificates are not checked, since a
+			// sandbox's own are self-signed as often as not; the
+			// connection never leaves the host.
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 		}
 		p.transports[upstream] = tr
 	}
@@ -448,6 +454,9 @@ func source(r *http.Request) netip.Prefix {
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	px := pr.In.Context().Value(ctxKey{}).(*proxied)
 	pr.Out.URL.Scheme = "http"
+	if px.target.HTTPS {
+		pr.Out.URL.Scheme = "https"
+	}
 	pr.Out.URL.Host = px.target.Addr
 	// Keep the Host the user addressed (web servers in the sandbox see the
 	// public name) unless the sandbox asked for a mask.

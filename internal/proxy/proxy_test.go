@@ -465,3 +465,29 @@ func TestForgetEndsStreamsInFlight(t *testing.T) {
 		t.Fatalf("requests still tracked after the stream ended: %d upstreams", left)
 	}
 }
+
+// A port the sandbox serves over HTTPS (network.httpsPorts) is reached
+// over TLS, its self-signed certificate accepted; the client still talks
+// plain HTTP (or the proxy's own HTTPS) to the proxy.
+func TestHTTPSPortIsReachedOverTLS(t *testing.T) {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "tls=%v host=%s", r.TLS != nil, r.Host)
+	}))
+	defer up.Close()
+	addr := strings.TrimPrefix(up.URL, "https://")
+	px := newProxy(t, resolver{"sb1": {Addr: addr, HTTPS: true}, "sb2": {Addr: addr}}, "")
+	req, _ := http.NewRequest("GET", px.URL+"/", nil)
+	req.Header.Set(HeaderSandboxID, "sb1")
+	req.Header.Set(HeaderSandboxPort, "8443")
+	if res, body := send(t, req); res.StatusCode != 200 || !strings.HasPrefix(body, "tls=true") {
+		t.Fatalf("https port: %d %q", res.StatusCode, body)
+	}
+	// The same server as a plain port does not answer HTTP: proof the
+	// proxy spoke TLS above because the port was listed.
+	req, _ = http.NewRequest("GET", px.URL+"/", nil)
+	req.Header.Set(HeaderSandboxID, "sb2")
+	req.Header.Set(HeaderSandboxPort, "8443")
+	if res, body := send(t, req); res.StatusCode == 200 && strings.HasPrefix(body, "tls=") {
+		t.Fatalf("plain port reached a TLS server: %q", body)
+	}
+}

@@ -4,7 +4,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from 'e2b'
-import { Tracker } from './helpers.mjs'
+import { Tracker, eventually, rawRequest } from './helpers.mjs'
 
 const tracker = new Tracker()
 after(() => tracker.killAll(Sandbox))
@@ -38,4 +38,52 @@ test('a fork count below 1 is refused as a bad request, whatever the sandbox', a
     assert.match(err.message, /count must be between 1 and/)
     return true
   })
+})
+
+test('maskRequestHost replaces the Host a sandbox\'s server sees, port filled in', async () => {
+  const sbx = tracker.add(await Sandbox.create({ network: { maskRequestHost: 'masked.example:${PORT}' } }))
+  const server = [
+    'import http.server',
+    'class H(http.server.BaseHTTPRequestHandler):',
+    '    def do_GET(self):',
+    '        b = self.headers.get("Host", "").encode()',
+    '        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)',
+    'http.server.HTTPServer(("0.0.0.0", 8123), H).serve_forever()',
+  ].join('\n')
+  await sbx.files.write('/home/user/host.py', server)
+  await sbx.commands.run('python3 /home/user/host.py', { background: true })
+  const seen = await eventually(async () => {
+    const r = await rawRequest('/', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8123' } })
+    return r.status === 200 && r.body.toString()
+  }, { what: 'the server in the sandbox answers' })
+  assert.equal(seen, 'masked.example:8123')
+  await sbx.kill()
+})
+
+test('httpsPorts: a port whose server speaks HTTPS with its own certificate is reached through the proxy', async () => {
+  const sbx = tracker.add(await Sandbox.create({ network: { httpsPorts: [8443] } }))
+  await sbx.commands.run('openssl req -x509 -newkey rsa:2048 -nodes -keyout /home/user/k.pem -out /home/user/c.pem -days 1 -subj /CN=sandbox 2>/dev/null')
+  const server = [
+    'import http.server, ssl',
+    'class H(http.server.BaseHTTPRequestHandler):',
+    '    def do_GET(self):',
+    '        b = b"served over TLS"',
+    '        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)',
+    's = http.server.HTTPServer(("0.0.0.0", 8443), H)',
+    'c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain("/home/user/c.pem", "/home/user/k.pem")',
+    's.socket = c.wrap_socket(s.socket, server_side=True)',
+    's.serve_forever()',
+  ].join('\n')
+  await sbx.files.write('/home/user/tls.py', server)
+  await sbx.commands.run('python3 /home/user/tls.py', { background: true })
+  const body = await eventually(async () => {
+    const r = await rawRequest('/', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8443' } })
+    return r.status === 200 && r.body.toString()
+  }, { what: 'the HTTPS server in the sandbox answers through the proxy' })
+  assert.equal(body, 'served over TLS')
+  await assert.rejects(Sandbox.create({ network: { httpsPorts: [49983] } }), (err) => {
+    assert.match(err.message, /httpsPorts/)
+    return true
+  })
+  await sbx.kill()
 })
