@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"cube/internal/cube"
 	"cube/internal/id"
 	"cube/internal/runtime"
@@ -73,6 +75,11 @@ func (n *Node) CreateVolume(ctx context.Context, name string, sizeBytes int64) (
 	disks, err := n.volumeDisks()
 	if err != nil {
 		return nil, err
+	}
+	// The disk image is sparse; a volume the host could not fill would
+	// end as a full host disk instead of a full volume.
+	if free, err := freeBytes(n.cfg.DataDir); err == nil && free < sizeBytes {
+		return nil, cube.Errorf(cube.DiskFull, "a volume of %d MiB does not fit: the host has %d MiB free in the data directory; ask for less (sizeMB) or free space", sizeBytes>>20, free>>20)
 	}
 	n.vols.mu.Lock()
 	defer n.vols.mu.Unlock()
@@ -230,10 +237,31 @@ func (n *Node) VolumeFiles(ctx context.Context, volumeID string) (cube.VolumeFil
 	if err != nil {
 		return nil, err
 	}
+	// Held against a delete until the request closes the files, so a
+	// delete never meets the volume busy.
+	n.vols.mu.RLock()
 	if err := disks.Mount(rec.ID); err != nil {
+		n.vols.mu.RUnlock()
 		return nil, err
 	}
-	return volume.OpenFiles(disks.Path(rec.ID))
+	f, err := volume.OpenFiles(disks.Path(rec.ID))
+	if err != nil {
+		n.vols.mu.RUnlock()
+		return nil, err
+	}
+	return &heldFiles{Files: f, release: sync.OnceFunc(n.vols.mu.RUnlock)}, nil
+}
+
+// heldFiles are a volume's files opened for one request, holding the
+// volume against deletion until closed.
+type heldFiles struct {
+	*volume.Files
+	release func()
+}
+
+func (h *heldFiles) Close() error {
+	defer h.release()
+	return h.Files.Close()
 }
 
 // mountVolumes resolves a create request's volume mounts into boot, the
@@ -342,6 +370,15 @@ func (n *Node) bootWithVolumes(ctx context.Context, rec *store.Sandbox, _ *store
 	n.tel.phase("boot-volumes", "init", booted)
 	c.Release()
 	return box, nil
+}
+
+// freeBytes is the space left to unprivileged writers under dir.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
 }
 
 // runtimeMounts are the runtime's mounts of a boot record's volumes.
