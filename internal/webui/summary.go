@@ -6,8 +6,9 @@ import (
 	"math"
 	"net/http"
 	"sort"
-	"syscall"
 	"time"
+
+	"cube/internal/hoststat"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -244,14 +245,6 @@ func (h Histogram) quantile(q float64) *float64 {
 }
 
 func diskUsage(dir string) Disk {
-	d := Disk{Path: dir}
-	if dir == "" {
-		return d
-	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err == nil {
-		d.TotalBytes = st.Blocks * uint64(st.Bsize)
-		d.FreeBytes = st.Bavail * uint64(st.Bsize)
-	}
-	return d
+	d := hoststat.DiskOf(dir)
+	return Disk{Path: dir, TotalBytes: d.TotalBytes, FreeBytes: d.FreeBytes}
 }
