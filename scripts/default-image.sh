@@ -14,10 +14,11 @@
 # and file ownership). Downloaded .debs are kept in $CUBE_CACHE_DIR so a
 # rebuild does not fetch them again.
 #
-# Measured on a 2-core VM with warm caches: 99 s without Java (which adds
-# about 90 s: unpacking the JDK, javac, jlink, the warm-up run); the result
-# is a 926 MB rootfs in a 357 MB archive (824 MB and 318 MB without Java,
-# 685 MB and 255 MB without the bash, JS/TS, R and Java kernels' runtimes).
+# Measured on a 2-core VM with warm caches: 99 s without Java, 171 s with
+# it on a host busy with other work (unpacking the JDK, javac, jlink and the
+# warm-up run); the result is a 927 MB rootfs in a 358 MB archive (824 MB
+# and 318 MB without Java, 685 MB and 255 MB without the bash, JS/TS, R and
+# Java kernels' runtimes).
 #
 # Environment:
 #   DEBIAN_MIRROR       default http://deb.debian.org/debian
