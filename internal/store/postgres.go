@@ -100,6 +100,9 @@ func redact(dsn string) string {
 // state database while nodes do not yet share one (see Claim).
 const soleServerLock = 0x63756265 // "cube"
 
+// claimWait is how long Claim waits for a server that stopped to let go.
+const claimWait = 5 * time.Second
+
 // Claim makes this server the only one using the database, as the lock
 // on the data directory does for a SQLite file: each server reconciles the
 // records it finds with what runs on its host, so two servers on one
@@ -115,10 +118,19 @@ func (s *Store) Claim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A server that just stopped may hold the lock a moment longer: its
+	// session ends when PostgreSQL notices the connection is gone.
 	var got bool
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, soleServerLock).Scan(&got); err != nil {
-		conn.Close()
-		return fmt.Errorf("claim the state database: %w", err)
+	deadline := time.Now().Add(claimWait)
+	for {
+		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, soleServerLock).Scan(&got); err != nil {
+			conn.Close()
+			return fmt.Errorf("claim the state database: %w", err)
+		}
+		if got || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if !got {
 		conn.Close()
