@@ -40,8 +40,9 @@ type Config struct {
 // Registry is one node's handle on the node records.
 type Registry struct {
 	cfg Config
-	// mu orders this node's writes of its own record (heartbeats and
-	// status changes), so neither undoes the other.
+	// mu guards status. Writes of node records are transactions of the
+	// store (Update), so neither heartbeats nor status changes, from this
+	// node or another, undo each other.
 	mu     sync.Mutex
 	status cube.NodeStatus
 }
@@ -103,24 +104,29 @@ func (r *Registry) Run(ctx context.Context) {
 }
 
 // heartbeat writes the node's usage and the time, and picks up a status an
-// operator set through another node.
+// operator set through another node. Only those two fields change, in one
+// transaction, so a status set meanwhile is not written back over.
 func (r *Registry) heartbeat(ctx context.Context) error {
 	usage := r.cfg.Usage(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rec, err := r.cfg.Store.Nodes().Get(ctx, r.cfg.ID)
+	now := r.cfg.Now().UTC()
+	var status store.NodeStatus
+	err := r.cfg.Store.Nodes().Update(ctx, r.cfg.ID, func(rec *store.Node) error {
+		rec.HeartbeatAt, rec.Usage = now, usage
+		status = rec.Status
+		return nil
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		// Removed by an operator while it ran: it registers again.
-		rec = &store.Node{ID: r.cfg.ID, Address: r.cfg.Address, Version: r.cfg.Version,
-			Status: store.NodeStatus(r.status), StatusChangedAt: r.cfg.Now().UTC(), StartedAt: r.cfg.Now().UTC()}
-	} else if err != nil {
+		status = store.NodeStatus(r.status)
+		err = r.cfg.Store.Nodes().Put(ctx, &store.Node{ID: r.cfg.ID, Address: r.cfg.Address, Version: r.cfg.Version,
+			Status: status, StatusChangedAt: now, StartedAt: now, HeartbeatAt: now, Usage: usage})
+	}
+	if err != nil {
 		return err
 	}
-	rec.HeartbeatAt, rec.Usage = r.cfg.Now().UTC(), usage
-	if err := r.cfg.Store.Nodes().Put(ctx, rec); err != nil {
-		return err
-	}
-	r.status = cube.NodeStatus(rec.Status)
+	r.status = cube.NodeStatus(status)
 	return nil
 }
 
@@ -175,18 +181,17 @@ func (r *Registry) SetNodeStatus(ctx context.Context, id string, status cube.Nod
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rec, err := r.cfg.Store.Nodes().Get(ctx, id)
+	err := r.cfg.Store.Nodes().Update(ctx, id, func(rec *store.Node) error {
+		if rec.Status != store.NodeStatus(status) {
+			rec.Status, rec.StatusChangedAt = store.NodeStatus(status), r.cfg.Now().UTC()
+		}
+		return nil
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		return cube.Errorf(cube.NotFound, "node %q not found: list nodes with `cubemastercli node list`", id)
 	}
 	if err != nil {
 		return err
-	}
-	if rec.Status != store.NodeStatus(status) {
-		rec.Status, rec.StatusChangedAt = store.NodeStatus(status), r.cfg.Now().UTC()
-		if err := r.cfg.Store.Nodes().Put(ctx, rec); err != nil {
-			return err
-		}
 	}
 	if id == r.cfg.ID {
 		r.status = status

@@ -174,7 +174,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := privateSubdirs(o.DataDir); err != nil {
 		return err
 	}
-	st, err := openStore(ctx, o)
+	// A server whose claim on a shared database another one took must stop
+	// before the two reconcile each other's sandboxes away.
+	ctx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	st, err := openStore(ctx, o, func(err error) {
+		log.Error("stopping: the state database is no longer this server's", "err", err)
+		stopRun(err)
+	})
 	if err != nil {
 		return err
 	}
@@ -365,6 +372,9 @@ func Run(ctx context.Context, o Options) error {
 		if err := s.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.Close()
 		}
+	}
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
 	}
 	return nil
 }

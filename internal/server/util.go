@@ -68,8 +68,9 @@ func privateSubdirs(dir string) error {
 }
 
 // openStore opens the state database o names: the SQLite file in the data
-// directory, or a PostgreSQL database, which this server then claims.
-func openStore(ctx context.Context, o Options) (*store.Store, error) {
+// directory, or a PostgreSQL database, which this server then claims;
+// lost is called if another server takes the claim.
+func openStore(ctx context.Context, o Options, lost func(error)) (*store.Store, error) {
 	if o.Store == "" {
 		return store.Open(filepath.Join(o.DataDir, "state.db"))
 	}
@@ -80,7 +81,7 @@ func openStore(ctx context.Context, o Options) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Claim(ctx); err != nil {
+	if err := st.Claim(ctx, lost); err != nil {
 		st.Close()
 		return nil, err
 	}

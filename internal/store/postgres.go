@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -100,32 +101,56 @@ func redact(dsn string) string {
 // state database while nodes do not yet share one (see Claim).
 const soleServerLock = 0x63756265 // "cube"
 
-// claimWait is how long Claim waits for a server that stopped to let go.
-const claimWait = 5 * time.Second
+// claimWait is how long Claim waits for a server that stopped to let go;
+// claimCheck how often the watchdog checks the claim.
+const (
+	claimWait  = 5 * time.Second
+	claimCheck = 3 * time.Second
+)
 
 // Claim makes this server the only one using the database, as the lock
 // on the data directory does for a SQLite file: each server reconciles the
 // records it finds with what runs on its host, so two servers on one
-// database would remove each other's sandboxes. It fails at once, saying
-// so, when another server holds the database; the claim ends with Close
-// (or the connection, if the server dies). A SQLite store has nothing to
-// claim.
-func (s *Store) Claim(ctx context.Context) error {
+// database would remove each other's sandboxes. It fails, saying so, when
+// another server holds the database. The claim is a session lock, so it
+// goes with its connection (a PostgreSQL restart, a reset): a watchdog
+// checks it every few seconds and takes it again, and calls lost if
+// another server got it meanwhile, after which this one must stop. While
+// the database cannot be reached the claim is simply retried: nobody else
+// can take it then either. Close ends the claim. A SQLite store has nothing
+// to claim.
+func (s *Store) Claim(ctx context.Context, lost func(error)) error {
 	if s.dialect != "postgres" {
 		return nil
 	}
-	conn, err := s.db.Conn(ctx)
+	conn, err := s.claimOnce(ctx)
 	if err != nil {
 		return err
 	}
-	// A server that just stopped may hold the lock a moment longer: its
-	// session ends when PostgreSQL notices the connection is gone.
+	s.claim = conn
+	s.stopClaim = make(chan struct{})
+	s.claimDone = make(chan struct{})
+	go s.watchClaim(lost)
+	return nil
+}
+
+// errClaimed is a claim that another server holds.
+var errClaimed = errors.New("another cube-server uses this state database; each server needs a database of its own (or stop the other one)")
+
+// claimOnce takes the lock on a connection of its own, waiting up to
+// claimWait for a server that just stopped to let go (its session ends when
+// PostgreSQL notices its connection is gone).
+func (s *Store) claimOnce(ctx context.Context) (*sql.Conn, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim the state database: %w", err)
+	}
 	var got bool
 	deadline := time.Now().Add(claimWait)
 	for {
 		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, soleServerLock).Scan(&got); err != nil {
 			conn.Close()
-			return fmt.Errorf("claim the state database: %w", err)
+			return nil, fmt.Errorf("claim the state database: %w", err)
 		}
 		if got || time.Now().After(deadline) {
 			break
@@ -134,8 +159,42 @@ func (s *Store) Claim(ctx context.Context) error {
 	}
 	if !got {
 		conn.Close()
-		return fmt.Errorf("another cube-server uses this state database; each server needs a database of its own (or stop the other one)")
+		return nil, errClaimed
 	}
-	s.claim = conn
-	return nil
+	return conn, nil
+}
+
+// watchClaim checks the claim's connection every claimCheck and takes the
+// claim again when the connection is gone.
+func (s *Store) watchClaim(lost func(error)) {
+	defer close(s.claimDone)
+	t := time.NewTicker(claimCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopClaim:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), claimCheck)
+		err := s.claim.PingContext(ctx)
+		cancel()
+		if err == nil {
+			continue
+		}
+		s.claim.Close()
+		ctx, cancel = context.WithTimeout(context.Background(), claimWait+claimCheck)
+		conn, err := s.claimOnce(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			s.claim = conn
+		case errors.Is(err, errClaimed):
+			lost(err)
+			return
+		default:
+			// The database is out of reach: keep the old, dead
+			// connection to fail the next check and try again.
+		}
+	}
 }

@@ -30,8 +30,10 @@ type Store struct {
 	q func(query string) string
 	// dialect is "sqlite" or "postgres".
 	dialect string
-	// claim holds the connection whose session holds Claim's lock.
-	claim *sql.Conn
+	// claim holds the connection whose session holds Claim's lock;
+	// stopClaim ends its watchdog, which closes claimDone.
+	claim                *sql.Conn
+	stopClaim, claimDone chan struct{}
 }
 
 const schema = `
@@ -100,6 +102,10 @@ func Open(path string) (*Store, error) {
 
 // Close closes the database, ending a Claim.
 func (s *Store) Close() error {
+	if s.stopClaim != nil {
+		close(s.stopClaim)
+		<-s.claimDone
+	}
 	if s.claim != nil {
 		s.claim.Close()
 	}
@@ -145,6 +151,47 @@ func (t Table[T]) Get(ctx context.Context, id string) (*T, error) {
 		return nil, fmt.Errorf("decode %s %s: %w", t.name, id, err)
 	}
 	return v, nil
+}
+
+// Update changes one record in a transaction: it is read, given to
+// change and written back with no other write in between, so two writers
+// that each change part of a record (a node's heartbeat, an operator's
+// status change) do not undo each other. PostgreSQL locks the row; SQLite
+// has one writer anyway. A missing record is ErrNotFound; an error from
+// change leaves the record as it was.
+func (t Table[T]) Update(ctx context.Context, id string, change func(*T) error) error {
+	tx, err := t.s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	query := `SELECT data FROM ` + t.name + ` WHERE id = ?`
+	if t.s.dialect == "postgres" {
+		query += ` FOR UPDATE`
+	}
+	var data string
+	err = tx.QueryRowContext(ctx, t.s.q(query), id).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("load %s %s: %w", t.name, id, err)
+	}
+	v := new(T)
+	if err := json.Unmarshal([]byte(data), v); err != nil {
+		return fmt.Errorf("decode %s %s: %w", t.name, id, err)
+	}
+	if err := change(v); err != nil {
+		return err
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, t.s.q(`UPDATE `+t.name+` SET state = ?, data = ? WHERE id = ?`), t.state(v), string(out), id); err != nil {
+		return fmt.Errorf("store %s %s: %w", t.name, id, err)
+	}
+	return tx.Commit()
 }
 
 // Delete removes a record; deleting a missing record is not an error.

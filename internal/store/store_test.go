@@ -70,6 +70,7 @@ var suite = []struct {
 	{"ListFiltersByStateInOrder", testListFiltersByStateInOrder},
 	{"Events", testEvents},
 	{"InFlightWriteOutRoundTrips", testInFlightWriteOutRoundTrips},
+	{"UpdatesDoNotLoseEachOther", testUpdatesDoNotLoseEachOther},
 }
 
 func runSuite(t *testing.T, b backend) {
@@ -281,7 +282,7 @@ func TestPostgresIsClaimedByOneServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Claim(ctx); err != nil {
+	if err := first.Claim(ctx, func(error) {}); err != nil {
 		t.Fatal(err)
 	}
 	second, err := OpenPostgres(ctx, dsn)
@@ -289,12 +290,122 @@ func TestPostgresIsClaimedByOneServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer second.Close()
-	if err := second.Claim(ctx); err == nil || !strings.Contains(err.Error(), "another cube-server") {
+	if err := second.Claim(ctx, func(error) {}); err == nil || !strings.Contains(err.Error(), "another cube-server") {
 		t.Fatalf("a second server's claim: %v", err)
 	}
 	// Once the first server is gone, the database is free again.
 	first.Close()
-	if err := second.Claim(ctx); err != nil {
+	if err := second.Claim(ctx, func(error) {}); err != nil {
 		t.Fatalf("claim after the first server closed: %v", err)
+	}
+}
+
+// Two writers each changing a record through Update lose nothing of the
+// other's changes.
+func testUpdatesDoNotLoseEachOther(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, _ := b.open(t)
+	if err := s.Sandboxes().Put(ctx, &Sandbox{ID: "n", State: Running}); err != nil {
+		t.Fatal(err)
+	}
+	const each = 25
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			for range each {
+				if err := s.Sandboxes().Update(ctx, "n", func(v *Sandbox) error { v.Slot++; return nil }); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Sandboxes().Get(ctx, "n")
+	if err != nil || got.Slot != 2*each {
+		t.Fatalf("after %d updates from each of two writers: %+v, %v", each, got, err)
+	}
+	if err := s.Sandboxes().Update(ctx, "none", func(*Sandbox) error { return nil }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("update of a missing record: %v", err)
+	}
+	stop := errors.New("changed my mind")
+	if err := s.Sandboxes().Update(ctx, "n", func(v *Sandbox) error { v.Slot = -5; return stop }); !errors.Is(err, stop) {
+		t.Fatalf("update whose change fails: %v", err)
+	}
+	if got, _ := s.Sandboxes().Get(ctx, "n"); got.Slot != 2*each {
+		t.Fatalf("a failed change was written: %+v", got)
+	}
+}
+
+// The claim is a session lock: when its connection is cut (a PostgreSQL
+// restart, a reset), the server takes it again; when another server took
+// it meanwhile, the first is told to stop.
+func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	lost := make(chan error, 1)
+	first, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	if err := first.Claim(ctx, func(err error) { lost <- err }); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	cut := func() {
+		t.Helper()
+		var n int
+		if err := admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = $1`, soleServerLock).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("cut the claim's session: %d, %v", n, err)
+		}
+	}
+	held := func() bool {
+		var n int
+		admin.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = $1 AND granted`, soleServerLock).Scan(&n)
+		return n == 1
+	}
+
+	// Cut with nobody else waiting: the watchdog takes the claim again.
+	cut()
+	deadline := time.Now().Add(4 * claimCheck)
+	for !held() {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim was not taken again after its session was cut")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case err := <-lost:
+		t.Fatalf("told the claim was lost: %v", err)
+	default:
+	}
+
+	// Cut, and another server claims first: the first is told.
+	second, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	cut()
+	if err := second.Claim(ctx, func(error) {}); err != nil {
+		t.Fatalf("claim after the first one's session was cut: %v", err)
+	}
+	select {
+	case err := <-lost:
+		if !strings.Contains(err.Error(), "another cube-server") {
+			t.Fatalf("lost: %v", err)
+		}
+	case <-time.After(4 * claimCheck):
+		t.Fatal("the first server was not told that another one holds the database")
 	}
 }
