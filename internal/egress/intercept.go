@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,12 +25,21 @@ import (
 // Config.UpstreamRoots) for the name the sandbox asked for. A destination
 // whose certificate does not verify gets the sandbox a 502, never a
 // silently accepted connection.
+//
+// Secret placeholders are expanded only for requests that go on over
+// verified TLS: over plain HTTP, nothing ties the destination to the name,
+// and anyone on the path reads the header. A plain-HTTP request to a host
+// whose rules name a secret is refused (403); rules without secrets apply
+// over plain HTTP too.
 
 // Timeouts of intercepted connections.
 const (
 	interceptIdle    = 90 * time.Second // between a client's requests
 	handshakeTimeout = 10 * time.Second
-	upstreamHeaders  = 60 * time.Second // for a destination's response headers
+	// upstreamHeaders is only a backstop for a destination that never
+	// answers: a non-streaming LLM call may think for many minutes before
+	// its headers, and the client's own timeout is what should end it.
+	upstreamHeaders = 15 * time.Minute
 )
 
 // ctxKey carries the connection's chosen target to the transport's dialer.
@@ -52,7 +62,11 @@ func (s *slotFilter) transport() *http.Transport {
 			TLSHandshakeTimeout:   handshakeTimeout,
 			ResponseHeaderTimeout: upstreamHeaders,
 			MaxIdleConnsPerHost:   4,
-			IdleConnTimeout:       interceptIdle,
+			// The answer goes to the client as the destination sent it:
+			// decompressing here would strip its length, and the client did
+			// not ask for gzip unless it says so itself.
+			DisableCompression: true,
+			IdleConnTimeout:    interceptIdle,
 			// Never a proxy from the host's environment: the Filter connects
 			// to the address it chose, nothing else.
 			Proxy: nil,
@@ -66,6 +80,11 @@ func (s *slotFilter) transport() *http.Transport {
 // force for name to each request.
 func (s *slotFilter) intercept(p *proxied, c net.Conn, peeked []byte, name string, target netip.AddrPort, isTLS bool) {
 	if !p.decide(name, target) {
+		return
+	}
+	// The rules may have changed since the decision was made; a change
+	// before decide could not see this connection to cut it.
+	if !s.stillAllowed(s.rules.Load(), p) {
 		return
 	}
 	kind := "http"
@@ -97,6 +116,9 @@ func (s *slotFilter) intercept(p *proxied, c net.Conn, peeked []byte, name strin
 	}
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, target))
 	defer cancel()
+	if !p.setCancel(cancel) {
+		return
+	}
 	br := bufio.NewReader(conn)
 	for {
 		conn.SetReadDeadline(time.Now().Add(interceptIdle))
@@ -105,6 +127,9 @@ func (s *slotFilter) intercept(p *proxied, c net.Conn, peeked []byte, name strin
 			return
 		}
 		conn.SetReadDeadline(time.Time{})
+		if !s.stillAllowed(s.rules.Load(), p) {
+			return
+		}
 		if !s.serveRequest(ctx, conn, req, name, scheme, host, target) {
 			return
 		}
@@ -122,6 +147,14 @@ func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, req *http.
 		writeStatus(conn, http.StatusMisdirectedRequest, "egress: this connection is for "+name+"; open a new one for "+req.Host)
 		return false
 	}
+	if req.Method == http.MethodTrace || req.Method == http.MethodConnect {
+		// TRACE would echo the request, secrets and all, back to the
+		// sandbox; CONNECT would tunnel past the rules.
+		ev.Decision, ev.Status, ev.Reason = Denied, http.StatusMethodNotAllowed, req.Method+" is not passed on to a host with rules"
+		s.f.record("request", ev)
+		writeStatus(conn, http.StatusMethodNotAllowed, "egress: "+req.Method+" is not passed on to "+name+", which has network rules")
+		return false
+	}
 	out := req.Clone(ctx)
 	out.RequestURI = ""
 	out.URL.Scheme, out.URL.Host, out.Host = scheme, host, req.Host
@@ -137,8 +170,18 @@ func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, req *http.
 	}
 	ev.Decision = Allowed
 	if hr := s.rules.Load().transforms.match(name); hr != nil {
-		set, err := hr.apply(out.Header, s.f.cfg.Secrets)
+		lookup := s.f.cfg.Secrets
+		if scheme != "https" {
+			lookup = refuseSecret
+		}
+		set, err := hr.apply(out.Header, lookup)
 		ev.Rule, ev.Headers = hr.key, set
+		if errors.Is(err, errSecretNeedsTLS) {
+			ev.Decision, ev.Status, ev.Reason = Denied, http.StatusForbidden, "rule "+hr.key+": "+err.Error()
+			s.f.record("request", ev)
+			writeStatus(conn, http.StatusForbidden, "egress: rule "+hr.key+" adds a secret, which is sent only over HTTPS: use https://"+host+req.URL.Path)
+			return false
+		}
 		if err != nil {
 			ev.Decision, ev.Status, ev.Reason = Failed, http.StatusBadGateway, "rule "+hr.key+": "+err.Error()
 			s.f.record("request", ev)
@@ -158,7 +201,10 @@ func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, req *http.
 	defer resp.Body.Close()
 	ev.Status = resp.StatusCode
 	cw := &countWriter{w: conn}
-	resp.Close = resp.Close || req.Close
+	// An answer without a length that is not chunked ends when the
+	// connection does: say so, and close after it.
+	unframed := resp.ContentLength < 0 && !slices.Contains(resp.TransferEncoding, "chunked") && bodyAllowed(req.Method, resp.StatusCode)
+	resp.Close = resp.Close || req.Close || unframed
 	err = resp.Write(cw)
 	ev.BytesIn = cw.n
 	if err != nil {
@@ -166,6 +212,18 @@ func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, req *http.
 	}
 	s.f.record("request", ev)
 	return err == nil && !resp.Close
+}
+
+// errSecretNeedsTLS refuses a secret to a request that is not sent on
+// over verified TLS.
+var errSecretNeedsTLS = errors.New("secrets are sent only over HTTPS")
+
+func refuseSecret(string) (string, error) { return "", errSecretNeedsTLS }
+
+// bodyAllowed reports whether an answer to method with status may carry a
+// body at all (RFC 9110): without one, it needs no length to be framed.
+func bodyAllowed(method string, status int) bool {
+	return method != http.MethodHead && status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 // writeStatus answers a request the Filter itself refuses, and closes.

@@ -30,6 +30,9 @@ type proxied struct {
 	name             string         // the SNI or Host it was let through for; "" if none
 	target           netip.AddrPort // where it was let through to; invalid until decided
 	closed           bool
+	// cancel ends an intercepted connection's request in flight, so that
+	// closing never waits on a slow destination.
+	cancel context.CancelFunc
 }
 
 func (p *proxied) close() {
@@ -40,6 +43,9 @@ func (p *proxied) close() {
 	}
 	p.closed = true
 	p.client.Close()
+	if p.cancel != nil {
+		p.cancel()
+	}
 	if p.upstream != nil {
 		p.upstream.Close()
 	}
@@ -65,6 +71,19 @@ func (p *proxied) decide(name string, target netip.AddrPort) bool {
 	defer p.mu.Unlock()
 	p.name, p.target = name, target
 	return !p.closed
+}
+
+// setCancel stores the cancel of an intercepted connection's requests;
+// false (and cancelled) if the connection was closed meanwhile.
+func (p *proxied) setCancel(cancel context.CancelFunc) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		cancel()
+		return false
+	}
+	p.cancel = cancel
+	return true
 }
 
 func (p *proxied) decision() (string, netip.AddrPort) {
@@ -125,7 +144,6 @@ func (s *slotFilter) handle(c *net.TCPConn) {
 	c.SetReadDeadline(time.Time{})
 
 	r := s.rules.Load()
-	target, err := s.f.choose(r, name, orig)
 	kind := "tcp"
 	switch {
 	case isTLSStart(rec.buf):
@@ -133,12 +151,14 @@ func (s *slotFilter) handle(c *net.TCPConn) {
 	case isHTTPStart(rec.buf):
 		kind = "http"
 	}
+	intercepted := kind != "tcp" && r.transforms.match(name) != nil
+	target, err := s.f.choose(r, name, orig, intercepted)
 	if err != nil {
 		s.log.Debug("egress connection denied", "name", name, "to", orig.String(), "reason", err.Error())
 		s.f.record(kind, Event{Owner: r.owner, Decision: Denied, Name: name, Dest: orig, Reason: err.Error()})
 		return
 	}
-	if kind != "tcp" && r.transforms.match(name) != nil {
+	if intercepted {
 		s.intercept(p, c, rec.buf, name, target, kind == "tls")
 		return
 	}
@@ -182,35 +202,16 @@ func (s *slotFilter) stillAllowed(r *rules, p *proxied) bool {
 // going to orig may go, or why it may not go anywhere. A name the policy
 // allows goes to the name's own addresses (orig if it is one of them), so
 // a forged SNI or Host cannot carry a connection to an address the policy
-// denies.
-func (f *Filter) choose(r *rules, name string, orig netip.AddrPort) (netip.AddrPort, error) {
+// denies. So does every connection the Filter intercepts (byName): rules
+// may add secrets to its requests, and the address a sandbox dialled is
+// tied to the name by nothing over plain HTTP (curl --resolve), so only
+// the name's own addresses, of those the policy allows, may receive them.
+func (f *Filter) choose(r *rules, name string, orig netip.AddrPort, byName bool) (netip.AddrPort, error) {
 	switch r.nameVerdict(name) {
 	case denied:
 		return netip.AddrPort{}, fmt.Errorf("name %q is denied", name)
 	case allowed:
-		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
-		defer cancel()
-		addrs, err := f.resolver().LookupNetIP(ctx, "ip4", name)
-		if err != nil {
-			return netip.AddrPort{}, fmt.Errorf("resolve %q: %w", name, err)
-		}
-		var first netip.Addr
-		for _, a := range addrs {
-			a = a.Unmap()
-			if f.reachable(a) != nil {
-				continue
-			}
-			if a == orig.Addr() {
-				return orig, nil
-			}
-			if !first.IsValid() {
-				first = a
-			}
-		}
-		if !first.IsValid() {
-			return netip.AddrPort{}, fmt.Errorf("name %q has no address a sandbox may reach", name)
-		}
-		return netip.AddrPortFrom(first, orig.Port()), nil
+		return f.nameTarget(name, orig, nil)
 	}
 	if !r.addrAllowed(orig.Addr()) {
 		if name == "" {
@@ -218,10 +219,42 @@ func (f *Filter) choose(r *rules, name string, orig netip.AddrPort) (netip.AddrP
 		}
 		return netip.AddrPort{}, fmt.Errorf("address %s is denied and name %q is not allowed", orig.Addr(), name)
 	}
+	if byName {
+		return f.nameTarget(name, orig, r.addrAllowed)
+	}
 	if err := f.reachable(orig.Addr()); err != nil {
 		return netip.AddrPort{}, err
 	}
 	return orig, nil
+}
+
+// nameTarget picks one of name's own addresses (as the Filter's resolver
+// gives them) on orig's port: orig if it is one, else the first a sandbox
+// may reach and, with ok set, ok accepts.
+func (f *Filter) nameTarget(name string, orig netip.AddrPort, ok func(netip.Addr) bool) (netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	addrs, err := f.resolver().LookupNetIP(ctx, "ip4", name)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("resolve %q: %w", name, err)
+	}
+	var first netip.Addr
+	for _, a := range addrs {
+		a = a.Unmap()
+		if f.reachable(a) != nil || ok != nil && !ok(a) {
+			continue
+		}
+		if a == orig.Addr() {
+			return orig, nil
+		}
+		if !first.IsValid() {
+			first = a
+		}
+	}
+	if !first.IsValid() {
+		return netip.AddrPort{}, fmt.Errorf("name %q has no address a sandbox may reach", name)
+	}
+	return netip.AddrPortFrom(first, orig.Port()), nil
 }
 
 // reachable applies the isolation every slot has (netslot) to an address

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"cube/internal/netslot"
 )
 
 // The rules tests' outside: HTTPS and HTTP servers with certificates from
@@ -87,6 +89,9 @@ func serveEcho(t *testing.T, w *world, a netip.Addr, cert tls.Certificate) {
 	t.Cleanup(func() { run(t, "ip", "route", "del", a.String()+"/32") })
 	h := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		if special(rw, r) {
+			return
+		}
 		fmt.Fprintf(rw, "host=%s path=%s auth=%s x-team=%s", r.Host, r.URL.RequestURI(), r.Header.Get("Authorization"), r.Header.Get("X-Team"))
 	})
 	for _, port := range []int{80, 443} {
@@ -130,6 +135,8 @@ type rulesWorld struct {
 	*world
 	box     sandbox
 	slot    *sandboxSlot
+	filter  *Filter
+	netslot *netslot.Slot
 	ca      *CA
 	outside *outsideCA
 	audit   *auditLog
@@ -165,6 +172,7 @@ func newRulesWorld(t *testing.T) *rulesWorld {
 	}
 	t.Cleanup(func() { f.Close() })
 	s := acquire(t, pool)
+	rw.filter, rw.netslot = f, s
 	rw.box = sb(t, s)
 	rw.slot = &sandboxSlot{apply: func(p Policy) { setPolicy(t, s, p) }}
 	return rw
@@ -226,9 +234,13 @@ func TestRulesInjectSecretOnTheWayOut(t *testing.T) {
 	if issuer != "Cube egress CA" {
 		t.Errorf("certificate issued by %q, want the egress CA", issuer)
 	}
-	// Plain HTTP: rewritten in flight too.
-	if code, body, _, err := rw.fetch("GET", "http://api.rules.example/plain", nil); err != nil || code != 200 || !strings.Contains(body, "auth=Bearer "+testSecret) {
-		t.Errorf("HTTP with a rule: %d %q %v", code, body, err)
+	// Plain HTTP: a rule with a secret is refused, never sent in clear;
+	// one without is applied in flight.
+	if code, body, _, err := rw.fetch("GET", "http://api.rules.example/plain", nil); err != nil || code != http.StatusForbidden || strings.Contains(body, testSecret) || !strings.Contains(body, "only over HTTPS") {
+		t.Errorf("HTTP with a secret rule: %d %q %v, want 403 saying HTTPS only", code, body, err)
+	}
+	if code, body, _, err := rw.fetch("GET", "http://plain.rules.example/plain", nil); err != nil || code != 200 || !strings.Contains(body, "x-team=wild") {
+		t.Errorf("HTTP with a rule without secrets: %d %q %v", code, body, err)
 	}
 	// The wildcard's rule set applies below it, not merged with the exact one.
 	if _, body, _, err := rw.fetch("GET", "https://plain.rules.example/", nil); err != nil || !strings.Contains(body, "x-team=wild") || !strings.Contains(body, "auth= ") {
