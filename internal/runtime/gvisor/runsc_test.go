@@ -17,9 +17,9 @@ func TestRunscFlags(t *testing.T) {
 		want string
 	}{
 		{nil, "--root /r --platform systrap --allow-suid"},
-		{&runtime.Spec{}, "--root /r --platform systrap --allow-suid --overlay2 root:memory --network none"},
-		{&runtime.Spec{WritableMB: 64, NetNS: "/run/netns/x"}, "--root /r --platform systrap --allow-suid --overlay2 root:memory,size=64m --network sandbox"},
-		{&runtime.Spec{WritableRoot: true, WritableMB: 64}, "--root /r --platform systrap --allow-suid --overlay2 none --network none"},
+		{&runtime.Spec{}, "--root /r --platform systrap --allow-suid --overlay2 root:memory --allow-rootfs-tar-annotation --network none"},
+		{&runtime.Spec{WritableMB: 64, NetNS: "/run/netns/x"}, "--root /r --platform systrap --allow-suid --overlay2 root:memory,size=64m --allow-rootfs-tar-annotation --network sandbox"},
+		{&runtime.Spec{WritableRoot: true, WritableMB: 64}, "--root /r --platform systrap --allow-suid --overlay2 none --allow-rootfs-tar-annotation --network none"},
 	} {
 		if got := strings.Join(r.Flags(c.spec), " "); got != c.want {
 			t.Errorf("flags for %+v = %q, want %q", c.spec, got, c.want)
