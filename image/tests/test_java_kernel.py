@@ -70,7 +70,9 @@ class JavaKernelTest(unittest.TestCase):
     def run_cell(self, code, silent=False, interrupt_when=None):
         """Runs a cell; returns its reply content and its iopub messages
         (stream, execute_result, error) as (type, content) pairs."""
-        msg_id = self.kc.execute(code, silent=silent)
+        # As Cube's agent sends cells: a failed cell does not abort the
+        # ones after it (ipykernel would, for a moment, with stop_on_error).
+        msg_id = self.kc.execute(code, silent=silent, stop_on_error=False)
         out = []
         while True:
             try:
