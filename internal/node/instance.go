@@ -43,6 +43,8 @@ type instance struct {
 	trafficToken, maskHost string
 	// httpsPorts are the ports the proxy reaches over TLS.
 	httpsPorts []int
+	// envdToken finds the sandbox of a signed file URL (FindByToken).
+	envdToken string
 	// cpu is the last CPU reading, for utilisation between samples.
 	cpuAt   time.Time
 	cpuTime time.Duration
@@ -137,6 +139,7 @@ func (n *Node) setBox(inst *instance, box *container, rec *store.Sandbox, nw cub
 	defer n.mu.Unlock()
 	inst.box = box
 	inst.trafficToken, inst.maskHost, inst.httpsPorts = rec.TrafficToken, nw.MaskRequestHost, nw.HTTPSPorts
+	inst.envdToken = rec.EnvdToken
 	inst.cpuAt, inst.cpuTime = time.Time{}, 0
 }
 

@@ -100,18 +100,22 @@ func filesOnlyPaused(sandboxID string) error {
 	return fmt.Errorf("sandbox %q is paused without its memory: traffic does not resume it; resume it with connect (Sandbox.connect)", sandboxID)
 }
 
-// FindByToken implements cube.TokenFinder: it tries made with the token of
-// every sandbox the store holds that is running or paused. Signed URLs
-// that name no sandbox are rare, and checking one is a hash per sandbox.
+// FindByToken implements cube.TokenFinder over the sandboxes this node
+// runs (or holds frozen in memory): from memory, since the URLs it serves
+// need no key and must not cost a store query each. Checking one is a
+// hash per sandbox.
 func (n *Node) FindByToken(ctx context.Context, made func(token string) bool) (string, bool) {
-	all, err := n.store.Sandboxes().List(ctx)
-	if err != nil {
-		n.log.Warn("find sandbox by token", "err", err)
-		return "", false
+	n.mu.Lock()
+	tokens := make(map[string]string, len(n.sandboxes))
+	for id, inst := range n.sandboxes {
+		if inst.box != nil && inst.envdToken != "" && (inst.state == stateRunning || inst.state == statePaused) {
+			tokens[id] = inst.envdToken
+		}
 	}
-	for _, rec := range all {
-		if (rec.State == store.Running || rec.State == store.Paused) && rec.EnvdToken != "" && made(rec.EnvdToken) {
-			return rec.ID, true
+	n.mu.Unlock()
+	for id, token := range tokens {
+		if made(token) {
+			return id, true
 		}
 	}
 	return "", false
