@@ -17,10 +17,12 @@ type metrics struct {
 	errors   *prometheus.CounterVec
 	create   *prometheus.HistogramVec
 	ops      *prometheus.HistogramVec
-	handler  http.Handler
+	// handler serves everyone; keyed serves requests with an API key,
+	// and adds the per-sandbox series.
+	handler, keyed http.Handler
 }
 
-func newMetrics(reg *prometheus.Registry, b cube.Backend) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, perSandbox prometheus.Gatherer, b cube.Backend) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cube_http_requests_total",
@@ -41,6 +43,10 @@ func newMetrics(reg *prometheus.Registry, b cube.Backend) (*metrics, error) {
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}, []string{"op"}),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		keyed:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}
+	if perSandbox != nil {
+		m.keyed = promhttp.HandlerFor(prometheus.Gatherers{reg, perSandbox}, promhttp.HandlerOpts{})
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.errors, m.create, m.ops, &stateCollector{b: b}} {
 		if err := reg.Register(c); err != nil {
@@ -108,6 +114,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// promMetrics serves the Prometheus metrics: to anyone, without the
+// per-sandbox series; to a request with an API key, with them.
 func (s *Server) promMetrics(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authorized(r); ok {
+		s.metrics.keyed.ServeHTTP(w, r)
+		return
+	}
 	s.metrics.handler.ServeHTTP(w, r)
 }

@@ -54,6 +54,10 @@ type Config struct {
 	// GET /metrics serves; the node may register its own collectors on it.
 	// Nil creates one with the Go and process collectors.
 	Registry *prometheus.Registry
+	// SandboxMetrics are the per-sandbox series (sandbox IDs in their
+	// labels). GET /metrics adds them only for requests that carry an API
+	// key: a sandbox's ID is enough to reach its public ports.
+	SandboxMetrics prometheus.Gatherer
 	// Version is reported by GET /health; default version.Version.
 	Version string
 	// RateLimit is the sustained API requests per second allowed per key;
@@ -137,7 +141,7 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 		limiter: ratelimit.New[[sha256.Size]byte](cfg.RateLimit, cfg.RateBurst, 0),
 		log:     cfg.Logger,
 	}
-	m, err := newMetrics(cfg.Registry, b)
+	m, err := newMetrics(cfg.Registry, cfg.SandboxMetrics, b)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ func TestFakeUsageSeriesFollowSandboxes(t *testing.T) {
 	n := newFake(t, nodefake.Options{})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(n.Collectors()...)
+	reg.MustRegister(n.SandboxCollector())
 	series := func() map[string]bool {
 		t.Helper()
 		mfs, err := reg.Gather()

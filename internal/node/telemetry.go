@@ -45,20 +45,28 @@ var (
 // Collectors are the node's Prometheus metrics, for the server to
 // register.
 func (n *Node) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{n.tel.poolMisses, n.tel.phases, poolCollector{n}, &usageCollector{n: n}}
+	return []prometheus.Collector{n.tel.poolMisses, n.tel.phases, poolCollector{n}}
 }
 
-// poolCollector reads the pools' depths at scrape time.
+// SandboxCollector reads each running sandbox's CPU and memory, in series
+// labelled by sandbox ID. The API serves them only with a key: a sandbox's
+// ID is enough to reach its public ports.
+func (n *Node) SandboxCollector() prometheus.Collector { return &usageCollector{n: n} }
+
+// poolCollector reads the pools' depths and the node's capacity at scrape
+// time.
 type poolCollector struct{ n *Node }
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- warmDesc
 	ch <- warmWantDesc
 	ch <- preparedDesc
+	ch <- capacityDesc
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
+	ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(n.cfg.MaxSandboxes))
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()

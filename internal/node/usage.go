@@ -50,11 +50,9 @@ type usageCollector struct {
 func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sandboxCPUDesc
 	ch <- sandboxMemDesc
-	ch <- capacityDesc
 }
 
 func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(c.n.cfg.MaxSandboxes))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.last == nil {

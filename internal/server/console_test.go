@@ -3,6 +3,8 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +42,16 @@ func TestConsoleAndSandboxMetrics(t *testing.T) {
 	// a few seconds after).
 	if m := scrape(); !strings.Contains(m, cpu) || !strings.Contains(m, mem) {
 		t.Fatalf("no per-sandbox series for the running sandbox in:\n%s", grepLines(m, "cube_sandbox_"))
+	}
+	// Without a key, /metrics names no sandbox: an ID reaches its ports.
+	resp, err := http.Get(d.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	public, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.Contains(string(public), sbx.SandboxID) || !strings.Contains(string(public), "cube_sandbox_capacity") {
+		t.Fatalf("GET /metrics without a key: %d, naming the sandbox: %v", resp.StatusCode, strings.Contains(string(public), sbx.SandboxID))
 	}
 
 	for _, op := range []string{"pause", "resume"} {

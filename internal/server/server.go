@@ -315,10 +315,13 @@ func Run(ctx context.Context, o Options) error {
 	metrics.MustRegister(nd.Collectors()...)
 	metrics.MustRegister(filter.Collectors()...)
 	metrics.MustRegister(builder.Collectors()...)
+	// Per-sandbox series name sandboxes: served only with a key.
+	perSandbox := prometheus.NewRegistry()
+	perSandbox.MustRegister(nd.SandboxCollector())
 	apiSrv, err := api.NewServer(api.Config{
 		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: reported, CACert: caPEM,
-		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics,
-		Console: webui.New(webui.Config{Gatherer: metrics, Version: version.Version, DataDir: o.DataDir,
+		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics, SandboxMetrics: perSandbox,
+		Console: webui.New(webui.Config{Gatherer: prometheus.Gatherers{metrics, perSandbox}, Version: version.Version, DataDir: o.DataDir,
 			Runtime: "gVisor (runsc, systrap platform)", MaxSandboxes: o.MaxSandboxes}),
 	}, backend{Node: nd, Builder: builder, Registry: reg, creates: counts})
 	if err != nil {
