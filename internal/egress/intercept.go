@@ -85,6 +85,7 @@ func (s *slotFilter) intercept(p *proxied, c net.Conn, peeked []byte, name strin
 	// The rules may have changed since the decision was made; a change
 	// before decide could not see this connection to cut it.
 	if !s.stillAllowed(s.rules.Load(), p) {
+		s.f.record("http", Event{Owner: s.owner(), Decision: Denied, Name: name, Dest: target, Reason: "the policy changed: " + name + " is no longer allowed"})
 		return
 	}
 	kind := "http"

@@ -6,12 +6,14 @@ import (
 	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -207,5 +209,48 @@ func TestRulesForgetCutsARequestInFlight(t *testing.T) {
 	}
 	if err := <-fetched; err == nil {
 		t.Error("the sandbox's request succeeded though its connection was cut")
+	}
+}
+
+func TestRulesPolicyChangeWhileDecidingCutsTheConnection(t *testing.T) {
+	rw := newRulesWorld(t)
+	rw.slot.apply(Policy{AllowInternet: true, AllowOut: []string{"api.rules.example"}, Rules: authRule("x")})
+	// The Filter resolves the name before it records its decision; the
+	// policy changes to deny the name while it waits for the answer.
+	asked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := func(name string) {
+		if name == "api.rules.example" {
+			once.Do(func() { close(asked); <-release })
+		}
+	}
+	dnsHold.Store(&hold)
+	defer dnsHold.Store(nil)
+	conn, err := rw.box.dial("tcp4", netip.AddrPortFrom(rulesHost, 80).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	answered := make(chan error, 1)
+	go func() {
+		resp, body, err := rawRequest(conn, bufio.NewReader(conn), "GET / HTTP/1.1\r\nHost: api.rules.example\r\n\r\n")
+		if err == nil {
+			err = fmt.Errorf("answered %d %q", resp.StatusCode, body)
+		}
+		answered <- err
+	}()
+	select {
+	case <-asked:
+	case err := <-answered:
+		t.Fatalf("the request ended before the Filter resolved its name: %v", err)
+	}
+	// The name is denied, its address not: only the Filter can cut this.
+	rw.slot.apply(Policy{AllowInternet: true, DenyOut: []string{"api.rules.example"}, Rules: authRule("x")})
+	close(release)
+	if err := <-answered; strings.HasPrefix(err.Error(), "answered") {
+		t.Errorf("a connection for a name the new policy denies was served: %v", err)
+	}
+	if e, ok := rw.audit.find(func(e Event) bool { return e.Name == "api.rules.example" }); !ok || e.Decision != Denied || !strings.Contains(e.Reason, "no longer allowed") {
+		t.Errorf("audit: %+v %v, want the connection denied by the new policy", e, ok)
 	}
 }

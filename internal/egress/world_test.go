@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,6 +348,10 @@ func serveDNS(t *testing.T, ns string, addr netip.AddrPort, log *queryLog) {
 	}()
 }
 
+// dnsHold, when set, runs before each test resolver answer, with the
+// name asked: a test holds an answer back with it.
+var dnsHold atomic.Pointer[func(name string)]
+
 func dnsAnswer(q []byte, log *queryLog) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(q)
@@ -359,6 +364,9 @@ func dnsAnswer(q []byte, log *queryLog) []byte {
 	}
 	name := strings.TrimSuffix(strings.ToLower(question.Name.String()), ".")
 	log.add(name)
+	if hold := dnsHold.Load(); hold != nil {
+		(*hold)(name)
+	}
 	a, known := testNames[name]
 	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
 	if !known {
