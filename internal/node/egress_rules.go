@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"cube/internal/egress"
 	"cube/internal/runtime"
 	"cube/internal/secrets"
+	"cube/internal/store"
 )
 
 // egressRules is a sandbox's network.rules in the Filter's terms.
@@ -162,19 +164,53 @@ func (n *Node) startAudit() {
 			case <-n.ctx.Done():
 				return
 			case e := <-n.audit.ch:
-				level := "info"
-				if e.Decision == egress.Denied || e.Decision == egress.Failed {
-					level = "warn"
-				}
-				if err := n.store.AddEvent(context.Background(), e.Owner, level, e.String()); err != nil {
-					n.log.Debug("record egress event", "sandbox", e.Owner, "err", err)
-				}
-				if d := n.audit.dropped.Swap(0); d > 0 {
-					n.event(e.Owner, "warn", "egress audit: %d events dropped (too many at once)", d)
-				}
+				n.writeAudit(e)
 			}
 		}
 	}()
+}
+
+// writeAudit adds e to its sandbox's log, unless the sandbox is gone or
+// being removed. The last events of a sandbox come in as its kill cuts
+// its connections, while the sandbox is deleted; one written after its
+// log was removed would stay behind with no sandbox to remove it with.
+// So an event for a sandbox that has gone by the time it is written is
+// taken out again, with the rest of that sandbox's log.
+func (n *Node) writeAudit(e egress.Event) {
+	if !n.auditable(e.Owner) {
+		return
+	}
+	ctx := context.Background()
+	level := "info"
+	if e.Decision == egress.Denied || e.Decision == egress.Failed {
+		level = "warn"
+	}
+	if err := n.store.AddEvent(ctx, e.Owner, level, e.String()); err != nil {
+		n.log.Debug("record egress event", "sandbox", e.Owner, "err", err)
+	}
+	if d := n.audit.dropped.Swap(0); d > 0 {
+		n.event(e.Owner, "warn", "egress audit: %d events dropped (too many at once)", d)
+	}
+	if n.auditable(e.Owner) {
+		return
+	}
+	// Its destroy may have removed the log before the event was added. A
+	// sandbox still deleting removes its log itself, later; one whose
+	// record is gone does not any more.
+	if _, err := n.store.Sandboxes().Get(ctx, e.Owner); errors.Is(err, store.ErrNotFound) {
+		if err := n.store.DeleteEvents(ctx, e.Owner); err != nil {
+			n.log.Warn("delete events of a removed sandbox", "sandbox", e.Owner, "err", err)
+		}
+	}
+}
+
+// auditable reports whether a sandbox is on this node and not being
+// removed.
+func (n *Node) auditable(sandboxID string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	inst := n.sandboxes[sandboxID]
+	return inst != nil && !inst.gone && inst.state != stateDeleting
 }
 
 // The /secrets routes (cube.Secrets).
