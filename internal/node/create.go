@@ -174,7 +174,7 @@ func (n *Node) ready(ctx context.Context, box *container, rec *store.Sandbox, ol
 	token, need := rec.EnvdToken, n.cfg.CodeContextsNeedToken
 	user, workdir := defaultUser(rec.Boot)
 	return n.agentAt(box.slot.HostAddr).Init(ctx, protocol.Init{
-		EnvVars:        n.egressTrustEnv(rec.EnvVars),
+		EnvVars:        n.egressTrustEnv(rec.Boot, rec.EnvVars),
 		AccessToken:    &token,
 		DefaultUser:    user,
 		DefaultWorkdir: workdir,

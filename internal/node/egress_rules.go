@@ -3,16 +3,12 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"cube/internal/cube"
 	"cube/internal/egress"
-	"cube/internal/runtime"
 	"cube/internal/secrets"
 	"cube/internal/store"
 )
@@ -57,77 +53,6 @@ func (n *Node) checkNetwork(nw cube.Network) error {
 		}
 	}
 	return nil
-}
-
-// Trust of the egress CA inside sandboxes. Every sandbox, built from an
-// OCI image or by steps, has the node's agent directory mounted at
-// runtime.AgentMount; the CA goes there, next to cube-envd, and the
-// environment variables the common TLS stacks read point at it. Nothing
-// in a template's rootfs changes, so templates and their checkpoints
-// built before stay valid.
-const (
-	egressCAName     = "egress-ca.pem"
-	egressBundleName = "ca-bundle.pem"
-)
-
-// hostBundles are where the host's trust store may be, first found wins.
-var hostBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
-
-// installEgressTrust writes the egress CA, alone and appended to the
-// host's trust store, into every agent directory sandboxes mount.
-func (n *Node) installEgressTrust() error {
-	if n.cfg.EgressCA == nil {
-		return nil
-	}
-	ca := n.cfg.EgressCA.CertPEM()
-	var system []byte
-	for _, p := range hostBundles {
-		if b, err := os.ReadFile(p); err == nil {
-			system = b
-			break
-		}
-	}
-	bundle := append(append(system, '\n'), ca...)
-	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, "envd", "*"))
-	for _, d := range dirs {
-		for name, data := range map[string][]byte{egressCAName: ca, egressBundleName: bundle} {
-			p := filepath.Join(d, name)
-			if old, err := os.ReadFile(p); err == nil && string(old) == string(data) {
-				continue
-			}
-			if err := os.WriteFile(p+".tmp", data, 0o644); err != nil {
-				return fmt.Errorf("egress CA into %s: %w", d, err)
-			}
-			if err := os.Rename(p+".tmp", p); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// egressTrustEnv adds to a sandbox's environment the variables that make
-// OpenSSL, Python, Node, curl and Go trust the egress CA; a variable the
-// user set is kept.
-func (n *Node) egressTrustEnv(env map[string]string) map[string]string {
-	if n.cfg.EgressCA == nil {
-		return env
-	}
-	bundle := runtime.AgentMount + "/" + egressBundleName
-	add := map[string]string{
-		"SSL_CERT_FILE":       bundle,
-		"REQUESTS_CA_BUNDLE":  bundle,
-		"CURL_CA_BUNDLE":      bundle,
-		"NODE_EXTRA_CA_CERTS": runtime.AgentMount + "/" + egressCAName,
-	}
-	out := make(map[string]string, len(env)+len(add))
-	for k, v := range add {
-		out[k] = v
-	}
-	for k, v := range env {
-		out[k] = v
-	}
-	return out
 }
 
 // Egress audit: the Filter's events go to the sandbox's log (GET
