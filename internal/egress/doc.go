@@ -32,11 +32,18 @@
 // host) and each request is sent on over TLS of the Filter's own,
 // verified for the name against Config.UpstreamRoots or the host's trust
 // store, so a destination with a bad certificate gets the sandbox a 502,
-// never a silent connection. Connections to hosts without rules stay end
-// to end. Secret placeholders in header values are resolved through
-// Config.Secrets only as each request leaves, so no value ever enters a
-// sandbox. Rules are read per request: a change applies from the next
-// one. Every connection and intercepted request is an Event for
+// never a silent connection. An intercepted connection always goes to
+// the name's own addresses (resolved by the Filter, of those the policy
+// allows), whatever address the sandbox dialled. Connections to hosts
+// without rules stay end to end. Secret placeholders in header values are
+// resolved through Config.Secrets only as each request leaves, so no
+// value ever enters a sandbox, and only for requests sent on over
+// verified TLS: a plain-HTTP request whose rules name a secret is
+// answered 403 and not sent (E2B applies rules to outbound HTTPS; over
+// plain HTTP nothing ties the destination to the name). TRACE and
+// CONNECT to such a host are answered 405. Rules are read per request: a
+// change applies from the next one, and a connection is judged again on
+// each request. Every connection and intercepted request is an Event for
 // Config.Audit and a Prometheus count (Filter.Collectors).
 //
 // Wiring, in cube-server and the node:
