@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -131,7 +132,7 @@ func (s *slotFilter) intercept(p *proxied, c net.Conn, peeked []byte, name strin
 		if !s.stillAllowed(s.rules.Load(), p) {
 			return
 		}
-		if !s.serveRequest(ctx, conn, req, name, scheme, host, target) {
+		if !s.serveRequest(ctx, conn, br, req, name, scheme, host, target) {
 			return
 		}
 	}
@@ -139,7 +140,7 @@ func (s *slotFilter) intercept(p *proxied, c net.Conn, peeked []byte, name strin
 
 // serveRequest forwards one request and writes its answer; false when the
 // connection must end.
-func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, req *http.Request, name, scheme, host string, target netip.AddrPort) bool {
+func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, br *bufio.Reader, req *http.Request, name, scheme, host string, target netip.AddrPort) bool {
 	ev := Event{Owner: s.owner(), Name: name, Dest: target, Method: req.Method, Path: req.URL.Path}
 	defer req.Body.Close()
 	if got := normalizeHost(req.Host); got != name {
@@ -163,11 +164,12 @@ func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, req *http.
 		out.Header.Del(h)
 	}
 	out.Close = false
-	body := &countReader{r: req.Body}
+	body := &countReader{r: req.Body, done: make(chan struct{})}
 	if req.ContentLength != 0 {
 		out.Body = body
 	} else {
 		out.Body = nil
+		body.finish()
 	}
 	ev.Decision = Allowed
 	if hr := s.rules.Load().transforms.match(name); hr != nil {
@@ -191,7 +193,11 @@ func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, req *http.
 		}
 		ev.Decision = Transformed
 	}
-	resp, err := s.transport().RoundTrip(out)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := watchHangUp(conn, br, body.done, cancel)
+	resp, err := s.transport().RoundTrip(out.WithContext(rctx))
+	stop()
 	ev.BytesOut = body.n.Load()
 	if err != nil {
 		ev.Decision, ev.Status, ev.Reason = Failed, http.StatusBadGateway, err.Error()
@@ -241,16 +247,55 @@ type replayConn struct {
 
 func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
+// watchHangUp cancels a request whose client hangs up while it waits for
+// the answer, so that the client's own timeout, not the Filter's, ends a
+// slow call. It watches the connection only once the request's body is
+// all read (bodyDone), by peeking: bytes of a next request stay for the
+// next read. stop ends the watch; the reader is the caller's again after.
+func watchHangUp(conn net.Conn, br *bufio.Reader, bodyDone <-chan struct{}, cancel context.CancelFunc) (stop func()) {
+	stopping, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-bodyDone:
+		case <-stopping:
+			return
+		}
+		if _, err := br.Peek(1); err != nil {
+			select {
+			case <-stopping: // the read was cut by stop
+			default:
+				cancel()
+			}
+		}
+	}()
+	return func() {
+		close(stopping)
+		conn.SetReadDeadline(time.Now())
+		<-done
+		conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// countReader counts a request body's bytes, and closes done once it has
+// all been read.
 type countReader struct {
-	r io.Reader
-	n atomic.Int64
+	r    io.Reader
+	n    atomic.Int64
+	done chan struct{}
+	once sync.Once
 }
 
 func (c *countReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
+	if err != nil {
+		c.finish()
+	}
 	return n, err
 }
+
+func (c *countReader) finish() { c.once.Do(func() { close(c.done) }) }
 
 func (c *countReader) Close() error { return nil }
 

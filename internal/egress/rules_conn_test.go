@@ -254,3 +254,40 @@ func TestRulesPolicyChangeWhileDecidingCutsTheConnection(t *testing.T) {
 		t.Errorf("audit: %+v %v, want the connection denied by the new policy", e, ok)
 	}
 }
+
+func TestRulesClientHangingUpCancelsTheCall(t *testing.T) {
+	rw := newRulesWorld(t)
+	rw.slot.apply(Policy{AllowInternet: true, Rules: authRule("Bearer ${e2b.secrets.api-key}")})
+	for len(slowCalls) > 0 {
+		<-slowCalls
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(rw.ca.CertPEM())
+	raw, err := rw.box.dial("tcp4", netip.AddrPortFrom(rulesHost, 443).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := tls.Client(raw, &tls.Config{ServerName: "api.rules.example", RootCAs: roots})
+	// A slow call with a body, as an LLM request is; the client gives up
+	// waiting (its own timeout) and closes.
+	if _, err := io.WriteString(conn, "POST /slow HTTP/1.1\r\nHost: api.rules.example\r\nContent-Length: 4\r\n\r\nbody"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-slowCalls:
+		if s != "start" {
+			t.Fatalf("slow call: %s", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow call never reached the destination")
+	}
+	conn.Close()
+	select {
+	case s := <-slowCalls:
+		if s != "cancelled" {
+			t.Errorf("slow call: %s, want cancelled", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the destination's call goes on 30 s after its client hung up")
+	}
+}
