@@ -34,7 +34,9 @@
 // store, so a destination with a bad certificate gets the sandbox a 502,
 // never a silent connection. An intercepted connection always goes to
 // the name's own addresses (resolved by the Filter, of those the policy
-// allows), whatever address the sandbox dialled. Connections to hosts
+// allows), whatever address the sandbox dialled; only a name that does
+// not exist keeps the address dialled (within the policy), as no secret
+// goes anywhere without TLS verified for the name. Connections to hosts
 // without rules stay end to end. Secret placeholders in header values are
 // resolved through Config.Secrets only as each request leaves, so no
 // value ever enters a sandbox, and only for requests sent on over

@@ -202,10 +202,13 @@ func (s *slotFilter) stillAllowed(r *rules, p *proxied) bool {
 // going to orig may go, or why it may not go anywhere. A name the policy
 // allows goes to the name's own addresses (orig if it is one of them), so
 // a forged SNI or Host cannot carry a connection to an address the policy
-// denies. So does every connection the Filter intercepts (byName): rules
-// may add secrets to its requests, and the address a sandbox dialled is
-// tied to the name by nothing over plain HTTP (curl --resolve), so only
-// the name's own addresses, of those the policy allows, may receive them.
+// denies. So does every connection the Filter intercepts (byName): the
+// address a sandbox dialled is tied to the name by nothing over plain
+// HTTP (curl --resolve), so only the name's own addresses, of those the
+// policy allows, receive what the rules add. A name the resolver says does
+// not exist keeps the address dialled (within the policy): what the Filter
+// adds to such a request is no secret, since secrets go only over TLS
+// verified for the name (see intercept).
 func (f *Filter) choose(r *rules, name string, orig netip.AddrPort, byName bool) (netip.AddrPort, error) {
 	switch r.nameVerdict(name) {
 	case denied:
@@ -220,7 +223,11 @@ func (f *Filter) choose(r *rules, name string, orig netip.AddrPort, byName bool)
 		return netip.AddrPort{}, fmt.Errorf("address %s is denied and name %q is not allowed", orig.Addr(), name)
 	}
 	if byName {
-		return f.nameTarget(name, orig, r.addrAllowed)
+		target, err := f.nameTarget(name, orig, r.addrAllowed)
+		var dnsErr *net.DNSError
+		if !errors.As(err, &dnsErr) || !dnsErr.IsNotFound {
+			return target, err
+		}
 	}
 	if err := f.reachable(orig.Addr()); err != nil {
 		return netip.AddrPort{}, err

@@ -101,6 +101,12 @@ func TestRulesConnectToTheNamesOwnAddress(t *testing.T) {
 		t.Errorf("plain HTTP with a secret dialled at %s: %q %v", inetB, body, err)
 	}
 
+	// A name that does not exist keeps the address dialled; its rule
+	// applies, but a secret would only go over TLS verified for the name.
+	if body, err := rw.box.get("http://nowhere.rules.example/", rulesHost); err != nil || !strings.Contains(body, "host=nowhere.rules.example") || !strings.Contains(body, "x-team=wild") {
+		t.Errorf("plain HTTP to a name that does not resolve: %q %v", body, err)
+	}
+
 	// The name's own address is denied: the dialled address being
 	// allowed does not carry the request anywhere.
 	rw.slot.apply(Policy{AllowInternet: true, DenyOut: []string{rulesHost.String() + "/32"}, Rules: authRule("x")})
