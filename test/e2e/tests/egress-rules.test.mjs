@@ -1,6 +1,7 @@
 // Credentials without exposure: a secret made with the SDK's Secret is set
-// as a header on a sandbox's requests to a host with a network rule, by
-// the server's egress filter, and the sandbox never holds it. The outside
+// as a header on a sandbox's HTTPS requests to a host with a network rule,
+// by the server's egress filter, and the sandbox never holds it; over
+// plain HTTP such a request is refused, and rules without secrets apply. The outside
 // host is a web server in a network namespace of this test's own, on a
 // TEST-NET address the host routes to (so it needs root, as the suite
 // does); it records the Authorization headers it receives, and the test
@@ -118,24 +119,29 @@ test('a rule sets a secret as a header on the way out; the sandbox never holds i
   const sbx = tracker.add(await Sandbox.create({ network: { rules: rules(`Bearer ${Secret.fill(secretName)}`) } }))
   const before = (await seen()).length
 
-  // Plain HTTP: rewritten in flight.
+  // Plain HTTP: a secret never goes out in clear; the request is refused
+  // and nothing reaches the server.
   const plain = await get(sbx, 'http', '/v1/models?key=q')
-  assert.deepEqual(plain, { code: '200', body: 'served /v1/models' })
-  const got = (await seen()).slice(before)
-  assert.deepEqual(got, [`api.rules.test Bearer ${secretValue}`])
+  assert.equal(plain.code, '403', plain.body)
+  assert.match(plain.body, /only over HTTPS/)
+  assert.ok(!plain.body.includes(secretValue))
 
   // HTTPS: curl trusts the egress CA (CURL_CA_BUNDLE points at it), and
   // the server's certificate, which nobody trusts, is refused upstream:
   // a 502 from the filter, never a request sent to it.
-  const tls = await get(sbx, 'https', '/')
+  const tls = await get(sbx, 'https', '/v1/models?key=q')
   assert.equal(tls.code, '502', tls.body)
   assert.match(tls.body, /certificate/)
-  assert.equal((await seen()).length, before + 1)
+  assert.equal((await seen()).length, before)
 
   // Nothing in the sandbox holds the value: its environment, files.
   const env = await sbx.commands.run('env; cat /proc/*/environ 2>/dev/null | tr "\\0" "\\n"')
   assert.ok(!env.stdout.includes(secretValue))
-  assert.match(env.stdout, /SSL_CERT_FILE=\/\.cube\/ca-bundle\.pem/)
+  assert.match(env.stdout, /SSL_CERT_FILE=\/\.cube\/egress-trust\/[0-9a-f]+\.pem/)
+  // The bundle is the template's own trust store, the egress CA added.
+  const own = await sbx.commands.run('f=/etc/ssl/certs/ca-certificates.crt; head -c "$(stat -c %s $f)" "$SSL_CERT_FILE" | cmp - $f && ' +
+    'tail -n +$(($(wc -l < $f) + 1)) "$SSL_CERT_FILE" | openssl x509 -noout -subject')
+  assert.match(own.stdout, /Cube egress CA/)
   // (Every file of a sandbox, and the memory of its processes, are
   // scanned by the Go daemon test; the default image is large.)
   const grep = await sbx.commands.run(`grep -rlF -e "${secretValue.slice(0, 16)}" /etc /home /root /tmp /var /run /.cube 2>/dev/null; echo done`, { user: 'root', timeoutMs: 120_000 })
@@ -144,12 +150,14 @@ test('a rule sets a secret as a header on the way out; the sandbox never holds i
   // The audit trail, without the value or the query string.
   const logs = await eventually(async () => {
     const r = await api('GET', `/sandboxes/${sbx.sandboxId}/logs`)
-    return /egress failed GET api\.rules\.test\/ /.test(r.text) && r
+    return /egress failed GET api\.rules\.test\/v1\/models/.test(r.text) && r
   }, { what: 'the egress lines in the sandbox log' })
-  assert.match(logs.text, /egress transformed GET api\.rules\.test\/v1\/models .*rule api\.rules\.test set Authorization/)
+  assert.match(logs.text, /egress denied GET api\.rules\.test\/v1\/models .*secrets are sent only over HTTPS/)
+  assert.match(logs.text, /egress failed GET api\.rules\.test\/v1\/models .*rule api\.rules\.test set Authorization/)
   assert.ok(!logs.text.includes(secretValue) && !logs.text.includes('key=q'))
 
-  // Live: the next request carries the new rule.
+  // Live: the next request carries the new rule, which holds no secret
+  // and so applies over plain HTTP.
   await sbx.updateNetwork({ rules: rules('Token replaced') })
   await get(sbx, 'http', '/after')
   assert.equal((await seen()).at(-1), 'api.rules.test Token replaced')
@@ -173,13 +181,17 @@ test('a destroyed secret fails its rule instead of sending the request without i
   const sbx = tracker.add(await Sandbox.create({ network: { rules: rules(`Bearer ${Secret.fill(secretName)}`) } }))
   const updated = await Secret.update(secretName, `${secretValue}-v2`)
   assert.equal(updated.version, 2)
-  await get(sbx, 'http', '/v2')
-  assert.equal((await seen()).at(-1), `api.rules.test Bearer ${secretValue}-v2`)
+  // While the secret exists, the request gets as far as the server's
+  // certificate (which nobody trusts here).
+  const live = await get(sbx, 'https', '/v2')
+  assert.equal(live.code, '502', live.body)
+  assert.match(live.body, /certificate/)
   assert.equal(await Secret.destroy(secretName), true)
   assert.equal(await Secret.exists(secretName), false)
   const count = (await seen()).length
-  const gone = await get(sbx, 'http', '/gone')
+  const gone = await get(sbx, 'https', '/gone')
   assert.equal(gone.code, '502', gone.body)
-  assert.match(gone.body, /secret/)
+  assert.match(gone.body, /secret "vendor-key-/)
+  assert.doesNotMatch(gone.body, /certificate/)
   assert.equal((await seen()).length, count)
 })
