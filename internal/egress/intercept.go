@@ -254,12 +254,21 @@ func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // next read. stop ends the watch; the reader is the caller's again after.
 func watchHangUp(conn net.Conn, br *bufio.Reader, bodyDone <-chan struct{}, cancel context.CancelFunc) (stop func()) {
 	stopping, done := make(chan struct{}), make(chan struct{})
+	var peeking atomic.Bool
 	go func() {
 		defer close(done)
 		select {
 		case <-bodyDone:
 		case <-stopping:
 			return
+		}
+		// Once peeking is set, stop cuts the read; it may have looked
+		// before, so look at stopping again.
+		peeking.Store(true)
+		select {
+		case <-stopping:
+			return
+		default:
 		}
 		if _, err := br.Peek(1); err != nil {
 			select {
@@ -271,9 +280,13 @@ func watchHangUp(conn net.Conn, br *bufio.Reader, bodyDone <-chan struct{}, canc
 	}()
 	return func() {
 		close(stopping)
-		conn.SetReadDeadline(time.Now())
+		// Cut only a peek: a body the transport still reads (an answer
+		// that came before the request was all sent) is left alone.
+		if peeking.Load() {
+			conn.SetReadDeadline(time.Now())
+			defer conn.SetReadDeadline(time.Time{})
+		}
 		<-done
-		conn.SetReadDeadline(time.Time{})
 	}
 }
 
