@@ -141,3 +141,18 @@ func TestFakeTrafficDoesNotWakeAFilesOnlyPause(t *testing.T) {
 	wantState(t, n, a.ID, cube.StatePaused)
 	resumeBootsWithFiles(t, n, a, cid)
 }
+
+func TestFakeAutoPauseWithoutMemoryFallsBackToMemoryWhenFilesCannotBeSaved(t *testing.T) {
+	n := newFake(t, nodefake.Options{PauseWriteDelay: time.Hour})
+	n.Runtime.Fail(nodefake.OpSaveFiles, errors.New("disk on fire"))
+	a := fakeCreate(t, n, cube.CreateRequest{Timeout: time.Millisecond, AutoPause: true})
+	cid, _ := served(t, n, a.ID)
+	eventually(t, "the reaper pauses the sandbox with its memory", func() bool {
+		sb, err := n.GetSandbox(fctx(t), a.ID)
+		return err == nil && sb.State == cube.StatePaused
+	})
+	// Frozen in memory, not killed: its container is still there.
+	if c := n.Runtime.Container(cid); c == nil || c.State() != nodefake.Paused {
+		t.Fatalf("after the fallback the container is %v", c)
+	}
+}

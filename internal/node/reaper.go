@@ -72,7 +72,21 @@ func (n *Node) expire(ctx context.Context, sandboxID string) {
 		return // changed meanwhile
 	}
 	if rec.AutoPause {
-		if err := n.pauseAs(ctx, inst, rec, rec.AutoPauseFilesOnly); err != nil {
+		err := n.pauseAs(ctx, inst, rec, rec.AutoPauseFilesOnly)
+		switch {
+		case err == nil || !rec.AutoPauseFilesOnly:
+		case inst.state == stateRunning:
+			// Its files could not be saved alone: keeping its memory too
+			// loses less than the kill below.
+			n.log.Warn("auto-pause without memory failed; pausing with memory", "sandbox", sandboxID, "err", err)
+			err = n.pause(ctx, inst, rec)
+		case inst.state.paused():
+			// It could not be thawed either: it stays paused in memory,
+			// to be written out as such.
+			n.log.Warn("auto-pause without memory failed; the sandbox stays paused with its memory", "sandbox", sandboxID, "err", err)
+			err = nil
+		}
+		if err != nil {
 			n.log.Warn("auto-pause failed; killing", "sandbox", sandboxID, "err", err)
 		} else {
 			n.event(sandboxID, "info", "paused at end of timeout")
