@@ -118,6 +118,11 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		n.log.Warn("reconcile: network slots", "err", err)
 	}
 	n.sweepDirs(keepDir)
+	if gone, err := n.store.DeleteOrphanEvents(ctx); err != nil {
+		n.log.Warn("reconcile: remove the logs of sandboxes that are gone", "err", err)
+	} else if gone > 0 {
+		n.log.Info("reconcile: removed log lines of sandboxes that are gone", "lines", gone)
+	}
 	if err := n.settleTemplates(ctx); err != nil {
 		return err
 	}

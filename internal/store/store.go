@@ -286,3 +286,14 @@ func (s *Store) DeleteEvents(ctx context.Context, sandboxID string) error {
 	_, err := s.db.ExecContext(ctx, s.q(`DELETE FROM events WHERE sandbox_id = ?`), sandboxID)
 	return err
 }
+
+// DeleteOrphanEvents removes the log lines of sandboxes that have no
+// record any more (lines written while their sandbox was being deleted),
+// and says how many went.
+func (s *Store) DeleteOrphanEvents(ctx context.Context) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE sandbox_id NOT IN (SELECT id FROM sandboxes)`)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

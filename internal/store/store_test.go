@@ -71,6 +71,7 @@ var suite = []struct {
 	{"Events", testEvents},
 	{"InFlightWriteOutRoundTrips", testInFlightWriteOutRoundTrips},
 	{"UpdatesDoNotLoseEachOther", testUpdatesDoNotLoseEachOther},
+	{"OrphanEventsGo", testOrphanEventsGo},
 }
 
 func runSuite(t *testing.T, b backend) {
@@ -407,5 +408,25 @@ func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
 		}
 	case <-time.After(4 * claimCheck):
 		t.Fatal("the first server was not told that another one holds the database")
+	}
+}
+
+// The log lines of a sandbox without a record go; others stay.
+func testOrphanEventsGo(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, _ := b.open(t)
+	if err := s.Sandboxes().Put(ctx, &Sandbox{ID: "kept", State: Running}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"kept", "gone", "gone"} {
+		if err := s.AddEvent(ctx, id, "info", "line"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.DeleteOrphanEvents(ctx); err != nil || n != 2 {
+		t.Fatalf("DeleteOrphanEvents = %d, %v; want 2", n, err)
+	}
+	if ev, _ := s.Events(ctx, "kept", 0, 10); len(ev) != 1 {
+		t.Fatalf("the kept sandbox's log: %+v", ev)
 	}
 }
