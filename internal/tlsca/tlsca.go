@@ -65,12 +65,16 @@ type Authority struct {
 // Options: Names are the DNS names the leaf covers (e.g. "cube.localhost", "*.cube.localhost", "localhost"),
 // IPs the IP addresses (e.g. 127.0.0.1, ::1). LeafLifetime defaults to 30 days; RenewBefore to a third of it.
 // Now defaults to time.Now (tests inject a clock).
+// CAName heads the CA's CommonName (default "Cube local CA"; the host's
+// name follows it). An authority without Names and IPs issues only
+// through IssueFor.
 type Options struct {
 	Names        []string
 	IPs          []net.IP
 	LeafLifetime time.Duration
 	RenewBefore  time.Duration
 	Now          func() time.Time
+	CAName       string
 }
 
 func (o *Options) setDefaults() error {
@@ -86,8 +90,8 @@ func (o *Options) setDefaults() error {
 	if o.LeafLifetime < 0 || o.RenewBefore < 0 || o.RenewBefore >= o.LeafLifetime {
 		return fmt.Errorf("tls: leaf lifetime %v and renewal %v before expiry: want 0 < renewal < lifetime", o.LeafLifetime, o.RenewBefore)
 	}
-	if len(o.Names) == 0 && len(o.IPs) == 0 {
-		return errors.New("tls: the certificate needs at least one DNS name or IP address")
+	if o.CAName == "" {
+		o.CAName = "Cube local CA"
 	}
 	names := make([]string, 0, len(o.Names))
 	for _, n := range o.Names {
@@ -231,7 +235,7 @@ func (a *Authority) create() error {
 	now := a.opts.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("Cube local CA (%s)", host), Organization: []string{"Cube"}},
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s (%s)", a.opts.CAName, host), Organization: []string{"Cube"}},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(caLifetime),
 		IsCA:                  true,
@@ -391,6 +395,20 @@ func (a *Authority) current() (*tls.Certificate, error) {
 }
 
 func (a *Authority) issue(now time.Time) (*tls.Certificate, error) {
+	if len(a.opts.Names) == 0 && len(a.opts.IPs) == 0 {
+		return nil, errors.New("tls: the certificate needs at least one DNS name or IP address")
+	}
+	return a.issueLeaf(now, a.opts.Names, a.opts.IPs, a.opts.LeafLifetime)
+}
+
+// IssueFor issues a certificate for one host name, valid for lifetime (or
+// until the CA ends): for an authority that answers many names, each as it
+// is asked for (the egress filter's interception). The caller keeps it.
+func (a *Authority) IssueFor(name string, lifetime time.Duration) (*tls.Certificate, error) {
+	return a.issueLeaf(a.opts.Now(), []string{normalize(name)}, nil, lifetime)
+}
+
+func (a *Authority) issueLeaf(now time.Time, names []string, ips []net.IP, lifetime time.Duration) (*tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("tls: leaf key: %w", err)
@@ -399,15 +417,15 @@ func (a *Authority) issue(now time.Time) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	notAfter := now.Add(a.opts.LeafLifetime)
+	notAfter := now.Add(lifetime)
 	if notAfter.After(a.caCert.NotAfter) {
 		// A leaf outliving its CA would fail verification anyway; the
 		// short leaf at least works until the CA ends.
 		notAfter = a.caCert.NotAfter
 	}
 	cn := ""
-	if len(a.opts.Names) > 0 {
-		cn = a.opts.Names[0]
+	if len(names) > 0 {
+		cn = names[0]
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
@@ -416,8 +434,8 @@ func (a *Authority) issue(now time.Time) (*tls.Certificate, error) {
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     a.opts.Names,
-		IPAddresses:  a.opts.IPs,
+		DNSNames:     names,
+		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.caCert, &key.PublicKey, a.caKey)
 	if err != nil {

@@ -243,7 +243,6 @@ func TestDamagedCA(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	for _, o := range []Options{
-		{},
 		{Names: []string{"*"}},
 		{Names: []string{"a.*.b"}},
 		{Names: []string{"x"}, LeafLifetime: time.Hour, RenewBefore: 2 * time.Hour},
@@ -338,5 +337,36 @@ func TestFilesReload(t *testing.T) {
 
 	if _, err := LoadFiles(certFile, other+".key"); err == nil {
 		t.Error("LoadFiles of a mismatched pair succeeded")
+	}
+}
+
+// An authority without names of its own issues a certificate per name it
+// is asked for, chained to it and for that name only.
+func TestIssueForNamesOnDemand(t *testing.T) {
+	a, err := Open(t.TempDir(), Options{CAName: "Cube egress CA"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetCertificate(&tls.ClientHelloInfo{ServerName: "x.example"}); err == nil {
+		t.Fatal("an authority without names served a leaf of its own")
+	}
+	leaf, err := a.IssueFor("API.Example.com.", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(a.CAPEM())
+	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "api.example.com"}); err != nil {
+		t.Fatalf("the leaf does not verify for its name: %v", err)
+	}
+	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "other.example.com"}); err == nil {
+		t.Fatal("the leaf verifies for another name")
+	}
+	if d := leaf.Leaf.NotAfter.Sub(leaf.Leaf.NotBefore); d > 2*time.Hour+time.Minute {
+		t.Fatalf("leaf valid for %v, asked for an hour", d)
+	}
+	ca, _ := x509.ParseCertificate(leaf.Certificate[1])
+	if !strings.HasPrefix(ca.Subject.CommonName, "Cube egress CA (") {
+		t.Fatalf("CA named %q", ca.Subject.CommonName)
 	}
 }
