@@ -51,13 +51,30 @@ test('the Host that getHost(port) names routes to the same server', async () => 
 })
 
 test('a POST body reaches the sandbox and the answer comes back', async () => {
-  // http.server answers 501 to POST: proof the request reached it and not the API.
-  const r = await rawRequest('/hello.txt', {
-    method: 'POST', body: 'x=1',
-    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(PORT), 'Content-Type': 'text/plain' },
-  })
-  assert.equal(r.status, 501)
-  assert.match(r.body.toString(), /Unsupported method/)
+  // A server that echoes what it was sent: the body arrived whole. (A
+  // server that answers without reading the body, as http.server does with
+  // 501, may reset the connection under the answer; the proxy's unit tests
+  // cover what Cube does then.)
+  const ECHO = 8001
+  const echo = [
+    'import http.server',
+    'class H(http.server.BaseHTTPRequestHandler):',
+    '    def do_POST(self):',
+    '        b = self.rfile.read(int(self.headers.get("Content-Length", "0")))',
+    '        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)',
+    `http.server.HTTPServer(("0.0.0.0", ${ECHO}), H).serve_forever()`,
+  ].join('\n')
+  await sbx.files.write('/home/user/echo.py', echo)
+  await sbx.commands.run('python3 /home/user/echo.py', { background: true })
+  const sent = `x=1&tag=${runTag}&` + 'y'.repeat(100_000)
+  const r = await eventually(async () => {
+    const r = await rawRequest('/anything', {
+      method: 'POST', body: sent,
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(ECHO), 'Content-Type': 'text/plain' },
+    })
+    return r.status === 200 && r
+  }, { what: 'the echo server in the sandbox to answer' })
+  assert.equal(r.body.toString(), sent)
 })
 
 test('a port nothing listens on is a 502 in E2B\'s words, with the port', async () => {
