@@ -24,11 +24,11 @@ import (
 	"time"
 
 	"cube/internal/egress"
-	"cube/internal/secrets"
 	"cube/internal/envd/protocol"
 	"cube/internal/envdclient"
 	"cube/internal/netslot"
 	"cube/internal/runtime"
+	"cube/internal/secrets"
 	"cube/internal/store"
 )
 
