@@ -35,7 +35,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	}
 	now := time.Now().UTC()
 	rec := &store.Sandbox{
-		ID: id.Sandbox(), TemplateID: tpl.ID, State: store.Creating, Slot: -1,
+		ID: id.Sandbox(), TemplateID: tpl.ID, State: store.Creating, Slot: -1, Node: n.cfg.NodeID,
 		CreatedAt: now, StartedAt: now, EndAt: now.Add(req.Timeout), Timeout: req.Timeout,
 		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB, DiskSizeMB: tpl.DiskSizeMB,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, EnvdToken: id.Token(32),
@@ -293,7 +293,7 @@ func (n *Node) verifyImage(tpl *store.Template, image string) error {
 }
 
 func (n *Node) checkCapacity(ctx context.Context) error {
-	all, err := n.store.Sandboxes().List(ctx)
+	all, err := n.ownSandboxes(ctx)
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image stri
 		timeout = parent.EndAt.Sub(now)
 	}
 	child := *parent
-	child.ID, child.EnvdToken = id.Sandbox(), id.Token(32)
+	child.ID, child.EnvdToken, child.Node = id.Sandbox(), id.Token(32), n.cfg.NodeID
 	if child.TrafficToken != "" {
 		child.TrafficToken = id.Token(32)
 	}

@@ -16,10 +16,9 @@ type Load struct {
 	CPUs, MemoryMB int
 }
 
-// Load counts the sandboxes the store holds. Every record is this node's
-// while a store serves one node.
+// Load counts this node's sandboxes.
 func (n *Node) Load(ctx context.Context) (Load, error) {
-	recs, err := n.store.Sandboxes().List(ctx)
+	recs, err := n.ownSandboxes(ctx)
 	if err != nil {
 		return Load{}, err
 	}

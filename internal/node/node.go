@@ -72,6 +72,10 @@ type Config struct {
 	AgentAt func(host netip.Addr) Agent
 	// MaxSandboxes bounds running plus paused sandboxes (0 = 100).
 	MaxSandboxes int
+	// NodeID names this node among the nodes sharing Store: its sandboxes
+	// and snapshots record it, and it reconciles, reaps and counts only
+	// the sandboxes that do.
+	NodeID string
 	// EnvdVersion is what sandboxes report as envdVersion.
 	EnvdVersion string
 	// Domain is reported to SDKs for host-based routing.

@@ -127,8 +127,8 @@ func (n *Node) fillOne(ctx context.Context) bool {
 	now := time.Now()
 	n.mu.Lock()
 	for _, t := range tpls {
-		if t.SourceSandbox != "" || t.Checkpoint == "" {
-			continue // snapshots are restored on demand
+		if t.SourceSandbox != "" || t.Checkpoint == "" || !t.HeldBy(n.cfg.NodeID) {
+			continue // snapshots are restored on demand; other nodes' templates warm there
 		}
 		have := len(n.warm[t.ID]) + n.filling[t.ID]
 		if gap := n.poolTarget(t.ID, now) - have; gap > short {

@@ -39,7 +39,7 @@ func nudge(ch chan struct{}) {
 // sandbox past its end time, each on its own goroutine so one slow kill
 // does not hold up the others.
 func (n *Node) reap(ctx context.Context) {
-	recs, err := n.store.Sandboxes().List(ctx, string(store.Running))
+	recs, err := n.ownSandboxes(ctx, string(store.Running))
 	if err != nil {
 		if ctx.Err() == nil {
 			n.log.Warn("reaper: list sandboxes", "err", err)

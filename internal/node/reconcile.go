@@ -29,7 +29,10 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	for _, c := range containers {
 		running[c] = true
 	}
-	recs, err := n.store.Sandboxes().List(ctx)
+	if err := n.takeUnowned(ctx); err != nil {
+		return err
+	}
+	recs, err := n.ownSandboxes(ctx)
 	if err != nil {
 		return err
 	}
@@ -195,6 +198,9 @@ func (n *Node) settleTemplates(ctx context.Context) error {
 		return err
 	}
 	for _, t := range tpls {
+		if !t.HeldBy(n.cfg.NodeID) {
+			continue // another node's files
+		}
 		switch {
 		case t.Status == store.TemplateDeleting:
 			n.removeTemplateFiles(t)

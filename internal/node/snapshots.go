@@ -22,6 +22,8 @@ func snapshotTemplate(rec *store.Sandbox, snapID, dir string, names []string) *s
 	t.CreatedAt, t.UpdatedAt = now, now
 	t.Checkpoint, t.Checksum, t.SizeBytes = dir, "", 0
 	t.SourceSandbox, t.Parent, t.EnvdToken = rec.ID, rec.TemplateID, rec.EnvdToken
+	// The image is written on the sandbox's node.
+	t.Node = rec.Node
 	return &t
 }
 

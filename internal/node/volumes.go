@@ -88,7 +88,7 @@ func (n *Node) CreateVolume(ctx context.Context, name string, sizeBytes int64) (
 	} else if v != nil {
 		return nil, cube.Errorf(cube.Invalid, "Volume with name '%s' already exists (%s): pick another name or delete it first", name, v.ID).WithField("name")
 	}
-	rec := &store.Volume{ID: volume.NewID(), Name: name, State: store.VolumeCreating, Token: "vtk_" + id.Token(24),
+	rec := &store.Volume{ID: volume.NewID(), Name: name, State: store.VolumeCreating, Node: n.cfg.NodeID, Token: "vtk_" + id.Token(24),
 		SizeBytes: sizeBytes, CreatedAt: time.Now().UTC()}
 	var c cleanup
 	defer n.cleanUp(&c, "create", "volume", rec.ID)
@@ -422,6 +422,9 @@ func (n *Node) reconcileVolumes(ctx context.Context) error {
 	known := map[string]bool{}
 	for _, r := range recs {
 		known[r.ID] = true
+		if !r.HeldBy(n.cfg.NodeID) {
+			continue // another node's disk
+		}
 		switch r.State {
 		case store.VolumeReady:
 			if err := disks.Mount(r.ID); err != nil {

@@ -40,8 +40,8 @@ type Options struct {
 	Listen  string
 	DataDir string
 	// Store is the state database: empty for the SQLite file
-	// <DataDir>/state.db, or a postgres:// URL. A PostgreSQL database is
-	// claimed by one server at a time (store.Claim).
+	// <DataDir>/state.db, or a postgres:// URL shared by the nodes of a
+	// cluster, each claiming its node name on it (store.Claim).
 	Store string
 	// NodeID names this node in the nodes API (default: kept in
 	// <DataDir>/node-id, made from the host name at first start);
@@ -174,11 +174,15 @@ func Run(ctx context.Context, o Options) error {
 	if err := privateSubdirs(o.DataDir); err != nil {
 		return err
 	}
+	name, err := nodeName(o)
+	if err != nil {
+		return err
+	}
 	// A server whose claim on a shared database another one took must stop
 	// before the two reconcile each other's sandboxes away.
 	ctx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
-	st, err := openStore(ctx, o, func(err error) {
+	st, err := openStore(ctx, o, name, func(err error) {
 		log.Error("stopping: the state database is no longer this server's", "err", err)
 		stopRun(err)
 	})
@@ -252,7 +256,7 @@ func Run(ctx context.Context, o Options) error {
 
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
-		MaxSandboxes: o.MaxSandboxes, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
+		MaxSandboxes: o.MaxSandboxes, NodeID: name, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets,
@@ -264,7 +268,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := nd.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log,
+	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log, NodeID: name,
 		ImportDir: o.ImportDir, InsecureRegistries: o.InsecureRegistries,
 		Limits:       oci.Limits{MaxBytes: o.MaxImageBytes, MaxFileBytes: o.MaxFileBytes},
 		BuildTimeout: o.BuildTimeout, MaxLayerBytes: o.MaxLayerBytes})
@@ -304,7 +308,7 @@ func Run(ctx context.Context, o Options) error {
 		advertise = "http://" + lns[0].Addr().String()
 	}
 	counts := &creates{}
-	reg, err := registerNode(ctx, o, st, nd, counts, advertise)
+	reg, err := registerNode(ctx, o, name, st, nd, counts, advertise)
 	if err != nil {
 		return err
 	}

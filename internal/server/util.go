@@ -68,9 +68,10 @@ func privateSubdirs(dir string) error {
 }
 
 // openStore opens the state database o names: the SQLite file in the data
-// directory, or a PostgreSQL database, which this server then claims;
-// lost is called if another server takes the claim.
-func openStore(ctx context.Context, o Options, lost func(error)) (*store.Store, error) {
+// directory, or a PostgreSQL database shared with other nodes, on which
+// this server then claims its node name; lost is called if another server
+// takes the claim.
+func openStore(ctx context.Context, o Options, nodeName string, lost func(error)) (*store.Store, error) {
 	if o.Store == "" {
 		return store.Open(filepath.Join(o.DataDir, "state.db"))
 	}
@@ -81,7 +82,7 @@ func openStore(ctx context.Context, o Options, lost func(error)) (*store.Store, 
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Claim(ctx, lost); err != nil {
+	if err := st.Claim(ctx, nodeName, lost); err != nil {
 		st.Close()
 		return nil, err
 	}

@@ -97,9 +97,9 @@ func redact(dsn string) string {
 	return u.Redacted()
 }
 
-// soleServerLock is the advisory lock a server holds on a PostgreSQL
-// state database while nodes do not yet share one (see Claim).
-const soleServerLock = 0x63756265 // "cube"
+// nodeLockSpace is the first key of the advisory locks by which servers
+// claim node names (see Claim); the second is the name's hash.
+const nodeLockSpace = 0x63756265 // "cube"
 
 // claimWait is how long Claim waits for a server that stopped to let go;
 // claimCheck how often the watchdog checks the claim.
@@ -108,21 +108,22 @@ const (
 	claimCheck = 3 * time.Second
 )
 
-// Claim makes this server the only one using the database, as the lock
-// on the data directory does for a SQLite file: each server reconciles the
-// records it finds with what runs on its host, so two servers on one
-// database would remove each other's sandboxes. It fails, saying so, when
-// another server holds the database. The claim is a session lock, so it
+// Claim makes this server the only one using the database as node name,
+// as the lock on the data directory does for a SQLite file: a server
+// reconciles its node's records with what runs on its host, so two
+// servers under one name would remove each other's sandboxes. It fails,
+// saying so, when another server holds the name. The claim is a session lock, so it
 // goes with its connection (a PostgreSQL restart, a reset): a watchdog
 // checks it every few seconds and takes it again, and calls lost if
 // another server got it meanwhile, after which this one must stop. While
 // the database cannot be reached the claim is simply retried: nobody else
 // can take it then either. Close ends the claim. A SQLite store has nothing
 // to claim.
-func (s *Store) Claim(ctx context.Context, lost func(error)) error {
+func (s *Store) Claim(ctx context.Context, name string, lost func(error)) error {
 	if s.dialect != "postgres" {
 		return nil
 	}
+	s.claimName = name
 	conn, err := s.claimOnce(ctx)
 	if err != nil {
 		return err
@@ -135,7 +136,7 @@ func (s *Store) Claim(ctx context.Context, lost func(error)) error {
 }
 
 // errClaimed is a claim that another server holds.
-var errClaimed = errors.New("another cube-server uses this state database; each server needs a database of its own (or stop the other one)")
+var errClaimed = errors.New("another cube-server uses this state database under the same node name; give each server a --node-id of its own (or stop the other one)")
 
 // claimOnce takes the lock on a connection of its own, waiting up to
 // claimWait for a server that just stopped to let go (its session ends when
@@ -148,7 +149,7 @@ func (s *Store) claimOnce(ctx context.Context) (*sql.Conn, error) {
 	var got bool
 	deadline := time.Now().Add(claimWait)
 	for {
-		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, soleServerLock).Scan(&got); err != nil {
+		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, nodeLockSpace, s.claimName).Scan(&got); err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("claim the state database: %w", err)
 		}

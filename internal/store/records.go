@@ -25,6 +25,10 @@ type Sandbox struct {
 	ContainerID string       `json:"containerId"` // runsc container; changes on rollback and resume
 	Slot        int          `json:"slot"`        // network slot index, -1 when none
 	HostAddr    string       `json:"hostAddr,omitempty"`
+	// Node is the node that runs the sandbox (its container, slot and
+	// files are on that host). Empty in records written before nodes
+	// shared a store: the node that reconciles one first takes it.
+	Node string `json:"node,omitempty"`
 
 	CreatedAt time.Time `json:"createdAt"`
 	StartedAt time.Time `json:"startedAt"`
@@ -95,6 +99,11 @@ type Template struct {
 	CreatedAt time.Time      `json:"createdAt"`
 	UpdatedAt time.Time      `json:"updatedAt"`
 
+	// Node is the node whose data directory holds the template's files
+	// (rootfs and checkpoint): sandboxes of it are placed there. Empty in
+	// records written before nodes shared a store.
+	Node string `json:"node,omitempty"`
+
 	Image string `json:"image,omitempty"`
 	// ImageDigest is the image ID (config digest) the rootfs was unpacked from.
 	ImageDigest string `json:"imageDigest,omitempty"`
@@ -140,6 +149,13 @@ type Template struct {
 	Public bool          `json:"public,omitempty"`
 }
 
+// HeldBy reports whether node holds the template's files: a template
+// without a node is held by whichever node reads it.
+func (t *Template) HeldBy(node string) bool { return t.Node == "" || t.Node == node }
+
+// HeldBy reports whether node holds the volume's disk (see Template.HeldBy).
+func (v *Volume) HeldBy(node string) bool { return v.Node == "" || v.Node == node }
+
 // TemplateTag is a tag given to one build of a template.
 type TemplateTag struct {
 	Tag       string    `json:"tag"`
@@ -177,7 +193,9 @@ type Job struct {
 
 	// For builds by steps: the tags and resources asked for, and the
 	// step that failed.
-	Steps      bool     `json:"steps,omitempty"`
+	Steps bool `json:"steps,omitempty"`
+	// Node is the node that runs the build (its template's Node).
+	Node       string   `json:"node,omitempty"`
 	Tags       []string `json:"tags,omitempty"`
 	CPUCount   int      `json:"cpuCount,omitempty"`
 	MemoryMB   int      `json:"memoryMB,omitempty"`

@@ -34,6 +34,7 @@ type Store struct {
 	// stopClaim ends its watchdog, which closes claimDone.
 	claim                *sql.Conn
 	stopClaim, claimDone chan struct{}
+	claimName            string
 }
 
 const schema = `

@@ -276,14 +276,14 @@ func TestPlaceholdersAreNumberedForPostgres(t *testing.T) {
 	}
 }
 
-func TestPostgresIsClaimedByOneServer(t *testing.T) {
+func TestPostgresNodeNameIsClaimedByOneServer(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	ctx := context.Background()
 	first, err := OpenPostgres(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Claim(ctx, func(error) {}); err != nil {
+	if err := first.Claim(ctx, "node-a", func(error) {}); err != nil {
 		t.Fatal(err)
 	}
 	second, err := OpenPostgres(ctx, dsn)
@@ -291,12 +291,21 @@ func TestPostgresIsClaimedByOneServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer second.Close()
-	if err := second.Claim(ctx, func(error) {}); err == nil || !strings.Contains(err.Error(), "another cube-server") {
-		t.Fatalf("a second server's claim: %v", err)
+	if err := second.Claim(ctx, "node-a", func(error) {}); err == nil || !strings.Contains(err.Error(), "another cube-server") {
+		t.Fatalf("a second server's claim of the same name: %v", err)
 	}
-	// Once the first server is gone, the database is free again.
+	// Another name is another node: both use the database.
+	third, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if err := third.Claim(ctx, "node-b", func(error) {}); err != nil {
+		t.Fatalf("a claim of another name: %v", err)
+	}
+	// Once the first server is gone, its name is free again.
 	first.Close()
-	if err := second.Claim(ctx, func(error) {}); err != nil {
+	if err := second.Claim(ctx, "node-a", func(error) {}); err != nil {
 		t.Fatalf("claim after the first server closed: %v", err)
 	}
 }
@@ -355,7 +364,7 @@ func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	if err := first.Claim(ctx, func(err error) { lost <- err }); err != nil {
+	if err := first.Claim(ctx, "node-a", func(err error) { lost <- err }); err != nil {
 		t.Fatal(err)
 	}
 	admin, err := sql.Open("pgx", dsn)
@@ -366,13 +375,13 @@ func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
 	cut := func() {
 		t.Helper()
 		var n int
-		if err := admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = $1`, soleServerLock).Scan(&n); err != nil || n != 1 {
+		if err := admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = $1 AND objsubid = 2`, nodeLockSpace).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("cut the claim's session: %d, %v", n, err)
 		}
 	}
 	held := func() bool {
 		var n int
-		admin.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = $1 AND granted`, soleServerLock).Scan(&n)
+		admin.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = $1 AND objsubid = 2 AND granted`, nodeLockSpace).Scan(&n)
 		return n == 1
 	}
 
@@ -398,7 +407,7 @@ func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
 	}
 	defer second.Close()
 	cut()
-	if err := second.Claim(ctx, func(error) {}); err != nil {
+	if err := second.Claim(ctx, "node-a", func(error) {}); err != nil {
 		t.Fatalf("claim after the first one's session was cut: %v", err)
 	}
 	select {

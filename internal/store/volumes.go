@@ -24,6 +24,10 @@ type Volume struct {
 	Token     string    `json:"token"`
 	SizeBytes int64     `json:"sizeBytes"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Node is the node whose data directory holds the volume's disk:
+	// sandboxes that mount it run there. Empty in records written before
+	// nodes shared a store.
+	Node string `json:"node,omitempty"`
 }
 
 // VolumeMount is one volume bound into a sandbox at Path.

@@ -63,6 +63,9 @@ type Config struct {
 	Store       *store.Store
 	Snapshotter Snapshotter
 	Logger      *slog.Logger
+	// NodeID is the node this builder runs on: the templates it builds
+	// record it, since their files are in its data directory.
+	NodeID string
 	// ProbeTimeout bounds the wait for the probe's first 2xx answer;
 	// default DefaultProbeTimeout.
 	ProbeTimeout time.Duration
@@ -208,6 +211,9 @@ func (b *Builder) Recover(ctx context.Context) error {
 	}
 	now := time.Now().UTC()
 	for _, j := range jobs {
+		if j.Node != "" && j.Node != b.cfg.NodeID {
+			continue // another node's build
+		}
 		if j.Phase == store.PhaseReady || j.Phase == store.PhaseFailed {
 			continue
 		}
@@ -232,8 +238,8 @@ func (b *Builder) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, t := range tpls {
-		if strings.HasPrefix(t.ID, "snap-") {
-			continue // snapshots are the node's to reconcile
+		if strings.HasPrefix(t.ID, "snap-") || !t.HeldBy(b.cfg.NodeID) {
+			continue // snapshots are the node's to reconcile; other nodes' builds theirs
 		}
 		t.Status, t.Error, t.UpdatedAt = store.TemplateFailed, RestartReason, now
 		if err := b.st.Templates().Put(ctx, t); err != nil {
@@ -334,9 +340,9 @@ func (b *Builder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cu
 	}
 
 	now := time.Now().UTC()
-	job := &store.Job{ID: id.New("", 20), TemplateID: tplID, Phase: store.PhasePulling, CreatedAt: now, UpdatedAt: now}
+	job := &store.Job{ID: id.New("", 20), TemplateID: tplID, Phase: store.PhasePulling, CreatedAt: now, UpdatedAt: now, Node: b.cfg.NodeID}
 	tpl := &store.Template{
-		ID: tplID, Aliases: slices.Clone(req.Aliases), Status: store.TemplateBuilding,
+		ID: tplID, Aliases: slices.Clone(req.Aliases), Status: store.TemplateBuilding, Node: b.cfg.NodeID,
 		CreatedAt: now, UpdatedAt: now, Image: strings.TrimSpace(req.Image), BuildJob: job.ID,
 		CPUCount: or(req.CPUCount, DefaultCPUCount), MemoryMB: or(req.MemoryMB, DefaultMemoryMB),
 		DiskSizeMB: or(req.DiskSizeMB, DefaultDiskSizeMB), ExposedPorts: slices.Clone(req.ExposedPorts),

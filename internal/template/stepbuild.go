@@ -120,7 +120,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube
 	t := findTemplate(all, name)
 	switch {
 	case t == nil:
-		t = &store.Template{ID: id.New("", 20), Aliases: []string{name}, Status: store.TemplateBuilding,
+		t = &store.Template{ID: id.New("", 20), Aliases: []string{name}, Status: store.TemplateBuilding, Node: b.cfg.NodeID,
 			CreatedAt: now, UpdatedAt: now, CPUCount: or(req.CPUCount, DefaultCPUCount), MemoryMB: or(req.MemoryMB, DefaultMemoryMB),
 			DiskSizeMB: DefaultDiskSizeMB}
 	case t.SourceSandbox != "":
@@ -145,7 +145,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube
 			sb.log.close()
 		}()
 	}
-	job := &store.Job{ID: id.New("", 20), TemplateID: t.ID, Phase: store.PhaseRequested, CreatedAt: now, UpdatedAt: now,
+	job := &store.Job{ID: id.New("", 20), TemplateID: t.ID, Phase: store.PhaseRequested, CreatedAt: now, UpdatedAt: now, Node: b.cfg.NodeID,
 		Steps: true, Tags: tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB}
 	if err := b.st.Jobs().Put(ctx, job); err != nil {
 		return nil, err
@@ -452,7 +452,7 @@ func (b *Builder) buildSteps(ctx context.Context, sb *stepBuild) (*store.Templat
 	tpl := &store.Template{
 		ID: sb.job.TemplateID, Status: store.TemplateReady, Rootfs: rootfs, Env: st.env, Cwd: st.workdir, User: st.user,
 		CPUCount: sb.cpu, MemoryMB: sb.mem, DiskSizeMB: DefaultDiskSizeMB, ProbePort: DefaultProbePort, ProbePath: DefaultProbePath,
-		Layers: st.layers, BuildJob: sb.job.ID, Image: sb.spec.FromImage,
+		Layers: st.layers, BuildJob: sb.job.ID, Image: sb.spec.FromImage, Node: b.cfg.NodeID,
 	}
 	if sb.spec.FromTemplate != "" {
 		tpl.Image = "template:" + sb.spec.FromTemplate

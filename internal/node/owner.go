@@ -1,0 +1,58 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"cube/internal/store"
+)
+
+// A store may be shared by several nodes (a cluster on PostgreSQL); each
+// sandbox record names the node that runs it, and a node reconciles,
+// reaps and counts only its own: another node's container, slot and files
+// are on another host.
+
+// mine reports whether rec is this node's sandbox. A record without a
+// node is, until the reconciler takes it (see takeUnowned).
+func (n *Node) mine(rec *store.Sandbox) bool {
+	return rec.Node == "" || rec.Node == n.cfg.NodeID
+}
+
+// ownSandboxes lists this node's sandbox records in the given states (all
+// states when none are given).
+func (n *Node) ownSandboxes(ctx context.Context, states ...string) ([]*store.Sandbox, error) {
+	all, err := n.store.Sandboxes().List(ctx, states...)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(rec *store.Sandbox) bool { return !n.mine(rec) }), nil
+}
+
+// takeUnowned writes this node's name into the records that have none:
+// those a single node wrote before it joined a cluster. Each is taken in
+// its own transaction, so two nodes starting at once cannot both take one.
+func (n *Node) takeUnowned(ctx context.Context) error {
+	if n.cfg.NodeID == "" {
+		return nil
+	}
+	all, err := n.store.Sandboxes().List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, rec := range all {
+		if rec.Node != "" {
+			continue
+		}
+		err := n.store.Sandboxes().Update(ctx, rec.ID, func(r *store.Sandbox) error {
+			if r.Node == "" {
+				r.Node = n.cfg.NodeID
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
