@@ -5,8 +5,11 @@
 // test/e2e/artifacts/console-<mode>/.
 import { describe, test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdirSync, readFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createHash, X509Certificate } from 'node:crypto'
+import { execFileSync, spawn } from 'node:child_process'
+import { createConnection, createServer } from 'node:net'
+import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { chromium } from 'playwright-core'
@@ -63,14 +66,58 @@ async function chartPoints(name, min) {
   return fig
 }
 
+// The browser runs on the sandboxes' host, whose interfaces come and go
+// with their network slots; Chromium fails the requests it has in flight
+// when the host's network changes (ERR_NETWORK_CHANGED), which an
+// operator's browser elsewhere never sees. So it runs in a network
+// namespace of its own, with only a loopback: the server's port there is
+// relayed to the server through a Unix socket (which every namespace
+// shares), and its names under localhost resolve to that loopback.
+const browserNs = `cube-e2e-browser-${process.pid}`
+const relaySock = join(tmpdir(), `${browserNs}.sock`)
+const launcher = join(tmpdir(), `${browserNs}.sh`)
+let hostRelay, nsRelay
+
+function pipeBoth(a, b) {
+  a.on('error', () => b.destroy())
+  b.on('error', () => a.destroy())
+  a.pipe(b).pipe(a)
+}
+
+async function isolateBrowser() {
+  const u = new URL(apiUrl)
+  const port = Number(u.port || (u.protocol === 'https:' ? 443 : 80))
+  execFileSync('ip', ['netns', 'add', browserNs])
+  execFileSync('ip', ['-n', browserNs, 'link', 'set', 'lo', 'up'])
+  rmSync(relaySock, { force: true })
+  hostRelay = createServer((c) => pipeBoth(c, createConnection(port, '127.0.0.1')))
+  await new Promise((resolve, reject) => hostRelay.listen(relaySock, resolve).on('error', reject))
+  const inNs = `const net = require('node:net');
+    net.createServer((c) => { const u = net.connect(process.argv[2]);
+      c.on('error', () => u.destroy()); u.on('error', () => c.destroy()); c.pipe(u).pipe(c) })
+      .listen(Number(process.argv[1]), '127.0.0.1', () => console.log('ready'))`
+  nsRelay = spawn('ip', ['netns', 'exec', browserNs, process.execPath, '-e', inNs, String(port), relaySock], { stdio: ['ignore', 'pipe', 'inherit'] })
+  await new Promise((resolve, reject) => {
+    nsRelay.stdout.once('data', resolve)
+    nsRelay.once('exit', (code) => reject(new Error(`the relay in ${browserNs} exited with ${code}`)))
+  })
+  writeFileSync(launcher, `#!/bin/sh\nexec ip netns exec ${browserNs} ${CHROMIUM} "$@"\n`)
+  chmodSync(launcher, 0o755)
+}
+
+function releaseBrowserNetwork() {
+  nsRelay?.kill()
+  hostRelay?.close()
+  rmSync(relaySock, { force: true })
+  rmSync(launcher, { force: true })
+  try { execFileSync('ip', ['netns', 'delete', browserNs]) } catch {}
+}
+
 before(async () => {
   mkdirSync(artifacts, { recursive: true })
-  // The browser runs on the sandboxes' host, whose addresses change as
-  // network slots come and go; Chromium closes its HTTP/2 sessions on such a
-  // change, failing requests in flight (ERR_NETWORK_CHANGED). An operator's
-  // browser elsewhere never sees that; HTTP/1.1 connections are kept.
-  const args = ['--no-sandbox', '--disable-http2', ...trustArgs()]
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args })
+  await isolateBrowser()
+  const args = ['--no-sandbox', ...trustArgs()]
+  browser = await chromium.launch({ executablePath: launcher, headless: true, args })
   context = await browser.newContext({ viewport: { width: 1280, height: 900 } })
   context.setDefaultTimeout(UI_TIMEOUT_MS)
   page = await context.newPage()
@@ -80,6 +127,7 @@ before(async () => {
 
 after(async () => {
   await browser?.close()
+  releaseBrowserNetwork()
   await Promise.all([...sandboxes].map((id) => api('DELETE', `/sandboxes/${id}`)))
   await Promise.all([...templates].map((id) => api('DELETE', `/templates/${id}`)))
 })
