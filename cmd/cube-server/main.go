@@ -27,6 +27,7 @@ func main() {
 	flag.StringVar(&o.DataDir, "data-dir", "/var/lib/cube", "state, images, templates and snapshots")
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's name in the nodes API (default: kept in <data-dir>/node-id, made from the host name at first start)")
 	flag.StringVar(&o.Advertise, "advertise", "", "base URL at which other nodes reach this node's API (default http://<listen address>)")
+	flag.StringVar(&o.ClusterSecret, "cluster-secret", os.Getenv("CUBE_CLUSTER_SECRET"), "secret the nodes of a cluster (one --store shared by several servers) sign the requests they pass each other with: the same on every node (default $CUBE_CLUSTER_SECRET)")
 	flag.StringVar(&o.Store, "store", os.Getenv("CUBE_STORE"), "state database: empty for <data-dir>/state.db (SQLite), or postgres://user:password@host:port/db (default $CUBE_STORE, which keeps the password out of the process list)")
 	flag.StringVar(&o.Domain, "domain", server.DefaultDomain, "sandbox domain: <port>-<id>.<domain> routes to a sandbox and api.<domain> to the API (names under localhost resolve to this machine; any other domain needs a wildcard DNS record)")
 	flag.StringVar(&o.TLSListen, "tls-listen", "127.0.0.1:3443", "address of the HTTPS listener, serving the API and sandbox traffic like --listen ('' for none)")

@@ -19,7 +19,7 @@ func (s *Server) wireSandbox(sb *cube.Sandbox) wire.Sandbox {
 	out := wire.Sandbox{
 		TemplateID:      sb.TemplateID,
 		SandboxID:       sb.ID,
-		ClientID:        s.cfg.ClientID,
+		ClientID:        s.clientID(sb),
 		EnvdVersion:     sb.EnvdVersion,
 		Alias:           sb.Alias,
 		EnvdAccessToken: sb.EnvdAccessToken,
@@ -54,7 +54,7 @@ func (s *Server) wireDetail(sb *cube.Sandbox) wire.SandboxDetail {
 	return wire.SandboxDetail{
 		TemplateID:          sb.TemplateID,
 		SandboxID:           sb.ID,
-		ClientID:            s.cfg.ClientID,
+		ClientID:            s.clientID(sb),
 		Alias:               sb.Alias,
 		StartedAt:           sb.StartedAt.UTC(),
 		EndAt:               sb.EndAt.UTC(),
@@ -87,7 +87,7 @@ func (s *Server) wireListed(sb *cube.Sandbox) wire.ListedSandbox {
 	return wire.ListedSandbox{
 		TemplateID:   sb.TemplateID,
 		SandboxID:    sb.ID,
-		ClientID:     s.cfg.ClientID,
+		ClientID:     s.clientID(sb),
 		Alias:        sb.Alias,
 		StartedAt:    sb.StartedAt.UTC(),
 		EndAt:        sb.EndAt.UTC(),
@@ -209,4 +209,13 @@ func wireSnapshot(sn *cube.Snapshot) wire.SnapshotInfo {
 		CreatedAt:  timePtr(sn.CreatedAt),
 		SizeBytes:  sn.SizeBytes,
 	}
+}
+
+// clientID is E2B's clientID of a sandbox: the node that runs it, where
+// the node is named.
+func (s *Server) clientID(sb *cube.Sandbox) string {
+	if sb.Node != "" {
+		return sb.Node
+	}
+	return s.cfg.ClientID
 }

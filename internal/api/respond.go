@@ -20,6 +20,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// WriteError answers err in the E2B error shape, with the status its kind
+// maps to and Retry-After when it has one; handlers in front of the API
+// (the cluster's forwarding) answer with it too.
+func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
+
 // writeError answers err in the E2B error shape.
 func writeError(w http.ResponseWriter, err error) {
 	status := StatusOf(err)

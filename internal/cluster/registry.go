@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cube/internal/cube"
@@ -45,6 +46,9 @@ type Registry struct {
 	// node or another, undo each other.
 	mu     sync.Mutex
 	status cube.NodeStatus
+	// alive is which nodes heartbeat, as of this node's last heartbeat:
+	// read without mu, which heartbeats hold while the database answers.
+	alive atomic.Pointer[map[string]bool]
 }
 
 // Register records the node as started: a new node is ready; one that was
@@ -82,6 +86,11 @@ func Register(ctx context.Context, cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
 	}
 	r.status = cube.NodeStatus(rec.Status)
+	alive, err := r.readAlive(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
+	}
+	r.alive.Store(&alive)
 	return r, nil
 }
 
@@ -107,6 +116,7 @@ func (r *Registry) Run(ctx context.Context) {
 // operator set through another node. Only those two fields change, in one
 // transaction, so a status set meanwhile is not written back over.
 func (r *Registry) heartbeat(ctx context.Context) error {
+	read := r.cfg.Now().UTC()
 	usage := r.cfg.Usage(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -114,6 +124,7 @@ func (r *Registry) heartbeat(ctx context.Context) error {
 	var status store.NodeStatus
 	err := r.cfg.Store.Nodes().Update(ctx, r.cfg.ID, func(rec *store.Node) error {
 		rec.HeartbeatAt, rec.Usage = now, usage
+		rec.Reservations = settled(rec.Reservations, read, now)
 		status = rec.Status
 		return nil
 	})
@@ -127,7 +138,29 @@ func (r *Registry) heartbeat(ctx context.Context) error {
 		return err
 	}
 	r.status = cube.NodeStatus(status)
+	if alive, err := r.readAlive(ctx); err == nil {
+		r.alive.Store(&alive)
+	}
 	return nil
+}
+
+// readAlive reads which nodes heartbeat.
+func (r *Registry) readAlive(ctx context.Context) (map[string]bool, error) {
+	recs, err := r.cfg.Store.Nodes().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	alive := make(map[string]bool, len(recs))
+	for _, rec := range recs {
+		alive[rec.ID] = r.view(rec).Status != cube.NodeUnhealthy
+	}
+	return alive, nil
+}
+
+// Alive reports whether a node heartbeats, as of this node's last
+// heartbeat; a node the table does not hold (removed) does not.
+func (r *Registry) Alive(nodeID string) bool {
+	return (*r.alive.Load())[nodeID]
 }
 
 // Admit answers whether this node takes a new sandbox: nil while it is

@@ -8,6 +8,9 @@ type SandboxState string
 const (
 	StateRunning SandboxState = "running"
 	StatePaused  SandboxState = "paused"
+	// StateLost is a sandbox on a node that stopped heartbeating: nothing
+	// can reach it until that node is back.
+	StateLost SandboxState = "lost"
 )
 
 // Network is a sandbox's network policy.
@@ -84,6 +87,8 @@ type ConnectRequest struct {
 type Sandbox struct {
 	ID         string
 	TemplateID string
+	// Node is the node that runs it (E2B's clientID).
+	Node string
 	// Alias is the template alias it was created by, if any.
 	Alias       string
 	EnvdVersion string

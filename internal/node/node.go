@@ -76,6 +76,10 @@ type Config struct {
 	// and snapshots record it, and it reconciles, reaps and counts only
 	// the sandboxes that do.
 	NodeID string
+	// PeerAlive reports whether another node sharing Store heartbeats;
+	// the sandboxes of one that does not are shown lost. Nil: every
+	// sandbox is this node's.
+	PeerAlive func(nodeID string) bool
 	// EnvdVersion is what sandboxes report as envdVersion.
 	EnvdVersion string
 	// Domain is reported to SDKs for host-based routing.

@@ -56,3 +56,13 @@ func (n *Node) takeUnowned(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Holds reports whether the sandbox is this node's and known in memory
+// (running, paused or on its way): the cluster's forwarding serves such
+// a sandbox here without reading the store.
+func (n *Node) Holds(sandboxID string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.sandboxes[sandboxID]
+	return ok
+}

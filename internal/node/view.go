@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,12 +32,15 @@ func (n *Node) view(rec *store.Sandbox) (*cube.Sandbox, error) {
 	if rec.State == store.Paused {
 		state = cube.StatePaused
 	}
+	if !n.mine(rec) && n.cfg.PeerAlive != nil && !n.cfg.PeerAlive(rec.Node) {
+		state = cube.StateLost
+	}
 	netw, err := network(rec)
 	if err != nil {
 		return nil, err
 	}
 	return &cube.Sandbox{
-		ID: rec.ID, TemplateID: rec.TemplateID, Alias: rec.Alias, EnvdVersion: n.cfg.EnvdVersion,
+		ID: rec.ID, TemplateID: rec.TemplateID, Node: cmp.Or(rec.Node, n.cfg.NodeID), Alias: rec.Alias, EnvdVersion: n.cfg.EnvdVersion,
 		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
 		StartedAt: rec.StartedAt, EndAt: rec.EndAt, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB,
 		DiskSizeMB: rec.DiskSizeMB, Metadata: rec.Metadata, Network: netw,

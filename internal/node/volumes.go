@@ -83,7 +83,7 @@ func (n *Node) CreateVolume(ctx context.Context, name string, sizeBytes int64) (
 	}
 	n.vols.mu.Lock()
 	defer n.vols.mu.Unlock()
-	if v, err := n.volumeByName(ctx, name); err != nil {
+	if v, err := n.VolumeNamed(ctx, name); err != nil {
 		return nil, err
 	} else if v != nil {
 		return nil, cube.Errorf(cube.Invalid, "Volume with name '%s' already exists (%s): pick another name or delete it first", name, v.ID).WithField("name")
@@ -149,8 +149,8 @@ func (n *Node) volumeRecord(ctx context.Context, volumeID string) (*store.Volume
 	return rec, err
 }
 
-// volumeByName returns the live volume called name, or nil.
-func (n *Node) volumeByName(ctx context.Context, name string) (*store.Volume, error) {
+// VolumeNamed returns the live volume called name, or nil.
+func (n *Node) VolumeNamed(ctx context.Context, name string) (*store.Volume, error) {
 	recs, err := n.store.Volumes().List(ctx, string(store.VolumeReady), string(store.VolumeCreating))
 	if err != nil {
 		return nil, err
@@ -287,7 +287,7 @@ func (n *Node) mountVolumes(ctx context.Context, boot *store.Template, asked []c
 	}
 	var mounts []store.VolumeMount
 	for _, m := range asked {
-		v, err := n.volumeByName(ctx, m.Name)
+		v, err := n.VolumeNamed(ctx, m.Name)
 		if err != nil {
 			return nil, err
 		}

@@ -37,6 +37,7 @@ type Node struct {
 	DataDir string
 	Prefix  string
 	CIDR    netip.Prefix
+	NodeID  string
 }
 
 // Options tune New.
@@ -51,6 +52,9 @@ type Options struct {
 	// Store is a postgres:// state database; empty means the SQLite file
 	// in DataDir.
 	Store string
+	// NodeID names the node among the nodes sharing Store; its templates
+	// record it.
+	NodeID string
 }
 
 // New starts a node on real gVisor; it is torn down when the test ends.
@@ -93,12 +97,12 @@ func New(t testing.TB, o Options) *Node {
 	}
 	n, err := node.New(node.Config{DataDir: dir, Envd: envdBin, Runtime: rt, Slots: slots, Store: st,
 		Logger: Logger(), EnvdVersion: protocol.Version, MaxSandboxes: o.MaxSandboxes, PoolSize: o.PoolSize,
-		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken})
+		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken, NodeID: o.NodeID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.Start()
-	tn := &Node{Node: n, Store: st, Slots: slots, Runtime: rt, DataDir: dir, Prefix: prefix, CIDR: cidr}
+	tn := &Node{Node: n, Store: st, Slots: slots, Runtime: rt, DataDir: dir, Prefix: prefix, CIDR: cidr, NodeID: o.NodeID}
 	t.Cleanup(tn.Close)
 	return tn
 }
@@ -151,7 +155,7 @@ func (n *Node) TinyTemplate(t testing.TB, tplID string, aliases ...string) *stor
 	testenv.BuildStatic(t, "./internal/runtime/gvisor/testdata/holder", rootfs, "holder")
 	tpl := &store.Template{ID: tplID, Aliases: aliases, Status: store.TemplateBuilding,
 		Rootfs: rootfs, DiskSizeMB: 64, MemoryMB: 512, CPUCount: 1, CreatedAt: time.Now().UTC(),
-		StartCmd: []string{"/holder"}}
+		StartCmd: []string{"/holder"}, Node: n.NodeID}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := n.BuildSnapshot(ctx, tpl, probeHolder, nil); err != nil {

@@ -15,8 +15,8 @@ import (
 )
 
 // A server keeps its state in PostgreSQL with --store: sandboxes survive
-// a kill -9 in the database, and a second server on the same database is
-// refused, since it would take the first one's sandboxes for leftovers.
+// a kill -9 in the database, and a second server under the same node name
+// is refused, since it would take the first one's sandboxes for leftovers.
 func TestServerOnPostgres(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	dataDir := t.TempDir()
@@ -25,7 +25,8 @@ func TestServerOnPostgres(t *testing.T) {
 	n.Close()
 	prefix, cidr := nodetest.SlotRange()
 	addr := freeAddr(t)
-	d := startDaemon(t, dataDir, prefix, cidr.String(), addr, "--store", dsn)
+	cluster := []string{"--store", dsn, "--cluster-secret", clusterSecret, "--node-id", "pg-a"}
+	d := startDaemon(t, dataDir, prefix, cidr.String(), addr, cluster...)
 
 	code, body := d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny", "timeout": 300}, nil)
 	if code != 201 {
@@ -40,22 +41,31 @@ func TestServerOnPostgres(t *testing.T) {
 		t.Fatalf("state written to the data directory instead of PostgreSQL: %v", err)
 	}
 
-	// A second server on the same database exits at once, saying why.
+	// A second server on the same database under the same node name
+	// exits at once, saying why; so does one without the cluster secret.
 	other := t.TempDir()
 	os.Chmod(other, 0o700)
-	cmd := exec.Command(testenv.Bin(t, "cube-server"), "--data-dir", other, "--listen", "127.0.0.1:0", "--tls-listen", "",
-		"--store", dsn, "--slot-prefix", prefix+"x", "--host-cidr", cidr.String())
-	cmd.Env = testenv.Environ("CUBE_API_KEY=" + apiKey)
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "another cube-server uses this state database") {
-		t.Fatalf("a second server on the database: %v\n%s", err, out)
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{cluster, "another cube-server uses this state database under the same node name"},
+		{[]string{"--store", dsn, "--node-id", "pg-b"}, "--cluster-secret"},
+	} {
+		cmd := exec.Command(testenv.Bin(t, "cube-server"), append([]string{"--data-dir", other, "--listen", "127.0.0.1:0", "--tls-listen", "",
+			"--slot-prefix", prefix + "x", "--host-cidr", cidr.String()}, c.args...)...)
+		cmd.Env = testenv.Environ("CUBE_API_KEY=" + apiKey)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.says) {
+			t.Fatalf("a second server on the database with %q: %v\n%s", c.args, err, out)
+		}
 	}
 
 	// Killed without a chance to clean up, restarted: the sandbox is
 	// re-adopted from the database, files and all.
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	d.cmd.Wait()
-	d = startDaemon(t, dataDir, prefix, cidr.String(), addr, "--store", dsn)
+	d = startDaemon(t, dataDir, prefix, cidr.String(), addr, cluster...)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, body = d.do(t, "GET", "/sandboxes/"+sb.SandboxID, nil, nil)

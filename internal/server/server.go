@@ -48,6 +48,9 @@ type Options struct {
 	// Advertise is the base URL other nodes reach its API at (default
 	// http://<the listen address>).
 	NodeID, Advertise string
+	// ClusterSecret signs the requests nodes sharing a PostgreSQL store
+	// forward to each other; every node has the same. Needed with one.
+	ClusterSecret string
 	// Domain is the sandbox domain: <port>-<id>.<Domain> routes to a
 	// sandbox, api.<Domain> to the API. Default DefaultDomain.
 	Domain string
@@ -244,6 +247,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer filter.Close()
 	var nd *node.Node
+	// The node shows other nodes' sandboxes lost once their node stops
+	// heartbeating; the registry that knows is made after the node.
+	var peers atomic.Pointer[cluster.Registry]
 	// Running sandboxes keep their slots across a restart and the next
 	// start re-adopts them; with none left, every slot is torn down.
 	defer func() {
@@ -256,7 +262,8 @@ func Run(ctx context.Context, o Options) error {
 
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
-		MaxSandboxes: o.MaxSandboxes, NodeID: name, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
+		MaxSandboxes: o.MaxSandboxes, NodeID: name,
+		PeerAlive: func(id string) bool { r := peers.Load(); return r == nil || r.Alive(id) }, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets,
@@ -312,6 +319,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	peers.Store(reg)
 	go reg.Run(ctx)
 
 	metrics := prometheus.NewRegistry()
@@ -341,7 +349,7 @@ func Run(ctx context.Context, o Options) error {
 	defer nd.Close()
 	// Builds stop before the node they boot sandboxes on.
 	defer builder.Close()
-	handler := api.Mount(apiSrv, px)
+	handler := clusterHandler(o, st, nd, reg, px, api.Mount(apiSrv, px), log)
 	srv := api.NewHTTPServer(o.Listen, handler)
 	if certs != nil && certs.acme != nil {
 		// ACME's HTTP challenges arrive on the plain listener.

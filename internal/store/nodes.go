@@ -30,6 +30,19 @@ type Node struct {
 	StartedAt       time.Time `json:"startedAt"`
 	HeartbeatAt     time.Time `json:"heartbeatAt"`
 	Usage           NodeUsage `json:"usage"`
+	// Reservations hold room for creates placed on the node that its
+	// usage does not show yet.
+	Reservations []Reservation `json:"reservations,omitempty"`
+}
+
+// Reservation is room held on a node for one create placed there: from
+// the placement until the node's first heartbeat whose usage was read
+// after the create ended (DoneAt), or until it is stale.
+type Reservation struct {
+	ID       string    `json:"id"`
+	MemoryMB int       `json:"memoryMB"`
+	At       time.Time `json:"at"`
+	DoneAt   time.Time `json:"doneAt,omitzero"`
 }
 
 // NodeUsage is a node's resources and their use at its last heartbeat.

@@ -1,0 +1,150 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/id"
+	"cube/internal/store"
+)
+
+// Want is what a create needs of a node: Node is the node that must run it
+// because it alone holds the template's files or the volumes' disks (""
+// when any node will do), MemoryMB the memory it asks for.
+type Want struct {
+	Node     string
+	MemoryMB int
+}
+
+// ErrNoNode is a node the records name that the nodes table does not
+// hold (an operator removed it).
+var ErrNoNode = errors.New("no such node")
+
+// pendingMB is the memory a placed create is counted for until its node's
+// heartbeat shows what it uses: sandboxes share their template's memory
+// and touch little of their limit when they start.
+const pendingMB = 256
+
+// reservationTTL drops a reservation whose create never reported back
+// (the placing node died while forwarding it).
+const reservationTTL = 2 * time.Minute
+
+// Self is this node's name.
+func (r *Registry) Self() string { return r.cfg.ID }
+
+// Peer returns a node's API base URL and whether it heartbeats.
+func (r *Registry) Peer(ctx context.Context, nodeID string) (string, bool, error) {
+	rec, err := r.cfg.Store.Nodes().Get(ctx, nodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", false, ErrNoNode
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return rec.Address, r.view(rec).Status != cube.NodeUnhealthy, nil
+}
+
+// Place picks the node a create runs on: a ready node that heartbeats,
+// the one want names if it names one, with a free network slot and the
+// most free memory (counting the creates placed there that its usage does
+// not show yet). The choice is a reservation written into the node's row
+// in a transaction that checks the room again, so concurrent creates on
+// any nodes never take the same last slot. release marks the create done;
+// the reservation then lasts until the node's next heartbeat.
+func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error) {
+	recs, err := r.cfg.Store.Nodes().List(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	now := r.cfg.Now().UTC()
+	var candidates []*store.Node
+	var held *store.Node
+	for _, rec := range recs {
+		if want.Node != "" && rec.ID != want.Node {
+			continue
+		}
+		held = rec
+		if r.view(rec).Status == cube.NodeReady {
+			candidates = append(candidates, rec)
+		}
+	}
+	if len(candidates) == 0 {
+		switch {
+		case want.Node != "" && held == nil:
+			return "", nil, cube.Errorf(cube.Unavailable, "what this sandbox needs is held by node %s, which is no longer a node of the cluster", want.Node)
+		case want.Node != "":
+			return "", nil, cube.Errorf(cube.Unavailable, "what this sandbox needs (its template or volumes) is held by node %s, which is %s and takes no new sandboxes", want.Node, r.view(held).Status).WithRetryAfter(5 * time.Second)
+		}
+		return "", nil, cube.Errorf(cube.Unavailable, "no node takes new sandboxes: every node is draining, standby or unhealthy (see `cubemastercli node list`)").WithRetryAfter(5 * time.Second)
+	}
+	slices.SortStableFunc(candidates, func(a, b *store.Node) int {
+		if c := cmp.Compare(freeMB(b, now), freeMB(a, now)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Usage.Sandboxes, b.Usage.Sandboxes)
+	})
+	resv := store.Reservation{ID: id.New("", 12), MemoryMB: max(want.MemoryMB, 0), At: now}
+	for _, c := range candidates {
+		err := r.cfg.Store.Nodes().Update(ctx, c.ID, func(rec *store.Node) error {
+			if freeSlots(rec, now) <= 0 || freeMB(rec, now) < pendingMB {
+				return errFull
+			}
+			rec.Reservations = append(live(rec.Reservations, now), resv)
+			return nil
+		})
+		switch {
+		case err == nil:
+			node := c.ID
+			return node, func() { r.release(node, resv.ID) }, nil
+		case errors.Is(err, errFull), errors.Is(err, store.ErrNotFound):
+			continue
+		default:
+			return "", nil, err
+		}
+	}
+	return "", nil, cube.Errorf(cube.Capacity, "every node that can run this sandbox is full (network slots or memory): kill sandboxes or add nodes").WithRetryAfter(time.Second)
+}
+
+var errFull = errors.New("node full")
+
+// release marks a placed create as done.
+func (r *Registry) release(nodeID, resvID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	now := r.cfg.Now().UTC()
+	err := r.cfg.Store.Nodes().Update(ctx, nodeID, func(rec *store.Node) error {
+		for i := range rec.Reservations {
+			if rec.Reservations[i].ID == resvID {
+				rec.Reservations[i].DoneAt = now
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		r.cfg.Logger.Warn("release a placement", "node", nodeID, "err", err)
+	}
+}
+
+// live drops the reservations that are stale.
+func live(rs []store.Reservation, now time.Time) []store.Reservation {
+	return slices.DeleteFunc(slices.Clone(rs), func(v store.Reservation) bool { return now.Sub(v.At) > reservationTTL })
+}
+
+// settled drops the reservations of creates that ended before usage was
+// read: the usage shows them.
+func settled(rs []store.Reservation, usageRead, now time.Time) []store.Reservation {
+	return slices.DeleteFunc(live(rs, now), func(v store.Reservation) bool { return !v.DoneAt.IsZero() && v.DoneAt.Before(usageRead) })
+}
+
+func freeSlots(n *store.Node, now time.Time) int {
+	return n.Usage.SlotsTotal - n.Usage.SlotsUsed - len(live(n.Reservations, now))
+}
+
+func freeMB(n *store.Node, now time.Time) int64 {
+	free := int64(n.Usage.MemoryTotalBytes>>20) - int64(n.Usage.MemoryUsedBytes>>20)
+	return free - int64(len(live(n.Reservations, now)))*pendingMB
+}

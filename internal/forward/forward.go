@@ -1,0 +1,272 @@
+// Package forward lets any node of a cluster answer the whole API. A
+// request about a sandbox, template or volume that another node holds is
+// passed to that node; a create goes to the node placement picks; sandbox
+// traffic through the proxy follows its sandbox. Node-to-node requests are
+// signed with the cluster secret (see sign.go), and a signed request is
+// always served where it arrives, so nothing is forwarded twice.
+//
+// With one node (the embedded store) every request is local and this
+// handler only looks at paths.
+package forward
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"cube/internal/api"
+	"cube/internal/cluster"
+	"cube/internal/cube"
+)
+
+// Peers are the nodes of the cluster as this node sees them.
+type Peers interface {
+	// Self is this node's name.
+	Self() string
+	// Peer returns a node's API base URL and whether it heartbeats.
+	Peer(ctx context.Context, id string) (address string, alive bool, err error)
+	// Place picks the node a create runs on and holds room for it there
+	// until release is called.
+	Place(ctx context.Context, want cluster.Want) (node string, release func(), err error)
+}
+
+// Config configures a Handler.
+type Config struct {
+	Peers Peers
+	// Secret signs requests between nodes.
+	Secret []byte
+	// Local answers what this node holds.
+	Local http.Handler
+	// SandboxOf names the sandbox a request is traffic for (the proxy's
+	// routing), and Runs says whether it runs here, without a database read.
+	SandboxOf func(*http.Request) (string, bool)
+	Runs      func(sandboxID string) bool
+	// SandboxNode, TemplateNode and VolumeNode name the node holding a
+	// sandbox, template (ID or alias) or volume: "" when the record has
+	// none or does not exist (the local API then answers).
+	SandboxNode, TemplateNode, VolumeNode func(ctx context.Context, id string) (string, error)
+	// Want reads a create request's body.
+	Want func(ctx context.Context, body []byte) (cluster.Want, error)
+	// MaxBodyBytes bounds the create bodies read for placement.
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+}
+
+// Handler routes requests to the node holding what they are about.
+type Handler struct {
+	cfg   Config
+	proxy *httputil.ReverseProxy
+	// targets are the peers' parsed addresses, by address.
+	mu      sync.Mutex
+	targets map[string]*url.URL
+}
+
+// targetKey carries the forwarding target through the request context,
+// and readKey marks a read of the API that this node can answer from the
+// database when the target cannot be reached.
+type (
+	targetKey struct{}
+	readKey   struct{}
+)
+
+// New returns the forwarding handler in front of cfg.Local.
+func New(cfg Config) *Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	h := &Handler{cfg: cfg, targets: map[string]*url.URL{}}
+	h.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
+			// The peer routes by the host the client asked for.
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+			sign(pr.Out, cfg.Peers.Self(), cfg.Secret, time.Now())
+		},
+		// Streams (command output, file transfers) pass as they come.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			cfg.Logger.Warn("forward to peer", "target", r.Context().Value(targetKey{}), "path", r.URL.Path, "err", err)
+			if r.Context().Value(readKey{}) != nil {
+				// A node that just died heartbeats no more soon: until
+				// then its records are read here.
+				cfg.Local.ServeHTTP(w, r)
+				return
+			}
+			api.WriteError(w, cube.Errorf(cube.Unavailable, "the node holding this could not be reached (%v); try again shortly", err).WithRetryAfter(2*time.Second))
+		},
+	}
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(Header) != "" {
+		if err := verify(r, h.cfg.Secret, time.Now()); err != nil {
+			api.WriteError(w, cube.Errorf(cube.Forbidden, "%v", err))
+			return
+		}
+		// Nothing of it reaches a sandbox.
+		r.Header.Del(Header)
+		h.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	if sid, ok := h.cfg.SandboxOf(r); ok {
+		h.route(w, r, "sandbox "+sid, func(ctx context.Context) (string, error) {
+			if h.cfg.Runs(sid) {
+				return "", nil
+			}
+			return h.cfg.SandboxNode(ctx, sid)
+		})
+		return
+	}
+	kind, id := subject(r)
+	switch kind {
+	case "create":
+		h.create(w, r)
+	case "sandbox":
+		h.route(w, r, "sandbox "+id, func(ctx context.Context) (string, error) {
+			if h.cfg.Runs(id) {
+				return "", nil
+			}
+			return h.cfg.SandboxNode(ctx, id)
+		})
+	case "template":
+		h.route(w, r, "template "+id, func(ctx context.Context) (string, error) { return h.cfg.TemplateNode(ctx, id) })
+	case "volume":
+		h.route(w, r, "volume "+id, func(ctx context.Context) (string, error) { return h.cfg.VolumeNode(ctx, id) })
+	default:
+		h.cfg.Local.ServeHTTP(w, r)
+	}
+}
+
+// subject names what an API request is about, from its path: a create,
+// one sandbox, template or volume, or "" for what any node answers (lists,
+// health, the console).
+func subject(r *http.Request) (kind, id string) {
+	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if len(seg) > 0 && (seg[0] == "v2" || seg[0] == "v3") {
+		seg = seg[1:]
+	}
+	if len(seg) == 0 {
+		return "", ""
+	}
+	switch {
+	case seg[0] == "sandboxes" && len(seg) == 1 && r.Method == http.MethodPost:
+		return "create", ""
+	case seg[0] == "sandboxes" && len(seg) >= 2 && seg[1] != "metrics":
+		return "sandbox", seg[1]
+	case seg[0] == "templates" && len(seg) >= 2 && seg[1] != "aliases" && seg[1] != "jobs" && seg[1] != "tags":
+		return "template", seg[1]
+	case (seg[0] == "volumes" || seg[0] == "volumecontent") && len(seg) >= 2:
+		return "volume", seg[1]
+	}
+	return "", ""
+}
+
+// route serves r here when this node holds what it is about, else passes
+// it to the node that does. A node that stopped heartbeating is not
+// tried: reads are answered here from the database (whose views say the
+// sandbox is lost), changes are refused for now.
+func (h *Handler) route(w http.ResponseWriter, r *http.Request, what string, owner func(context.Context) (string, error)) {
+	node, err := owner(r.Context())
+	if err != nil {
+		api.WriteError(w, unavailable(err))
+		return
+	}
+	if node == "" || node == h.cfg.Peers.Self() {
+		h.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	addr, alive, err := h.cfg.Peers.Peer(r.Context(), node)
+	switch {
+	case errors.Is(err, cluster.ErrNoNode):
+	case err != nil:
+		api.WriteError(w, unavailable(err))
+		return
+	case !alive && r.Method == http.MethodGet:
+		h.cfg.Local.ServeHTTP(w, r)
+		return
+	case !alive:
+		api.WriteError(w, cube.Errorf(cube.Unavailable, "%s is on node %s, which is not answering: it is lost until that node is back (see `cubemastercli node list`)", what, node).WithRetryAfter(10*time.Second))
+		return
+	default:
+		h.forward(w, r, addr)
+		return
+	}
+	h.cfg.Local.ServeHTTP(w, r)
+}
+
+// create places a new sandbox and passes its create to the chosen node.
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxBodyBytes+1))
+	r.Body.Close()
+	if err != nil {
+		api.WriteError(w, cube.Errorf(cube.Invalid, "read the request body: %v", err))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	want, err := h.cfg.Want(r.Context(), body)
+	if err != nil || int64(len(body)) > h.cfg.MaxBodyBytes {
+		// Bad input or an unknown template: the API says what is wrong.
+		h.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	node, release, err := h.cfg.Peers.Place(r.Context(), want)
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	defer release()
+	if node == h.cfg.Peers.Self() {
+		h.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
+	if err != nil {
+		api.WriteError(w, unavailable(err))
+		return
+	}
+	h.forward(w, r, addr)
+}
+
+// forward passes r to the node at addr.
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
+	h.mu.Lock()
+	u, ok := h.targets[addr]
+	if !ok {
+		var err error
+		if u, err = url.Parse(addr); err != nil || u.Host == "" {
+			h.mu.Unlock()
+			api.WriteError(w, cube.Errorf(cube.Unavailable, "a peer's address %q is not a URL: restart that node with --advertise http://host:port", addr))
+			return
+		}
+		h.targets[addr] = u
+	}
+	h.mu.Unlock()
+	ctx := context.WithValue(r.Context(), targetKey{}, u)
+	if _, traffic := h.cfg.SandboxOf(r); r.Method == http.MethodGet && !traffic {
+		ctx = context.WithValue(ctx, readKey{}, true)
+	}
+	h.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// unavailable is a failure to read the cluster's state: the database is
+// out of reach, so the caller should come back.
+func unavailable(err error) error {
+	var ce *cube.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	return cube.Errorf(cube.Unavailable, "the state database is out of reach (%v); try again shortly", err).WithRetryAfter(5 * time.Second)
+}

@@ -1,0 +1,203 @@
+package server_test
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cube/internal/nodetest"
+	"cube/internal/testenv"
+)
+
+// clusterSecret is the secret the test's nodes share.
+const clusterSecret = "a-secret-the-test-nodes-share-0123456789"
+
+// member is one node of a test cluster: a cube-server on its own data
+// directory, port and slot range, sharing the test's PostgreSQL.
+type member struct {
+	name, dataDir, prefix, cidr, addr string
+	d                                 *daemon
+}
+
+func (m *member) start(t *testing.T, dsn string) {
+	t.Helper()
+	m.d = startDaemon(t, m.dataDir, m.prefix, m.cidr, m.addr, "--store", dsn, "--cluster-secret", clusterSecret,
+		"--node-id", m.name, "--advertise", "http://"+m.addr)
+}
+
+type created struct {
+	SandboxID, EnvdAccessToken, ClientID, TemplateID, State string
+}
+
+func createOn(t *testing.T, d *daemon, body map[string]any) (int, created, string) {
+	t.Helper()
+	code, out := d.do(t, "POST", "/sandboxes", body, nil)
+	var sb created
+	json.Unmarshal(out, &sb)
+	return code, sb, string(out)
+}
+
+func getOn(t *testing.T, d *daemon, id string) created {
+	t.Helper()
+	code, out := d.do(t, "GET", "/sandboxes/"+id, nil, nil)
+	var sb created
+	json.Unmarshal(out, &sb)
+	if code != 200 {
+		t.Fatalf("GET /sandboxes/%s: %d %s", id, code, out)
+	}
+	return sb
+}
+
+// Three nodes on one PostgreSQL database answer as one service: any node
+// places a create on the node holding its template, reaches every sandbox
+// (API and envd traffic), takes snapshots on the sandbox's node; a killed
+// node's sandboxes are reported lost and come back with it; a drained node
+// keeps its sandboxes and takes no new ones.
+func TestClusterOfThreeNodes(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	var nodes []*member
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		dir := t.TempDir()
+		n := nodetest.New(t, nodetest.Options{DataDir: dir, Store: dsn, NodeID: name})
+		n.TinyTemplate(t, "tiny-"+name[len("node-"):])
+		n.Close()
+		prefix, cidr := nodetest.SlotRange()
+		nodes = append(nodes, &member{name: name, dataDir: dir, prefix: prefix, cidr: cidr.String(), addr: freeAddr(t)})
+	}
+	for _, m := range nodes {
+		m.start(t, dsn)
+	}
+	a, b, c := nodes[0], nodes[1], nodes[2]
+
+	code, out := a.d.do(t, "GET", "/nodes", nil, nil)
+	if code != 200 || strings.Count(string(out), `"status":"ready"`) != 3 {
+		t.Fatalf("GET /nodes: %d %s", code, out)
+	}
+
+	// 30 sandboxes, each create sent to another node than the one its
+	// template is on; each runs where its template is.
+	type box struct {
+		created
+		owner *member
+	}
+	var boxes []box
+	for i := range 30 {
+		owner := nodes[i%3]
+		via := nodes[(i+1)%3]
+		code, sb, out := createOn(t, via.d, map[string]any{"templateID": "tiny-" + owner.name[len("node-"):], "timeout": 600})
+		if code != 201 {
+			t.Fatalf("create %d through %s: %d %s", i, via.name, code, out)
+		}
+		if sb.ClientID != owner.name {
+			t.Fatalf("sandbox of %s's template placed on %q", owner.name, sb.ClientID)
+		}
+		boxes = append(boxes, box{sb, owner})
+	}
+	// Every sandbox answers through every node: its record and its envd.
+	for i, bx := range boxes {
+		for _, via := range nodes {
+			if got := getOn(t, via.d, bx.SandboxID); got.State != "running" || got.ClientID != bx.owner.name {
+				t.Fatalf("sandbox %d through %s: %+v", i, via.name, got)
+			}
+		}
+		via := nodes[(i+2)%3]
+		path := "/files?path=/tmp/who.txt"
+		if code, out := via.d.envd(t, bx.SandboxID, bx.EnvdAccessToken, "POST", path, []byte(bx.SandboxID)); code != 200 {
+			t.Fatalf("write into sandbox %d through %s: %d %s", i, via.name, code, out)
+		}
+		if code, out := nodes[i%3].d.envd(t, bx.SandboxID, bx.EnvdAccessToken, "GET", path, nil); code != 200 || out != bx.SandboxID {
+			t.Fatalf("read from sandbox %d: %d %q", i, code, out)
+		}
+	}
+	code, out = c.d.do(t, "GET", "/v2/sandboxes?state=running", nil, nil)
+	if n := strings.Count(string(out), `"sandboxID"`); code != 200 || n != 30 {
+		t.Fatalf("list through node-c: %d, %d sandboxes", code, n)
+	}
+
+	// A snapshot of a sandbox on B, asked of A, is taken on B; a sandbox
+	// from it, asked of C, runs on B.
+	onB := boxes[1]
+	code, out = a.d.do(t, "POST", "/sandboxes/"+onB.SandboxID+"/snapshots", map[string]any{}, nil)
+	var snap struct{ SnapshotID string }
+	json.Unmarshal(out, &snap)
+	if code != 201 || snap.SnapshotID == "" {
+		t.Fatalf("snapshot through node-a: %d %s", code, out)
+	}
+	code, fromSnap, body := createOn(t, c.d, map[string]any{"templateID": snap.SnapshotID, "timeout": 600})
+	if code != 201 || fromSnap.ClientID != "node-b" {
+		t.Fatalf("create from node-b's snapshot through node-c: %d %s", code, body)
+	}
+	if code, out := a.d.envd(t, fromSnap.SandboxID, fromSnap.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onB.SandboxID {
+		t.Fatalf("the snapshot's files through node-a: %d %q", code, out)
+	}
+
+	// kill -9 of B: its sandboxes are lost within the heartbeat timeout,
+	// changes to them are refused, and creates on A and C go on.
+	b.d.cmd.Process.Signal(syscall.SIGKILL)
+	b.d.cmd.Wait()
+	deadline := time.Now().Add(20 * time.Second)
+	for getOn(t, a.d, onB.SandboxID).State != "lost" {
+		if time.Now().After(deadline) {
+			t.Fatalf("node-b's sandbox still shown %q 20 s after node-b was killed", getOn(t, a.d, onB.SandboxID).State)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if code, out := c.d.do(t, "POST", "/sandboxes/"+onB.SandboxID+"/timeout", map[string]any{"timeout": 60}, nil); code != 503 || !strings.Contains(string(out), "node-b") {
+		t.Fatalf("timeout of a lost sandbox: %d %s", code, out)
+	}
+	if code, _, out := createOn(t, a.d, map[string]any{"templateID": "tiny-b"}); code != 503 || !strings.Contains(out, "node-b") {
+		t.Fatalf("create of node-b's template while node-b is down: %d %s", code, out)
+	}
+	for _, m := range []*member{a, c} {
+		tpl := "tiny-" + m.name[len("node-"):]
+		code, sb, out := createOn(t, c.d, map[string]any{"templateID": tpl, "timeout": 600})
+		if code != 201 || sb.ClientID != m.name {
+			t.Fatalf("create %s while node-b is down: %d %s", tpl, code, out)
+		}
+		boxes = append(boxes, box{sb, m})
+	}
+
+	// B back: it re-adopts its sandboxes, once each.
+	b.start(t, dsn)
+	deadline = time.Now().Add(20 * time.Second)
+	for getOn(t, a.d, onB.SandboxID).State != "running" {
+		if time.Now().After(deadline) {
+			t.Fatal("node-b's sandbox not running again after node-b restarted")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if code, out := c.d.envd(t, onB.SandboxID, onB.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onB.SandboxID {
+		t.Fatalf("node-b's sandbox after its restart: %d %q", code, out)
+	}
+	// Every node sees B alive again at its next heartbeat.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		code, out = a.d.do(t, "GET", "/v2/sandboxes?state=running", nil, nil)
+		n := strings.Count(string(out), `"sandboxID"`)
+		if code == 200 && n == len(boxes)+1 {
+			break
+		}
+		if code != 200 || n > len(boxes)+1 || time.Now().After(deadline) {
+			t.Fatalf("after node-b's restart, %d sandboxes are listed as running; want %d: %s", n, len(boxes)+1, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	// Draining C: its sandboxes keep running, nothing new lands there.
+	if code, out := a.d.do(t, "POST", "/nodes/node-c", map[string]any{"status": "draining"}, nil); code != 204 && code != 200 {
+		t.Fatalf("drain node-c: %d %s", code, out)
+	}
+	if code, _, out := createOn(t, b.d, map[string]any{"templateID": "tiny-c"}); code != 503 || !strings.Contains(out, "draining") {
+		t.Fatalf("create of node-c's template while it drains: %d %s", code, out)
+	}
+	onC := boxes[2]
+	if code, out := b.d.envd(t, onC.SandboxID, onC.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onC.SandboxID {
+		t.Fatalf("node-c's sandbox while it drains: %d %q", code, out)
+	}
+	if code, sb, out := createOn(t, b.d, map[string]any{"templateID": "tiny-a"}); code != 201 || sb.ClientID != "node-a" {
+		t.Fatalf("create on node-a while node-c drains: %d %s", code, out)
+	}
+	t.Logf("cluster of three nodes: %d sandboxes", len(boxes)+2)
+}
