@@ -1,0 +1,69 @@
+package forward
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSubjectOfPaths(t *testing.T) {
+	for _, c := range []struct{ method, path, kind, id string }{
+		{"POST", "/sandboxes", "create", ""},
+		{"POST", "/v2/sandboxes", "create", ""},
+		{"GET", "/sandboxes", "", ""},
+		{"GET", "/v2/sandboxes", "", ""},
+		{"GET", "/sandboxes/metrics", "", ""},
+		{"POST", "/sandboxes/abc/pause", "sandbox", "abc"},
+		{"GET", "/v2/sandboxes/abc/logs", "sandbox", "abc"},
+		{"DELETE", "/templates/t1", "template", "t1"},
+		{"POST", "/v2/templates/t1/builds/b1", "template", "t1"},
+		{"GET", "/templates/aliases/base", "", ""},
+		{"POST", "/templates/tags", "", ""},
+		{"GET", "/volumecontent/v1/file", "volume", "v1"},
+		{"DELETE", "/volumes/v1", "volume", "v1"},
+		{"GET", "/health", "", ""},
+		{"GET", "/", "", ""},
+	} {
+		kind, id := subject(httptest.NewRequest(c.method, c.path, nil))
+		if kind != c.kind || id != c.id {
+			t.Errorf("%s %s: %q %q, want %q %q", c.method, c.path, kind, id, c.kind, c.id)
+		}
+	}
+}
+
+func TestSignatures(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	now := time.Unix(1_800_000_000, 0)
+	signed := func() *http.Request {
+		r := httptest.NewRequest("POST", "http://49983-abc.cube.localhost/files?path=/x", nil)
+		sign(r, "node-a", secret, now)
+		return r
+	}
+	if err := verify(signed(), secret, now.Add(time.Second)); err != nil {
+		t.Fatalf("a fresh signature: %v", err)
+	}
+	for name, c := range map[string]struct {
+		change func(*http.Request)
+		at     time.Time
+		says   string
+	}{
+		"other secret": {func(*http.Request) {}, now, "bad signature"},
+		"other path":   {func(r *http.Request) { r.URL.RawQuery = "path=/etc/shadow" }, now, "bad signature"},
+		"other host":   {func(r *http.Request) { r.Host = "49983-def.cube.localhost" }, now, "bad signature"},
+		"other node":   {func(r *http.Request) { r.Header.Set(Header, strings.Replace(r.Header.Get(Header), "node-a", "node-b", 1)) }, now, "bad signature"},
+		"old":          {func(*http.Request) {}, now.Add(2 * time.Minute), "old"},
+		"malformed":    {func(r *http.Request) { r.Header.Set(Header, "node-a") }, now, "malformed"},
+	} {
+		r := signed()
+		c.change(r)
+		key := secret
+		if name == "other secret" {
+			key = []byte("another secret of the same size")
+		}
+		if err := verify(r, key, c.at); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want an error saying %q", name, err, c.says)
+		}
+	}
+}
