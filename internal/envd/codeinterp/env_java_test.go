@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -32,11 +33,15 @@ func TestJavaEnvSetAndRestore(t *testing.T) {
 	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(jshell, "-q", "--execution", "local", file)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir()) // jshell keeps preferences there
-	out, err := cmd.CombinedOutput()
+	// jshell keeps preferences under user.home (which Java takes from the
+	// password database, not $HOME) and says so on stderr the first time;
+	// the snippets' output is stdout alone.
+	cmd := exec.Command(jshell, "-q", "-J-Duser.home="+t.TempDir(), "--execution", "local", file)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("%v: %s", err, out)
+		t.Fatalf("%v: %s%s", err, out, stderr.String())
 	}
 	want := "true|override\n" + "unset|orig|0\n" + "g'1\n"
 	if string(out) != want {
