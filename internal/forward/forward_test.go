@@ -52,9 +52,11 @@ func TestSignatures(t *testing.T) {
 		"other secret": {func(*http.Request) {}, now, "bad signature"},
 		"other path":   {func(r *http.Request) { r.URL.RawQuery = "path=/etc/shadow" }, now, "bad signature"},
 		"other host":   {func(r *http.Request) { r.Host = "49983-def.cube.localhost" }, now, "bad signature"},
-		"other node":   {func(r *http.Request) { r.Header.Set(Header, strings.Replace(r.Header.Get(Header), "node-a", "node-b", 1)) }, now, "bad signature"},
-		"old":          {func(*http.Request) {}, now.Add(2 * time.Minute), "old"},
-		"malformed":    {func(r *http.Request) { r.Header.Set(Header, "node-a") }, now, "malformed"},
+		"other node": {func(r *http.Request) {
+			r.Header.Set(Header, strings.Replace(r.Header.Get(Header), "node-a", "node-b", 1))
+		}, now, "bad signature"},
+		"old":       {func(*http.Request) {}, now.Add(2 * time.Minute), "old"},
+		"malformed": {func(r *http.Request) { r.Header.Set(Header, "node-a") }, now, "malformed"},
 	} {
 		r := signed()
 		c.change(r)
