@@ -65,9 +65,5 @@ func retryAfter(err error) time.Duration {
 	if errors.As(err, &ae) {
 		return ae.RetryAfter
 	}
-	var ce *cube.Error
-	if errors.As(err, &ce) && ce.Kind == cube.Capacity {
-		return ce.RetryAfter
-	}
-	return 0
+	return cube.RetryAfterOf(err)
 }

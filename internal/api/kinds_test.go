@@ -14,7 +14,7 @@ import (
 
 // TestKindAnswers pins the answer to every core error kind: its status, the
 // E2B body carrying the same code and the error's own text, and
-// Retry-After only for Capacity.
+// Retry-After only for Capacity and Unavailable.
 func TestKindAnswers(t *testing.T) {
 	want := map[cube.Kind]int{
 		cube.NotFound:    404,
@@ -49,7 +49,7 @@ func TestKindAnswers(t *testing.T) {
 				t.Errorf("body %+v, want code %d and message %q", body, status, "node: "+msg)
 			}
 			wantRetry := ""
-			if k == cube.Capacity {
+			if k == cube.Capacity || k == cube.Unavailable {
 				wantRetry = "2"
 			}
 			if got := rec.Header().Get("Retry-After"); got != wantRetry {
@@ -63,6 +63,21 @@ func TestKindAnswers(t *testing.T) {
 		}
 	}
 }
+
+// An outage of the state database, as the store reports it without
+// knowing the core, is 503 with the store's advice as Retry-After.
+func TestOutageAnswer(t *testing.T) {
+	rec := httptest.NewRecorder()
+	writeError(rec, fmt.Errorf("list sandboxes: %w", dbOutage{}))
+	if rec.Code != 503 || rec.Header().Get("Retry-After") != "5" {
+		t.Errorf("%d, Retry-After %q; want 503 and 5", rec.Code, rec.Header().Get("Retry-After"))
+	}
+}
+
+type dbOutage struct{}
+
+func (dbOutage) Error() string         { return "the state database is out of reach" }
+func (dbOutage) Outage() time.Duration { return 5 * time.Second }
 
 // TestErrorsWithoutKind pins today's answers: 504 for a deadline, 500
 // otherwise, both with the error's text.

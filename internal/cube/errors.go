@@ -64,8 +64,8 @@ func (k Kind) String() string {
 type Error struct {
 	Kind    Kind
 	Message string
-	// RetryAfter, for Capacity, is how long to wait before trying again;
-	// zero means no advice.
+	// RetryAfter, for Capacity and Unavailable, is how long to wait before
+	// trying again; zero means no advice.
 	RetryAfter time.Duration
 	// Field, for Invalid, names the offending part of the request.
 	Field string
@@ -96,12 +96,46 @@ func (e *Error) WithField(field string) *Error {
 	return e
 }
 
-// KindOf is the Kind of the first *Error in err's chain, or zero when there
-// is none.
+// KindOf is the Kind of the first *Error in err's chain; Unavailable for
+// an outage of something the service depends on (see Outage); zero when
+// there is neither.
 func KindOf(err error) Kind {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Kind
+	}
+	var o outage
+	if errors.As(err, &o) {
+		return Unavailable
+	}
+	return 0
+}
+
+// outage is implemented by the errors of a dependency that is out of
+// reach for a while (the state database restarting): the call failed for
+// no fault of the caller's and is worth making again after Outage. The
+// packages below the core (the store) return such errors without knowing
+// this one.
+type outage interface {
+	error
+	Outage() time.Duration
+}
+
+// RetryAfterOf is how long the caller of a failed operation should wait
+// before trying again: the RetryAfter of the first *Error in err's chain
+// when it is Capacity or Unavailable, else an outage's wait, else zero (no
+// advice: waiting does not mend the other kinds).
+func RetryAfterOf(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		if e.Kind == Capacity || e.Kind == Unavailable {
+			return e.RetryAfter
+		}
+		return 0
+	}
+	var o outage
+	if errors.As(err, &o) {
+		return o.Outage()
 	}
 	return 0
 }

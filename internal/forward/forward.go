@@ -264,8 +264,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
 // unavailable is a failure to read the cluster's state: the database is
 // out of reach, so the caller should come back.
 func unavailable(err error) error {
-	var ce *cube.Error
-	if errors.As(err, &ce) {
+	if cube.KindOf(err) != 0 {
 		return err
 	}
 	return cube.Errorf(cube.Unavailable, "the state database is out of reach (%v); try again shortly", err).WithRetryAfter(5 * time.Second)

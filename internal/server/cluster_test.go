@@ -56,7 +56,8 @@ func getOn(t *testing.T, d *daemon, id string) created {
 // node's sandboxes are reported lost and come back with it; a drained node
 // keeps its sandboxes and takes no new ones.
 func TestClusterOfThreeNodes(t *testing.T) {
-	dsn := testenv.Postgres(t)
+	pg := testenv.PostgresServer(t)
+	dsn := pg.URL
 	var nodes []*member
 	for _, name := range []string{"node-a", "node-b", "node-c"} {
 		dir := t.TempDir()
@@ -196,8 +197,62 @@ func TestClusterOfThreeNodes(t *testing.T) {
 	if code, out := b.d.envd(t, onC.SandboxID, onC.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onC.SandboxID {
 		t.Fatalf("node-c's sandbox while it drains: %d %q", code, out)
 	}
-	if code, sb, out := createOn(t, b.d, map[string]any{"templateID": "tiny-a"}); code != 201 || sb.ClientID != "node-a" {
-		t.Fatalf("create on node-a while node-c drains: %d %s", code, out)
+	code, sb, body := createOn(t, b.d, map[string]any{"templateID": "tiny-a", "timeout": 600})
+	if code != 201 || sb.ClientID != "node-a" {
+		t.Fatalf("create on node-a while node-c drains: %d %s", code, body)
 	}
-	t.Logf("cluster of three nodes: %d sandboxes", len(boxes)+2)
+	boxes = append(boxes, box{sb, a})
+
+	// PostgreSQL down: what needs the database answers 503 with
+	// Retry-After on every node, the sandboxes' traffic goes on, and
+	// once it is back every acknowledged sandbox is there.
+	pg.Stop(t)
+	for _, m := range nodes {
+		for _, call := range []struct {
+			method, path string
+			body         any
+		}{
+			{"GET", "/v2/sandboxes", nil},
+			{"GET", "/sandboxes", nil},
+			{"POST", "/sandboxes", map[string]any{"templateID": "tiny-" + m.name[len("node-"):]}},
+			{"GET", "/templates", nil},
+			{"GET", "/nodes", nil},
+		} {
+			resp, out := m.d.request(t, call.method, call.path, call.body, nil)
+			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(out), "state database") {
+				t.Fatalf("%s %s through %s while PostgreSQL is down: %d (Retry-After %q) %s", call.method, call.path, m.name, resp.StatusCode, resp.Header.Get("Retry-After"), out)
+			}
+		}
+	}
+	for i, bx := range boxes[:3] {
+		if code, out := bx.owner.d.envd(t, bx.SandboxID, bx.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != bx.SandboxID {
+			t.Fatalf("sandbox %d on %s while PostgreSQL is down: %d %q", i, bx.owner.name, code, out)
+		}
+	}
+	pg.Start(t)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		code, sb, out := createOn(t, a.d, map[string]any{"templateID": "tiny-a", "timeout": 600})
+		if code == 201 {
+			boxes = append(boxes, box{sb, a})
+			break
+		}
+		if code != 503 || time.Now().After(deadline) {
+			t.Fatalf("create after PostgreSQL restarted: %d %s", code, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		code, out = b.d.do(t, "GET", "/v2/sandboxes?state=running", nil, nil)
+		n := strings.Count(string(out), `"sandboxID"`)
+		if code == 200 && n == len(boxes)+1 {
+			break
+		}
+		if n > len(boxes)+1 || time.Now().After(deadline) {
+			t.Fatalf("after PostgreSQL restarted, %d sandboxes are listed as running; want %d: %d %s", n, len(boxes)+1, code, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("cluster of three nodes: %d sandboxes", len(boxes)+1)
 }

@@ -130,6 +130,13 @@ func (d *daemon) stop(t *testing.T) {
 
 func (d *daemon) do(t *testing.T, method, path string, body any, hdr map[string]string) (int, []byte) {
 	t.Helper()
+	resp, out := d.request(t, method, path, body, hdr)
+	return resp.StatusCode, out
+}
+
+// request is do, answering the whole response (its body already read).
+func (d *daemon) request(t *testing.T, method, path string, body any, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
 	var r io.Reader
 	if b, ok := body.([]byte); ok {
 		r = bytes.NewReader(b)
@@ -149,7 +156,7 @@ func (d *daemon) do(t *testing.T, method, path string, body any, hdr map[string]
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, out
+	return resp, out
 }
 
 // envd talks to a sandbox's envd through the server's proxy.

@@ -132,7 +132,7 @@ func (t Table[T]) Put(ctx context.Context, v *T) error {
 		 ON CONFLICT(id) DO UPDATE SET state=excluded.state, data=excluded.data`),
 		t.key(v), t.state(v), time.Now().UnixNano(), string(data))
 	if err != nil {
-		return fmt.Errorf("store %s %s: %w", t.name, t.key(v), err)
+		return t.s.outage(fmt.Errorf("store %s %s: %w", t.name, t.key(v), err))
 	}
 	return nil
 }
@@ -145,7 +145,7 @@ func (t Table[T]) Get(ctx context.Context, id string) (*T, error) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load %s %s: %w", t.name, id, err)
+		return nil, t.s.outage(fmt.Errorf("load %s %s: %w", t.name, id, err))
 	}
 	v := new(T)
 	if err := json.Unmarshal([]byte(data), v); err != nil {
@@ -163,7 +163,7 @@ func (t Table[T]) Get(ctx context.Context, id string) (*T, error) {
 func (t Table[T]) Update(ctx context.Context, id string, change func(*T) error) error {
 	tx, err := t.s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return t.s.outage(err)
 	}
 	defer tx.Rollback()
 	query := `SELECT data FROM ` + t.name + ` WHERE id = ?`
@@ -176,7 +176,7 @@ func (t Table[T]) Update(ctx context.Context, id string, change func(*T) error) 
 		return ErrNotFound
 	}
 	if err != nil {
-		return fmt.Errorf("load %s %s: %w", t.name, id, err)
+		return t.s.outage(fmt.Errorf("load %s %s: %w", t.name, id, err))
 	}
 	v := new(T)
 	if err := json.Unmarshal([]byte(data), v); err != nil {
@@ -190,15 +190,15 @@ func (t Table[T]) Update(ctx context.Context, id string, change func(*T) error) 
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, t.s.q(`UPDATE `+t.name+` SET state = ?, data = ? WHERE id = ?`), t.state(v), string(out), id); err != nil {
-		return fmt.Errorf("store %s %s: %w", t.name, id, err)
+		return t.s.outage(fmt.Errorf("store %s %s: %w", t.name, id, err))
 	}
-	return tx.Commit()
+	return t.s.outage(tx.Commit())
 }
 
 // Delete removes a record; deleting a missing record is not an error.
 func (t Table[T]) Delete(ctx context.Context, id string) error {
 	_, err := t.s.db.ExecContext(ctx, t.s.q(`DELETE FROM `+t.name+` WHERE id = ?`), id)
-	return err
+	return t.s.outage(err)
 }
 
 // List returns every record in creation order, optionally only those whose
@@ -206,14 +206,14 @@ func (t Table[T]) Delete(ctx context.Context, id string) error {
 func (t Table[T]) List(ctx context.Context, states ...string) ([]*T, error) {
 	rows, err := t.s.db.QueryContext(ctx, `SELECT state, data FROM `+t.name+` ORDER BY seq, id`)
 	if err != nil {
-		return nil, err
+		return nil, t.s.outage(err)
 	}
 	defer rows.Close()
 	var out []*T
 	for rows.Next() {
 		var state, data string
 		if err := rows.Scan(&state, &data); err != nil {
-			return nil, err
+			return nil, t.s.outage(err)
 		}
 		if len(states) > 0 && !slices.Contains(states, state) {
 			continue
@@ -224,7 +224,7 @@ func (t Table[T]) List(ctx context.Context, states ...string) ([]*T, error) {
 		}
 		out = append(out, v)
 	}
-	return out, rows.Err()
+	return out, t.s.outage(rows.Err())
 }
 
 // Sandboxes is the table of sandboxes.
@@ -257,7 +257,7 @@ type Event struct {
 func (s *Store) AddEvent(ctx context.Context, sandboxID, level, msg string) error {
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO events(sandbox_id, ts, level, message) VALUES(?, ?, ?, ?)`),
 		sandboxID, time.Now().UnixNano(), level, msg)
-	return err
+	return s.outage(err)
 }
 
 // Events returns up to limit log lines of a sandbox after sequence number after.
@@ -266,7 +266,7 @@ func (s *Store) Events(ctx context.Context, sandboxID string, after int64, limit
 		s.q(`SELECT seq, ts, level, message FROM events WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?`),
 		sandboxID, after, limit)
 	if err != nil {
-		return nil, err
+		return nil, s.outage(err)
 	}
 	defer rows.Close()
 	var out []Event
@@ -274,18 +274,18 @@ func (s *Store) Events(ctx context.Context, sandboxID string, after int64, limit
 		var e Event
 		var ts int64
 		if err := rows.Scan(&e.Seq, &ts, &e.Level, &e.Message); err != nil {
-			return nil, err
+			return nil, s.outage(err)
 		}
 		e.Time = time.Unix(0, ts)
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	return out, s.outage(rows.Err())
 }
 
 // DeleteEvents removes a sandbox's log.
 func (s *Store) DeleteEvents(ctx context.Context, sandboxID string) error {
 	_, err := s.db.ExecContext(ctx, s.q(`DELETE FROM events WHERE sandbox_id = ?`), sandboxID)
-	return err
+	return s.outage(err)
 }
 
 // DeleteOrphanEvents removes the log lines of sandboxes that have no
@@ -294,7 +294,7 @@ func (s *Store) DeleteEvents(ctx context.Context, sandboxID string) error {
 func (s *Store) DeleteOrphanEvents(ctx context.Context) (int64, error) {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE sandbox_id NOT IN (SELECT id FROM sandboxes)`)
 	if err != nil {
-		return 0, err
+		return 0, s.outage(err)
 	}
 	return res.RowsAffected()
 }

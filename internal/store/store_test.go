@@ -467,3 +467,52 @@ func testOrphanEventsGo(t *testing.T, b backend) {
 		t.Fatalf("the kept sandbox's log: %+v", ev)
 	}
 }
+
+// While PostgreSQL is down every call fails as an outage, which the API
+// answers 503 with Retry-After; when it is back the same store works
+// again and holds what was written before.
+func TestPostgresOutage(t *testing.T) {
+	pg := testenv.PostgresServer(t)
+	ctx := context.Background()
+	s, err := OpenPostgres(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Sandboxes().Put(ctx, &Sandbox{ID: "kept", State: Running}); err != nil {
+		t.Fatal(err)
+	}
+	pg.Stop(t)
+	for name, call := range map[string]func() error{
+		"get":    func() error { _, err := s.Sandboxes().Get(ctx, "kept"); return err },
+		"list":   func() error { _, err := s.Sandboxes().List(ctx); return err },
+		"put":    func() error { return s.Sandboxes().Put(ctx, &Sandbox{ID: "new", State: Running}) },
+		"update": func() error { return s.Sandboxes().Update(ctx, "kept", func(*Sandbox) error { return nil }) },
+		"delete": func() error { return s.Sandboxes().Delete(ctx, "kept") },
+		"event":  func() error { return s.AddEvent(ctx, "kept", "info", "line") },
+	} {
+		err := call()
+		var o *OutageError
+		if !errors.As(err, &o) || o.Outage() != OutageRetry || !strings.Contains(err.Error(), "try again") {
+			t.Errorf("%s while PostgreSQL is down: %T %v; want an outage", name, err, err)
+		}
+	}
+	pg.Start(t)
+	if got, err := s.Sandboxes().Get(ctx, "kept"); err != nil || got.State != Running {
+		t.Fatalf("after PostgreSQL came back: %+v, %v", got, err)
+	}
+}
+
+// A SQLite store's failures are never outages: the file is on this host.
+func TestSQLiteFailuresAreNotOutages(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = s.Sandboxes().Get(context.Background(), "any")
+	var o *OutageError
+	if err == nil || errors.As(err, &o) {
+		t.Fatalf("Get on a closed SQLite store: %T %v", err, err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -17,7 +18,37 @@ import (
 // directory, listening on a free loopback port, and returns the URL of
 // its database "cube". The server is stopped when the test ends. It runs
 // as the system user postgres (PostgreSQL refuses root), so it needs root.
-func Postgres(t testing.TB) string {
+func Postgres(t testing.TB) string { return PostgresServer(t).URL }
+
+// PG is a test's own PostgreSQL server, which the test may stop and start
+// again (an outage, a restart) on the same port and data.
+type PG struct {
+	// URL is the database "cube" on it.
+	URL string
+	// start and stop run pg_ctl on it.
+	start, stop func() error
+}
+
+// Stop shuts the server down at once, as a crash would: sessions are cut
+// and nothing answers on its port until Start.
+func (pg *PG) Stop(t testing.TB) {
+	t.Helper()
+	if err := pg.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Start starts the stopped server again and returns once it takes
+// connections.
+func (pg *PG) Start(t testing.TB) {
+	t.Helper()
+	if err := pg.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PostgresServer is Postgres, with the server's controls.
+func PostgresServer(t testing.TB) *PG {
 	t.Helper()
 	RequireRoot(t)
 	bin := postgresBin(t)
@@ -46,19 +77,34 @@ func Postgres(t testing.TB) string {
 	}
 	port := freePort(t)
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=on", port, dir)
-	if out, err := as("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		t.Fatalf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	server := &PG{
+		URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/cube?sslmode=disable", port),
+		start: func() error {
+			if out, err := as("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
+				log, _ := os.ReadFile(filepath.Join(dir, "log"))
+				return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+			}
+			return nil
+		},
+		stop: func() error {
+			if out, err := as("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop").CombinedOutput(); err != nil {
+				return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
+			}
+			return nil
+		},
+	}
+	if err := server.start(); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if out, err := as("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop").CombinedOutput(); err != nil {
-			t.Logf("pg_ctl stop: %v\n%s", err, out)
+		if err := server.stop(); err != nil && !strings.Contains(err.Error(), "Is server running?") {
+			t.Log(err)
 		}
 	})
 	if out, err := as("createdb", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "postgres", "cube").CombinedOutput(); err != nil {
 		t.Fatalf("createdb: %v\n%s", err, out)
 	}
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/cube?sslmode=disable", port)
+	return server
 }
 
 // postgresBin is the newest installed PostgreSQL's bin directory.
