@@ -50,18 +50,23 @@ func (o *common) client(concurrency int) (*Client, error) {
 	if url == "" {
 		url = "http://127.0.0.1:3000"
 	}
+	o.apiURL = url
+	return NewClient(url, o.apiKeyFor(), concurrency)
+}
+
+// apiKeyFor is the API key: --api-key, else the environment's, else a
+// local server's from its data directory.
+func (o *common) apiKeyFor() string {
 	key := o.apiKey
 	if key == "" {
 		key = firstEnv(EnvAPIKey, "CUBE_API_KEY")
 	}
 	if key == "" && o.dataDir != "" {
-		// A local server keeps its key in the data directory.
 		if b, err := os.ReadFile(filepath.Join(o.dataDir, "api-key")); err == nil {
 			key = strings.TrimSpace(string(b))
 		}
 	}
-	o.apiURL = url
-	return NewClient(url, key, concurrency)
+	return key
 }
 
 func (o *common) templateID() string {
@@ -195,6 +200,7 @@ Environment: E2B_API_URL, E2B_API_KEY, CUBE_TEMPLATE_ID.`,
 		opCommand(o, "clone", "Clone one running sandbox n times, c at once on the server", opClone),
 		opCommand(o, "pause-resume", "Pause c sandboxes at once, then resume them at once", opPauseResume),
 		densityCommand(o),
+		viaCommand(o),
 		baselineCommand(o),
 		chartCommand(o),
 		reportCommand(o),
@@ -282,6 +288,49 @@ func opCommand(o *common, name, short string, kind opKind) *cobra.Command {
 		f.BoolVar(&cfg.FromDisk, "from-disk", false, "resume only once the server has written the paused sandboxes to disk (<data-dir>/sandboxes/<id>/pause/checkpoint.img, after its --pause-write-delay): a restore instead of a thaw; run it on the server's host")
 		f.BoolVar(&cfg.FilesOnly, "files-only", false, "pause without memory (E2B's keepMemory false): the pause saves the sandboxes' files and frees them, the resume boots them afresh with those files")
 	}
+	return cmd
+}
+
+func viaCommand(o *common) *cobra.Command {
+	var cfg ViaConfig
+	cmd := &cobra.Command{
+		Use:   "via",
+		Short: "In a cluster: create and read sandboxes through their own node and through another, side by side",
+		Long: `via creates a sandbox of --template through --api-url (the node that holds
+the template) and through --via (another node of the same cluster, which
+forwards to it), alternating which goes first each round, reads each one
+--gets times through the same node, and deletes it. It reports both paths'
+latencies and what the hop between nodes adds at the median.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Template = o.templateID()
+			cfg.Timeout = o.timeout
+			direct, err := o.client(1)
+			if err != nil {
+				return err
+			}
+			cfg.APIURL = o.apiURL
+			via, err := NewClient(cfg.Via, o.apiKeyFor(), 1)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			p, finish := o.roundProgress(cfg.Warmup+cfg.Rounds, "via")
+			rep, err := RunVia(ctx, direct, via, cfg, p)
+			finish()
+			if err != nil {
+				return fmt.Errorf("via: %w", err)
+			}
+			WriteViaTable(o.stdout, rep)
+			return o.writeJSON(rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Via, "via", "", "URL of another node of the cluster (required)")
+	f.IntVarP(&cfg.Rounds, "rounds", "n", 20, "measured rounds (one create through each node per round)")
+	f.IntVarP(&cfg.Warmup, "warmup", "w", 2, "warm-up rounds (discarded)")
+	f.IntVar(&cfg.Gets, "gets", 10, "GET /sandboxes/{id} per sandbox")
 	return cmd
 }
 

@@ -46,6 +46,7 @@ func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sandboxes", f.auth(f.create))
 	mux.HandleFunc("DELETE /sandboxes/{id}", f.auth(f.kill))
+	mux.HandleFunc("GET /sandboxes/{id}", f.auth(f.get))
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", f.auth(f.snapshot))
 	mux.HandleFunc("DELETE /templates/{id}", f.auth(f.dropTemplate))
 	mux.HandleFunc("POST /sandboxes/{id}/rollback", f.auth(f.rollback))
@@ -115,6 +116,18 @@ func (f *fakeAPI) create(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	json.NewEncoder(w).Encode(f.newSandbox(body.TemplateID))
+}
+
+func (f *fakeAPI) get(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := r.PathValue("id")
+	if !f.live[id] {
+		fail(w, http.StatusNotFound, "sandbox %s not found", id)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(wire.SandboxDetail{SandboxID: id, TemplateID: "base", ClientID: "cube", State: "running"})
 }
 
 func (f *fakeAPI) kill(w http.ResponseWriter, r *http.Request) {
