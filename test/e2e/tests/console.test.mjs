@@ -1,8 +1,8 @@
 // The web console at /console, driven in headless Chromium (Debian's
 // package, through playwright-core) against the suite's real server:
-// sign-in, every page, a sandbox's whole life from the UI, and a template
-// build watched to READY. Screenshots of each page go to
-// test/e2e/artifacts/console-<mode>/.
+// sign-in, every page, a sandbox's whole life from the UI, a template
+// build watched to READY, and this node drained and made ready again.
+// Screenshots of each page go to test/e2e/artifacts/console-<mode>/.
 import { describe, test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -26,6 +26,9 @@ let browser, context, page
 const problems = [] // console errors and uncaught exceptions, on any page
 const sandboxes = new Set()
 const templates = new Set()
+// The node the UI drained, until it is seen ready again: later tests (and
+// other files) create sandboxes on it.
+let drained
 
 // Chromium trusts Cube's local CA through its key's hash, as an operator
 // would trust it; no other certificate error is let through.
@@ -126,6 +129,7 @@ before(async () => {
 })
 
 after(async () => {
+  if (drained) await api('POST', `/nodes/${drained}`, { status: 'ready' })
   await browser?.close()
   releaseBrowserNetwork()
   await Promise.all([...sandboxes].map((id) => api('DELETE', `/sandboxes/${id}`)))
@@ -290,16 +294,55 @@ describe('web console', { concurrency: false }, () => {
     assert.match(await facts.textContent(), /used of/)
     await page.locator('#bench-title ~ div table').first().waitFor()
     assert.ok(await page.locator('#bench-title ~ div table').count() >= 2, 'machine and targets tables')
+  })
+
+  test('node page: this server in the nodes table, drained and made ready again from the UI', async () => {
+    const self = (await api('GET', '/nodes')).json.find((n) => n.self)
+    assert.ok(self, 'GET /nodes lists this server')
+    assert.equal(self.status, 'ready')
+    const nodes = page.getByRole('table', { name: 'Nodes of the service' })
+    await nodes.waitFor()
+    for (const col of ['Node', 'Status', 'Address', 'Version', 'CPU', 'Memory', 'Sandboxes', 'Actions']) {
+      await nodes.getByRole('columnheader', { name: col, exact: true }).waitFor()
+    }
+    const row = nodes.locator('tbody tr', { has: page.getByRole('rowheader', { name: new RegExp(`^${self.id} \\(this node\\)$`) }) })
+    await row.waitFor()
+    assert.match(await row.textContent(), new RegExp(self.address.replace(/[.:/]/g, '\\$&')))
+    assert.match(await row.textContent(), /\d+ running/)
+    const status = row.getByTestId('node-status')
+    await eventually(async () => (await status.textContent()) === 'ready', { what: 'the node ready in the page' })
+
+    drained = self.id
+    await row.getByRole('button', { name: `Drain node ${self.id}` }).click()
+    await confirmWith('Drain')
+    await eventually(async () => (await status.textContent()) === 'draining', { what: 'the node draining in the page' })
+    assert.equal((await api('GET', `/nodes/${self.id}`)).json.status, 'draining')
+    // The focus moves to the button that replaced the one pressed.
+    await eventually(async () => (await page.evaluate(() => document.activeElement?.getAttribute('aria-label'))) === `Uncordon node ${self.id}`,
+      { what: 'the focus on the Uncordon button' })
+
+    await row.getByRole('button', { name: `Uncordon node ${self.id}` }).click()
+    await confirmWith('Uncordon')
+    await eventually(async () => (await status.textContent()) === 'ready', { what: 'the node ready again in the page' })
+    assert.equal((await api('GET', `/nodes/${self.id}`)).json.status, 'ready')
+    drained = undefined
+    await row.getByRole('button', { name: `Drain node ${self.id}` }).waitFor()
     await shot('node')
   })
 
   test('at phone width nothing scrolls sideways', async () => {
     await page.setViewportSize({ width: 390, height: 844 })
-    for (const [hash, ready] of [['#/overview', 'figure.chart canvas'], ['#/sandboxes', 'form.filters'], ['#/templates', 'table']]) {
+    for (const [hash, ready] of [['#/overview', 'figure.chart canvas'], ['#/sandboxes', 'form.filters'], ['#/node', '.stack table'], ['#/templates', 'table']]) {
       await page.goto(`${consoleUrl}${hash}`)
       await page.locator(ready).first().waitFor()
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
       assert.ok(overflow <= 0, `${hash}: the page is ${overflow}px wider than the screen`)
+      if (hash === '#/node') {
+        // The nodes table is laid out as cards: it does not scroll either.
+        const wide = await page.locator('.stack').evaluate((el) => el.scrollWidth - el.clientWidth)
+        assert.ok(wide <= 0, `the nodes table is ${wide}px wider than its box`)
+        await shot('phone-node')
+      }
     }
     await shot('phone-templates')
     await page.goto(`${consoleUrl}#/overview`)

@@ -93,13 +93,20 @@ export function when (iso) {
   return isNaN(d) ? '–' : d.toLocaleString()
 }
 
-export function table (caption, columns, rows, empty = 'Nothing here yet.') {
+/**
+ * A table whose first column heads its rows. stack lays each row out as
+ * a card of labelled cells on narrow screens, for tables too wide for a
+ * phone.
+ */
+export function table (caption, columns, rows, empty = 'Nothing here yet.', { stack = false } = {}) {
   if (!rows.length) return h('p', { class: 'empty' }, empty)
-  return h('div', { class: 'table-wrap' },
+  return h('div', { class: stack ? 'table-wrap stack' : 'table-wrap' },
     h('table', {},
       h('caption', {}, caption),
       h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c)))),
-      h('tbody', {}, rows.map((r) => h('tr', {}, r.map((cell, i) => i === 0 ? h('th', { scope: 'row' }, cell) : h('td', {}, cell)))))))
+      h('tbody', {}, rows.map((r) => h('tr', {}, r.map((cell, i) => i === 0
+        ? h('th', { scope: 'row' }, cell)
+        : h('td', { 'data-label': stack ? columns[i] : undefined }, cell)))))))
 }
 
 export function field (label, control, hint) {
