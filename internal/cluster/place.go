@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"cube/internal/cube"
@@ -13,10 +14,13 @@ import (
 )
 
 // Want is what a create needs of a node: Node is the node that must run it
-// because it alone holds the template's files or the volumes' disks (""
-// when any node will do), MemoryMB the memory it asks for.
+// because it alone holds the volumes' disks ("" when any node will do);
+// Holders are the nodes that hold the template's files, preferred because
+// another node first copies them from one of these; MemoryMB is the memory
+// it asks for.
 type Want struct {
 	Node     string
+	Holders  []string
 	MemoryMB int
 }
 
@@ -51,44 +55,49 @@ func (r *Registry) Peer(ctx context.Context, nodeID string) (string, bool, error
 // Place picks the node a create runs on: a ready node that heartbeats,
 // the one want names if it names one, with a free network slot and the
 // most free memory (counting the creates placed there that its usage does
-// not show yet). The choice is a reservation written into the node's row
-// in a transaction that checks the room again, so concurrent creates on
-// any nodes never take the same last slot. release marks the create done;
-// the reservation then lasts until the node's next heartbeat.
+// not show yet). Nodes holding the template come first; another node is
+// chosen only when none of them can take it, and only while one of them
+// heartbeats to copy the template from. The choice is a reservation
+// written into the node's row in a transaction that checks the room
+// again, so concurrent creates on any nodes never take the same last
+// slot. release marks the create done; the reservation then lasts until
+// the node's next heartbeat.
 func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error) {
 	recs, err := r.cfg.Store.Nodes().List(ctx)
 	if err != nil {
 		return "", nil, err
 	}
 	now := r.cfg.Now().UTC()
-	var candidates []*store.Node
-	var held *store.Node
+	// source: a node holding the template heartbeats, to copy it from.
+	source := len(want.Holders) == 0
 	for _, rec := range recs {
-		if want.Node != "" && rec.ID != want.Node {
-			continue
-		}
-		held = rec
-		if r.view(rec).Status == cube.NodeReady {
-			candidates = append(candidates, rec)
+		if slices.Contains(want.Holders, rec.ID) && r.view(rec).Status != cube.NodeUnhealthy {
+			source = true
 		}
 	}
-	if len(candidates) == 0 {
+	var holders, others []*store.Node
+	for _, rec := range recs {
 		switch {
-		case want.Node != "" && held == nil:
-			return "", nil, cube.Errorf(cube.Unavailable, "what this sandbox needs is held by node %s, which is no longer a node of the cluster", want.Node)
-		case want.Node != "":
-			return "", nil, cube.Errorf(cube.Unavailable, "what this sandbox needs (its template or volumes) is held by node %s, which is %s and takes no new sandboxes", want.Node, r.view(held).Status).WithRetryAfter(5 * time.Second)
+		case want.Node != "" && rec.ID != want.Node, r.view(rec).Status != cube.NodeReady:
+		case len(want.Holders) == 0 || slices.Contains(want.Holders, rec.ID):
+			holders = append(holders, rec)
+		case source:
+			others = append(others, rec)
 		}
-		return "", nil, cube.Errorf(cube.Unavailable, "no node takes new sandboxes: every node is draining, standby or unhealthy (see `cubemastercli node list`)").WithRetryAfter(5 * time.Second)
 	}
-	slices.SortStableFunc(candidates, func(a, b *store.Node) int {
+	if len(holders)+len(others) == 0 {
+		return "", nil, r.nowhere(recs, want, source)
+	}
+	byRoom := func(a, b *store.Node) int {
 		if c := cmp.Compare(freeMB(b, now), freeMB(a, now)); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Usage.Sandboxes, b.Usage.Sandboxes)
-	})
+	}
+	slices.SortStableFunc(holders, byRoom)
+	slices.SortStableFunc(others, byRoom)
 	resv := store.Reservation{ID: id.New("", 12), MemoryMB: max(want.MemoryMB, 0), At: now}
-	for _, c := range candidates {
+	for _, c := range append(holders, others...) {
 		err := r.cfg.Store.Nodes().Update(ctx, c.ID, func(rec *store.Node) error {
 			if freeSlots(rec, now) <= 0 || freeMB(rec, now) < pendingMB {
 				return errFull
@@ -110,6 +119,35 @@ func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error)
 }
 
 var errFull = errors.New("node full")
+
+// nowhere says why no node can take a create, and what to do.
+func (r *Registry) nowhere(recs []*store.Node, want Want, source bool) error {
+	find := func(id string) *store.Node {
+		if i := slices.IndexFunc(recs, func(n *store.Node) bool { return n.ID == id }); i >= 0 {
+			return recs[i]
+		}
+		return nil
+	}
+	if want.Node != "" {
+		rec := find(want.Node)
+		switch {
+		case rec == nil:
+			return cube.Errorf(cube.Unavailable, "this sandbox's volumes are on node %s, which is no longer a node of the cluster", want.Node)
+		case r.view(rec).Status != cube.NodeReady:
+			return cube.Errorf(cube.Unavailable, "this sandbox's volumes are on node %s, which is %s and takes no new sandboxes", want.Node, r.view(rec).Status).WithRetryAfter(5 * time.Second)
+		}
+		return cube.Errorf(cube.Unavailable, "this sandbox's volumes are on node %s, and its template cannot be copied there while no node holding it (%s) answers", want.Node, strings.Join(want.Holders, ", ")).WithRetryAfter(5 * time.Second)
+	}
+	if !source {
+		for _, id := range want.Holders {
+			if rec := find(id); rec != nil {
+				return cube.Errorf(cube.Unavailable, "this sandbox's template is held by node %s, which is %s: it can be neither run nor copied until that node is back", id, r.view(rec).Status).WithRetryAfter(5 * time.Second)
+			}
+		}
+		return cube.Errorf(cube.Unavailable, "this sandbox's template is held by node %s, which is no longer a node of the cluster", strings.Join(want.Holders, ", "))
+	}
+	return cube.Errorf(cube.Unavailable, "no node takes new sandboxes: every node is draining, standby or unhealthy (see `cubemastercli node list`)").WithRetryAfter(5 * time.Second)
+}
 
 // release marks a placed create as done.
 func (r *Registry) release(nodeID, resvID string) {

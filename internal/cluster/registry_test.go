@@ -125,3 +125,71 @@ func TestPeersAreUnhealthyWhenTheirHeartbeatIsLate(t *testing.T) {
 		t.Fatalf("removed node: %v", err)
 	}
 }
+
+// registerRoomy registers a node with free slots and memory.
+func registerRoomy(t *testing.T, st *store.Store, id string, c *clock, freeMB int64) *Registry {
+	t.Helper()
+	r, err := Register(context.Background(), Config{Store: st, ID: id, Address: "http://" + id, Version: "v1",
+		Interval: time.Second, Now: c.now,
+		Usage: func(context.Context) store.NodeUsage {
+			return store.NodeUsage{CPUCount: 2, SlotsTotal: 10, MemoryTotalBytes: uint64(freeMB) << 20}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A create goes to a node holding its template; when none of them takes
+// sandboxes it goes to another node, which copies the template, but only
+// while a holder heartbeats to copy it from; volumes pin their node.
+func TestPlacementPrefersHoldersAndCopiesOnlyFromALiveOne(t *testing.T) {
+	ctx := context.Background()
+	st, c := open(t), &clock{time.Unix(1000, 0)}
+	a := registerRoomy(t, st, "a", c, 1000)
+	b := registerRoomy(t, st, "b", c, 4000) // the roomiest
+	cr := registerRoomy(t, st, "c", c, 2000)
+	place := func(want Want) (string, error) {
+		t.Helper()
+		node, release, err := b.Place(ctx, want)
+		if err == nil {
+			release()
+		}
+		return node, err
+	}
+	if got, err := place(Want{Holders: []string{"a"}}); err != nil || got != "a" {
+		t.Fatalf("template on a: placed on %q, %v", got, err)
+	}
+	if got, err := place(Want{Holders: []string{"a", "c"}}); err != nil || got != "c" {
+		t.Fatalf("template on a and c: placed on %q, %v; want c, the roomier holder", got, err)
+	}
+	if got, err := place(Want{}); err != nil || got != "b" {
+		t.Fatalf("no template constraint: placed on %q, %v; want the roomiest", got, err)
+	}
+	// a drains: it still answers, so the template is copied elsewhere.
+	if err := a.SetNodeStatus(ctx, "a", cube.NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := place(Want{Holders: []string{"a"}}); err != nil || got != "b" {
+		t.Fatalf("holder draining: placed on %q, %v; want b", got, err)
+	}
+	// A volume on c: c, copying the template from a.
+	if got, err := place(Want{Node: "c", Holders: []string{"a"}}); err != nil || got != "c" {
+		t.Fatalf("volume on c: placed on %q, %v", got, err)
+	}
+	// a goes silent: nothing to copy from, and the error names it.
+	c.t = c.t.Add(20 * time.Second)
+	for _, r := range []*Registry{b, cr} {
+		if err := r.heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := place(Want{Holders: []string{"a"}})
+	if cube.KindOf(err) != cube.Unavailable || !strings.Contains(err.Error(), "node a") || !strings.Contains(err.Error(), "unhealthy") {
+		t.Fatalf("holder silent: %v", err)
+	}
+	_, err = place(Want{Node: "c", Holders: []string{"a"}})
+	if cube.KindOf(err) != cube.Unavailable || !strings.Contains(err.Error(), "cannot be copied there while no node holding it (a) answers") {
+		t.Fatalf("volume on c, template holder silent: %v", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -55,6 +56,10 @@ type Config struct {
 	SandboxNode, TemplateNode, VolumeNode func(ctx context.Context, id string) (string, error)
 	// Want reads a create request's body.
 	Want func(ctx context.Context, body []byte) (cluster.Want, error)
+	// Internal answers the routes nodes call on each other (under
+	// InternalPrefix, such as a template's files for a copy); only signed
+	// requests reach it.
+	Internal http.Handler
 	// MaxBodyBytes bounds the create bodies read for placement.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -118,7 +123,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// Nothing of it reaches a sandbox.
 		r.Header.Del(Header)
+		if strings.HasPrefix(r.URL.Path, InternalPrefix) && h.cfg.Internal != nil {
+			h.cfg.Internal.ServeHTTP(w, r)
+			return
+		}
 		h.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, InternalPrefix) {
+		api.WriteError(w, cube.Errorf(cube.Forbidden, "%s routes are called by the nodes of the cluster only", InternalPrefix))
 		return
 	}
 	if sid, ok := h.cfg.SandboxOf(r); ok {
@@ -238,6 +251,33 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.forward(w, r, addr)
+}
+
+// InternalPrefix starts the paths of the routes nodes call on each other.
+const InternalPrefix = "/cluster/"
+
+// Get calls an internal route (path under InternalPrefix) on node, signed,
+// and returns the body of its 200 answer for the caller to close.
+func (h *Handler) Get(ctx context.Context, node, path string) (io.ReadCloser, error) {
+	addr, _, err := h.cfg.Peers.Peer(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(addr, "/")+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("node %s's address %q: %w", node, addr, err)
+	}
+	sign(req, h.cfg.Peers.Self(), h.cfg.Secret, time.Now())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("node %s answered %s: %s", node, resp.Status, bytes.TrimSpace(msg))
+	}
+	return resp.Body, nil
 }
 
 // forward passes r to the node at addr.

@@ -27,6 +27,9 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	if tpl.Status != store.TemplateReady {
 		return nil, cube.Errorf(cube.Conflict, "template %q is %s, not ready", req.Template, tpl.Status)
 	}
+	if tpl, err = n.localTemplate(ctx, tpl); err != nil {
+		return nil, err
+	}
 	if err := n.checkNetwork(req.Network); err != nil {
 		return nil, err
 	}

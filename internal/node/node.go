@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -80,6 +81,10 @@ type Config struct {
 	// the sandboxes of one that does not are shown lost. Nil: every
 	// sandbox is this node's.
 	PeerAlive func(nodeID string) bool
+	// FetchTemplate streams the files of a template that node holds (the
+	// archive its ExportTemplate writes), so this node can run sandboxes
+	// of it too. Nil: templates are used only where they were built.
+	FetchTemplate func(ctx context.Context, node, templateID string) (io.ReadCloser, error)
 	// EnvdVersion is what sandboxes report as envdVersion.
 	EnvdVersion string
 	// Domain is reported to SDKs for host-based routing.
@@ -122,7 +127,9 @@ type Node struct {
 	slots Slots
 	// agentDir holds the cube-envd this node boots new templates with.
 	agentDir string
-	agentAt  func(host netip.Addr) Agent
+	// pullMu makes copies of other nodes' templates one at a time.
+	pullMu  sync.Mutex
+	agentAt func(host netip.Addr) Agent
 	// audit queues the egress Filter's events for sandbox logs.
 	audit auditLog
 
@@ -273,7 +280,8 @@ func (n *Node) OnGone(f func(containerID string)) {
 // Start begins background work, each piece on its own goroutine until
 // Close: the reaper that ends sandboxes at their end time, the check for
 // sandboxes whose container died, the warm pool's refiller and the
-// preparer of containers for cold restores. Pause
+// preparer of containers for cold restores, and in a cluster the removal
+// of copies of templates that are gone. Pause
 // write-outs are scheduled as sandboxes pause.
 func (n *Node) Start() {
 	n.background(func() { n.reaper(n.ctx) })
@@ -284,6 +292,15 @@ func (n *Node) Start() {
 	}
 	if n.preparer() != nil {
 		n.background(func() { n.prepareLoop(n.ctx) })
+	}
+	if n.cfg.FetchTemplate != nil {
+		n.background(func() {
+			every(n.ctx, time.Minute, nil, func(ctx context.Context) {
+				if err := n.dropStaleCopies(ctx); err != nil {
+					n.log.Warn("copies of templates", "err", err)
+				}
+			})
+		})
 	}
 }
 

@@ -32,6 +32,9 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	if err := n.takeUnowned(ctx); err != nil {
 		return err
 	}
+	if err := n.dropStaleCopies(ctx); err != nil {
+		n.log.Warn("reconcile: copies of templates", "err", err)
+	}
 	recs, err := n.ownSandboxes(ctx)
 	if err != nil {
 		return err

@@ -4,9 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
 
+	"cube/internal/api"
 	"cube/internal/cluster"
 	"cube/internal/cube"
 	"cube/internal/forward"
@@ -18,12 +23,13 @@ import (
 // clusterHandler puts the forwarding between nodes in front of local when
 // the store is shared (a cluster on PostgreSQL). A single node has nothing
 // to forward and no placement to pay for.
-func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Registry, px *proxy.Proxy, local http.Handler, log *slog.Logger) http.Handler {
+func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Registry, px *proxy.Proxy, local http.Handler, log *slog.Logger, fwd *atomic.Pointer[forward.Handler]) http.Handler {
 	if o.Store == "" {
 		return local
 	}
-	return forward.New(forward.Config{
+	h := forward.New(forward.Config{
 		Peers: reg, Secret: []byte(o.ClusterSecret), Local: local, Logger: log,
+		Internal: internalRoutes(nd, log),
 		SandboxOf: func(r *http.Request) (string, bool) {
 			sid, _, ok := px.Match(r)
 			return sid, ok
@@ -56,6 +62,57 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Regi
 			return createWant(ctx, nd, body)
 		},
 	})
+	fwd.Store(h)
+	return h
+}
+
+// templateFiles is the internal route a node copies a template by.
+const templateFiles = forward.InternalPrefix + "templates/{id}/files"
+
+// internalRoutes answers what the nodes of a cluster ask of each other.
+func internalRoutes(nd *node.Node, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+templateFiles, func(w http.ResponseWriter, r *http.Request) {
+		cw := &countingWriter{w: w}
+		w.Header().Set("Content-Type", "application/x-tar")
+		err := nd.ExportTemplate(r.Context(), r.PathValue("id"), cw)
+		switch {
+		case err == nil:
+		case cw.n == 0:
+			api.WriteError(w, err)
+		default:
+			// Cut short: the copy reads a truncated archive and fails.
+			log.Warn("send a template's files", "template", r.PathValue("id"), "err", err)
+		}
+	})
+	return mux
+}
+
+// countingWriter tells whether an answer has begun.
+type countingWriter struct {
+	w http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// fetchTemplate is how a node copies another node's template: a signed
+// call to that node's internal route. Nil for a single node.
+func fetchTemplate(o Options, fwd *atomic.Pointer[forward.Handler]) func(ctx context.Context, node, id string) (io.ReadCloser, error) {
+	if o.Store == "" {
+		return nil
+	}
+	return func(ctx context.Context, node, id string) (io.ReadCloser, error) {
+		h := fwd.Load()
+		if h == nil {
+			return nil, errors.New("the cluster's forwarding is not running yet")
+		}
+		return h.Get(ctx, node, strings.Replace(templateFiles, "{id}", url.PathEscape(id), 1))
+	}
 }
 
 // templateNode names the node holding a template's files: "" for a
@@ -87,7 +144,11 @@ func createWant(ctx context.Context, nd *node.Node, body []byte) (cluster.Want, 
 	if err != nil {
 		return cluster.Want{}, err
 	}
-	want := cluster.Want{Node: t.Node, MemoryMB: max(req.MemoryMB, t.MemoryMB)}
+	want := cluster.Want{MemoryMB: max(req.MemoryMB, t.MemoryMB)}
+	if t.Node != "" {
+		want.Holders = append([]string{t.Node}, t.Copies...)
+	}
+	// Volumes do not move: a sandbox mounting one runs on its node.
 	for _, m := range req.VolumeMounts {
 		v, err := nd.VolumeNamed(ctx, m.Name)
 		if err != nil || v == nil {

@@ -190,9 +190,24 @@ func TestClusterOfThreeNodes(t *testing.T) {
 	if code, out := a.d.do(t, "POST", "/nodes/node-c", map[string]any{"status": "draining"}, nil); code != 204 && code != 200 {
 		t.Fatalf("drain node-c: %d %s", code, out)
 	}
-	if code, _, out := createOn(t, b.d, map[string]any{"templateID": "tiny-c"}); code != 503 || !strings.Contains(out, "draining") {
-		t.Fatalf("create of node-c's template while it drains: %d %s", code, out)
+	// node-c's template, while node-c drains, runs on another node, which
+	// copies it from node-c once: the next create lands on that copy.
+	code, copied, body := createOn(t, b.d, map[string]any{"templateID": "tiny-c", "timeout": 600})
+	if code != 201 || (copied.ClientID != "node-a" && copied.ClientID != "node-b") {
+		t.Fatalf("create of node-c's template while it drains: %d %s", code, body)
 	}
+	boxes = append(boxes, box{copied, nodes[map[string]int{"node-a": 0, "node-b": 1}[copied.ClientID]]})
+	if code, out := a.d.envd(t, copied.SandboxID, copied.EnvdAccessToken, "POST", "/files?path=/tmp/who.txt", []byte("copied")); code != 200 {
+		t.Fatalf("write into the sandbox of a copied template: %d %s", code, out)
+	}
+	if code, out := c.d.envd(t, copied.SandboxID, copied.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != "copied" {
+		t.Fatalf("read from the sandbox of a copied template: %d %q", code, out)
+	}
+	code, again, body := createOn(t, a.d, map[string]any{"templateID": "tiny-c", "timeout": 600})
+	if code != 201 || again.ClientID != copied.ClientID {
+		t.Fatalf("second create of node-c's template went to %q, not to the copy on %s: %d %s", again.ClientID, copied.ClientID, code, body)
+	}
+	boxes = append(boxes, box{again, boxes[len(boxes)-1].owner})
 	onC := boxes[2]
 	if code, out := b.d.envd(t, onC.SandboxID, onC.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onC.SandboxID {
 		t.Fatalf("node-c's sandbox while it drains: %d %q", code, out)

@@ -25,6 +25,7 @@ import (
 	"cube/internal/egress"
 	"cube/internal/envd/protocol"
 	"cube/internal/fault"
+	"cube/internal/forward"
 	"cube/internal/netslot"
 	"cube/internal/node"
 	"cube/internal/oci"
@@ -250,6 +251,9 @@ func Run(ctx context.Context, o Options) error {
 	// The node shows other nodes' sandboxes lost once their node stops
 	// heartbeating; the registry that knows is made after the node.
 	var peers atomic.Pointer[cluster.Registry]
+	// Copies of templates between nodes go through the forwarding, made
+	// after the node.
+	var fwd atomic.Pointer[forward.Handler]
 	// Running sandboxes keep their slots across a restart and the next
 	// start re-adopts them; with none left, every slot is torn down.
 	defer func() {
@@ -266,7 +270,7 @@ func Run(ctx context.Context, o Options) error {
 		PeerAlive: func(id string) bool { r := peers.Load(); return r == nil || r.Alive(id) }, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
-		EgressCA: eg.ca, Secrets: eg.secrets,
+		EgressCA: eg.ca, Secrets: eg.secrets, FetchTemplate: fetchTemplate(o, &fwd),
 	})
 	if err != nil {
 		return err
@@ -349,7 +353,7 @@ func Run(ctx context.Context, o Options) error {
 	defer nd.Close()
 	// Builds stop before the node they boot sandboxes on.
 	defer builder.Close()
-	handler := clusterHandler(o, st, nd, reg, px, api.Mount(apiSrv, px), log)
+	handler := clusterHandler(o, st, nd, reg, px, api.Mount(apiSrv, px), log, &fwd)
 	srv := api.NewHTTPServer(o.Listen, handler)
 	if certs != nil && certs.acme != nil {
 		// ACME's HTTP challenges arrive on the plain listener.

@@ -103,6 +103,10 @@ type Template struct {
 	// (rootfs and checkpoint): sandboxes of it are placed there. Empty in
 	// records written before nodes shared a store.
 	Node string `json:"node,omitempty"`
+	// Copies are the other nodes that hold a verified copy of the
+	// template's files, each beneath its own data directory: placement
+	// prefers them as it prefers Node.
+	Copies []string `json:"copies,omitempty"`
 
 	Image string `json:"image,omitempty"`
 	// ImageDigest is the image ID (config digest) the rootfs was unpacked from.
