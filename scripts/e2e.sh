@@ -163,15 +163,30 @@ fi
 # traffic routed by header through E2B_SANDBOX_URL), then the way E2B's
 # cloud is reached (only E2B_DOMAIN: HTTPS to api.<domain> and
 # <port>-<id>.<domain>, trusting Cube's CA). CUBE_E2E_MODES picks them.
+# Files that change the whole server for a moment (the console's test
+# drains this node and makes it ready again) run alone, after the others,
+# so no other file's create meets the drained node.
+serial=(tests/console.test.mjs)
+run_tests() {
+	if [ $# -gt 0 ]; then
+		node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "$@"
+		return
+	fi
+	local parallel=()
+	for f in tests/*.test.mjs; do
+		[[ " ${serial[*]} " == *" $f "* ]] || parallel+=("$f")
+	done
+	node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${parallel[@]}" &&
+		node --test --test-reporter=spec --test-concurrency=1 --test-timeout=300000 "${serial[@]}"
+}
+
 for mode in ${CUBE_E2E_MODES:-header https}; do
 	echo "e2e: running the tests ($mode)"
 	case "$mode" in
 	header) fg env E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" \
-		CUBE_E2E_MODE=header CUBE_E2E_CA="$ca" \
-		node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${@:-tests/}" ;;
+		CUBE_E2E_MODE=header CUBE_E2E_CA="$ca" bash -c "$(declare -p serial; declare -f run_tests); run_tests \"\$@\"" run_tests "$@" ;;
 	https) fg env E2B_DOMAIN="$domain:$https_port" E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" \
-		CUBE_E2E_MODE=https CUBE_E2E_CA="$ca" \
-		node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${@:-tests/}" ;;
+		CUBE_E2E_MODE=https CUBE_E2E_CA="$ca" bash -c "$(declare -p serial; declare -f run_tests); run_tests \"\$@\"" run_tests "$@" ;;
 	*) echo "e2e: unknown mode $mode (header, https)" >&2; status=2; exit 2 ;;
 	esac
 	status=$?
