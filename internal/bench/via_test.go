@@ -2,10 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,5 +57,35 @@ func TestViaNeedsAnotherNode(t *testing.T) {
 	c, _ := NewClient(srv.URL, fakeKey, 1)
 	if _, err := RunVia(context.Background(), c, c, ViaConfig{Template: "base", Rounds: 1, Gets: 1}, nil); err == nil || !strings.Contains(err.Error(), "--via") {
 		t.Fatalf("without --via: %v", err)
+	}
+}
+
+// The page gains the cluster section from bench-cluster.sh's results, with
+// the target's verdict and the copy's numbers, and keeps dating the page
+// by the run that made the other numbers.
+func TestReportClusterSection(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "commands.txt"), []byte("# 2026-12-03 16:13 UTC, 2 cores, commit 929650a\n"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "cluster"), 0o755)
+	rep := ViaReport{Command: "via", Node: "node-a", Config: ViaConfig{Gets: 10}, AddedCreateP50: 1.4, AddedGetP50: 0.31,
+		Rows: []ViaRow{{"create", "direct", Stats{Count: 30, P50: 40}}, {"create", "via", Stats{Count: 30, P50: 41.4}},
+			{"get", "direct", Stats{Count: 300, P50: 0.5}}, {"get", "via", Stats{Count: 300, P50: 0.81}}}}
+	b, _ := json.Marshal(rep)
+	os.WriteFile(filepath.Join(dir, "cluster", "via.json"), b, 0o644)
+	os.WriteFile(filepath.Join(dir, "cluster", "copy.txt"), []byte("first 4200\nsecond 180\ncopy_mb 950\n"), 0o644)
+	var md strings.Builder
+	if err := WriteReport(&md, ReportOptions{Dir: dir, ChartPath: "bench", Machine: Machine{Cores: 2}, Now: time.Now(), Commit: "ffff"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"from its run of 2026-12-03 16:13 UTC at commit `929650a`",
+		"## 10. A cluster: through another node",
+		"| create | via | 30 | 41.4 |",
+		"adds ≤ 5 ms (p50) | +1.4 | ✅",
+		"(950 MB: rootfs, checkpoint, agent) and took 4200 ms; the next, from the copy, 180 ms",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("page lacks %q", want)
+		}
 	}
 }
