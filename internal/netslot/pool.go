@@ -270,6 +270,10 @@ func (p *Pool) warmer() {
 	}
 }
 
+// Size is how many slots the pool may hold at once: the configured size,
+// or the default when none was given.
+func (p *Pool) Size() int { return p.cfg.Size }
+
 // Acquire returns a clean, armed slot: a pre-armed one if there is one,
 // else one built now. It fails with ErrExhausted when all Size slots are
 // held.

@@ -319,7 +319,7 @@ func Run(ctx context.Context, o Options) error {
 		advertise = "http://" + lns[0].Addr().String()
 	}
 	counts := &creates{}
-	reg, err := registerNode(ctx, o, name, st, nd, counts, advertise)
+	reg, err := registerNode(ctx, o, name, st, nd, slots.Size(), counts, advertise)
 	if err != nil {
 		return err
 	}
