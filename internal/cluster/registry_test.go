@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"cube/internal/cube"
 	"cube/internal/store"
 )
@@ -132,7 +134,7 @@ func registerRoomy(t *testing.T, st *store.Store, id string, c *clock, freeMB in
 	r, err := Register(context.Background(), Config{Store: st, ID: id, Address: "http://" + id, Version: "v1",
 		Interval: time.Second, Now: c.now,
 		Usage: func(context.Context) store.NodeUsage {
-			return store.NodeUsage{CPUCount: 2, SlotsTotal: 10, MemoryTotalBytes: uint64(freeMB) << 20}
+			return store.NodeUsage{CPUCount: 2, SlotsTotal: 10, Sandboxes: 2, MemoryTotalBytes: uint64(freeMB) << 20}
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -191,5 +193,53 @@ func TestPlacementPrefersHoldersAndCopiesOnlyFromALiveOne(t *testing.T) {
 	_, err = place(Want{Node: "c", Holders: []string{"a"}})
 	if cube.KindOf(err) != cube.Unavailable || !strings.Contains(err.Error(), "cannot be copied there while no node holding it (a) answers") {
 		t.Fatalf("volume on c, template holder silent: %v", err)
+	}
+}
+
+// Any node's /metrics carries the cluster's totals: nodes by status and
+// the sum of the heartbeating nodes' use.
+func TestClusterTotals(t *testing.T) {
+	ctx := context.Background()
+	st, c := open(t), &clock{time.Unix(1000, 0)}
+	a := registerRoomy(t, st, "a", c, 1000)
+	b := registerRoomy(t, st, "b", c, 3000)
+	registerRoomy(t, st, "c", c, 500)
+	if err := a.SetNodeStatus(ctx, "b", cube.NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	// c stops heartbeating: it is counted unhealthy and its use left out.
+	c.t = c.t.Add(20 * time.Second)
+	for _, r := range []*Registry{a, b} {
+		if err := r.heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a.Collector())
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			got[name] = m.GetGauge().GetValue()
+		}
+	}
+	want := map[string]float64{
+		"cube_cluster_state_readable": 1,
+		"cube_cluster_nodes/ready":    1, "cube_cluster_nodes/draining": 1, "cube_cluster_nodes/standby": 0, "cube_cluster_nodes/unhealthy": 1,
+		"cube_cluster_slots/total": 20, "cube_cluster_slots/used": 0,
+		"cube_cluster_memory_bytes/total": 4000 << 20, "cube_cluster_memory_bytes/used": 0,
+		"cube_cluster_sandboxes": 4,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
 	}
 }

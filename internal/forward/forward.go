@@ -230,6 +230,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	want, err := h.cfg.Want(r.Context(), body)
+	if cube.KindOf(err) == cube.Unavailable {
+		// The database is out of reach: nothing can be placed.
+		api.WriteError(w, err)
+		return
+	}
 	if err != nil || int64(len(body)) > h.cfg.MaxBodyBytes {
 		// Bad input or an unknown template: the API says what is wrong.
 		h.cfg.Local.ServeHTTP(w, r)

@@ -76,6 +76,11 @@ func TestClusterOfThreeNodes(t *testing.T) {
 	if code != 200 || strings.Count(string(out), `"status":"ready"`) != 3 {
 		t.Fatalf("GET /nodes: %d %s", code, out)
 	}
+	// Any node's /metrics has the cluster's totals.
+	code, out = c.d.do(t, "GET", "/metrics", nil, nil)
+	if code != 200 || !strings.Contains(string(out), `cube_cluster_nodes{status="ready"} 3`) || !strings.Contains(string(out), `cube_cluster_slots{kind="total"} 48`) {
+		t.Fatalf("GET /metrics through node-c lacks the cluster's totals: %d", code)
+	}
 
 	// 30 sandboxes, each create sent to another node than the one its
 	// template is on; each runs where its template is.

@@ -331,6 +331,9 @@ func Run(ctx context.Context, o Options) error {
 	metrics.MustRegister(nd.Collectors()...)
 	metrics.MustRegister(filter.Collectors()...)
 	metrics.MustRegister(builder.Collectors()...)
+	if o.Store != "" {
+		metrics.MustRegister(reg.Collector())
+	}
 	// Per-sandbox series name sandboxes: served only with a key.
 	perSandbox := prometheus.NewRegistry()
 	perSandbox.MustRegister(nd.SandboxCollector())
