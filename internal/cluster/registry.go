@@ -31,6 +31,9 @@ type Config struct {
 	// last heartbeat is older than Timeout (default 5 × Interval) is
 	// reported unhealthy.
 	Interval, Timeout time.Duration
+	// CACert is the PEM certificate peers verify this node's certificates
+	// by (mutual TLS between nodes); empty without it.
+	CACert string
 	// Usage reads the node's resources and their use for a heartbeat.
 	Usage  func(ctx context.Context) store.NodeUsage
 	Logger *slog.Logger
@@ -49,6 +52,8 @@ type Registry struct {
 	// alive is which nodes heartbeat, as of this node's last heartbeat:
 	// read without mu, which heartbeats hold while the database answers.
 	alive atomic.Pointer[map[string]bool]
+	// trust is the nodes' recorded authorities (see trust.go).
+	trust trust
 }
 
 // Register records the node as started: a new node is ready; one that was
@@ -80,7 +85,7 @@ func Register(ctx context.Context, cfg Config) (*Registry, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
 	}
-	rec.Address, rec.Version, rec.StartedAt, rec.HeartbeatAt = cfg.Address, cfg.Version, now, now
+	rec.Address, rec.Version, rec.StartedAt, rec.HeartbeatAt, rec.CACert = cfg.Address, cfg.Version, now, now, cfg.CACert
 	rec.Usage = cfg.Usage(ctx)
 	if err := cfg.Store.Nodes().Put(ctx, rec); err != nil {
 		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
@@ -131,7 +136,7 @@ func (r *Registry) heartbeat(ctx context.Context) error {
 	if errors.Is(err, store.ErrNotFound) {
 		// Removed by an operator while it ran: it registers again.
 		status = store.NodeStatus(r.status)
-		err = r.cfg.Store.Nodes().Put(ctx, &store.Node{ID: r.cfg.ID, Address: r.cfg.Address, Version: r.cfg.Version,
+		err = r.cfg.Store.Nodes().Put(ctx, &store.Node{ID: r.cfg.ID, Address: r.cfg.Address, Version: r.cfg.Version, CACert: r.cfg.CACert,
 			Status: status, StatusChangedAt: now, StartedAt: now, HeartbeatAt: now, Usage: usage})
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ package forward
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,12 @@ type Config struct {
 	// InternalPrefix, such as a template's files for a copy); only signed
 	// requests reach it.
 	Internal http.Handler
+	// PeerTLS is the TLS this node speaks to peers whose address is
+	// https (its client certificate, the peers' verification); nil uses
+	// Go's defaults. PeersOverTLS makes this node take signed requests
+	// only from its peer listener (see PeerListener): mutual TLS.
+	PeerTLS      *tls.Config
+	PeersOverTLS bool
 	// MaxBodyBytes bounds the create bodies read for placement.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -72,6 +79,8 @@ type Handler struct {
 	// targets are the peers' parsed addresses, by address.
 	mu      sync.Mutex
 	targets map[string]*url.URL
+	// client makes this node's own calls on peers (Get).
+	client *http.Client
 }
 
 // targetKey carries the forwarding target through the request context,
@@ -90,8 +99,16 @@ func New(cfg Config) *Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	h := &Handler{cfg: cfg, targets: map[string]*url.URL{}}
+	h := &Handler{cfg: cfg, targets: map[string]*url.URL{}, client: http.DefaultClient}
+	transport := http.DefaultTransport
+	if cfg.PeerTLS != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = cfg.PeerTLS
+		transport = t
+		h.client = &http.Client{Transport: t}
+	}
 	h.proxy = &httputil.ReverseProxy{
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
 			// The peer routes by the host the client asked for.
@@ -119,6 +136,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(Header) != "" {
 		if err := verify(r, h.cfg.Secret, time.Now()); err != nil {
 			api.WriteError(w, cube.Errorf(cube.Forbidden, "%v", err))
+			return
+		}
+		if h.cfg.PeersOverTLS && r.Context().Value(peerListenerKey{}) == nil {
+			api.WriteError(w, cube.Errorf(cube.Forbidden, "this node takes requests of its peers only over mutual TLS, on its peer listener: give the sending node this node's https --advertise address"))
 			return
 		}
 		// Nothing of it reaches a sandbox.
@@ -258,6 +279,19 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	h.forward(w, r, addr)
 }
 
+// peerListenerKey marks a request that came over the peer listener.
+type peerListenerKey struct{}
+
+// PeerListener marks the requests h serves as arriving over the node's
+// peer listener, whose TLS has checked the client's certificate against
+// the cluster's nodes: the only way in for signed requests when
+// PeersOverTLS is set.
+func PeerListener(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), peerListenerKey{}, true)))
+	})
+}
+
 // InternalPrefix starts the paths of the routes nodes call on each other.
 const InternalPrefix = "/cluster/"
 
@@ -273,7 +307,7 @@ func (h *Handler) Get(ctx context.Context, node, path string) (io.ReadCloser, er
 		return nil, fmt.Errorf("node %s's address %q: %w", node, addr, err)
 	}
 	sign(req, h.cfg.Peers.Self(), h.cfg.Secret, time.Now())
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		return nil, err
 	}

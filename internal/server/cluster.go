@@ -23,11 +23,11 @@ import (
 // clusterHandler puts the forwarding between nodes in front of local when
 // the store is shared (a cluster on PostgreSQL). A single node has nothing
 // to forward and no placement to pay for.
-func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Registry, px *proxy.Proxy, local http.Handler, log *slog.Logger, fwd *atomic.Pointer[forward.Handler]) http.Handler {
+func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Registry, px *proxy.Proxy, local http.Handler, log *slog.Logger, fwd *atomic.Pointer[forward.Handler], peer *peerTLS) http.Handler {
 	if o.Store == "" {
 		return local
 	}
-	h := forward.New(forward.Config{
+	cfg := forward.Config{
 		Peers: reg, Secret: []byte(o.ClusterSecret), Local: local, Logger: log,
 		Internal: internalRoutes(nd, log),
 		SandboxOf: func(r *http.Request) (string, bool) {
@@ -61,7 +61,11 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Regi
 		Want: func(ctx context.Context, body []byte) (cluster.Want, error) {
 			return createWant(ctx, nd, body)
 		},
-	})
+	}
+	if peer != nil {
+		cfg.PeerTLS, cfg.PeersOverTLS = peer.client, true
+	}
+	h := forward.New(cfg)
 	fwd.Store(h)
 	return h
 }

@@ -1,7 +1,15 @@
 package server_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,6 +17,7 @@ import (
 
 	"cube/internal/nodetest"
 	"cube/internal/testenv"
+	"cube/internal/tlsca"
 )
 
 // clusterSecret is the secret the test's nodes share.
@@ -18,13 +27,21 @@ const clusterSecret = "a-secret-the-test-nodes-share-0123456789"
 // directory, port and slot range, sharing the test's PostgreSQL.
 type member struct {
 	name, dataDir, prefix, cidr, addr string
-	d                                 *daemon
+	// peer is the address of its peer listener (mutual TLS), empty when
+	// its peers reach it at addr, signed only.
+	peer string
+	d    *daemon
 }
 
 func (m *member) start(t *testing.T, dsn string) {
 	t.Helper()
-	m.d = startDaemon(t, m.dataDir, m.prefix, m.cidr, m.addr, "--store", dsn, "--cluster-secret", clusterSecret,
-		"--node-id", m.name, "--advertise", "http://"+m.addr)
+	args := []string{"--store", dsn, "--cluster-secret", clusterSecret, "--node-id", m.name}
+	if m.peer != "" {
+		args = append(args, "--peer-listen", m.peer)
+	} else {
+		args = append(args, "--advertise", "http://"+m.addr)
+	}
+	m.d = startDaemon(t, m.dataDir, m.prefix, m.cidr, m.addr, args...)
 }
 
 type created struct {
@@ -55,7 +72,15 @@ func getOn(t *testing.T, d *daemon, id string) created {
 // (API and envd traffic), takes snapshots on the sandbox's node; a killed
 // node's sandboxes are reported lost and come back with it; a drained node
 // keeps its sandboxes and takes no new ones.
+//
+// The nodes talk to each other over mutual TLS (--peer-listen), and again
+// over plain HTTP, their requests signed only.
 func TestClusterOfThreeNodes(t *testing.T) {
+	t.Run("mutual TLS", func(t *testing.T) { clusterOfThree(t, true) })
+	t.Run("signed HTTP", func(t *testing.T) { clusterOfThree(t, false) })
+}
+
+func clusterOfThree(t *testing.T, mtls bool) {
 	pg := testenv.PostgresServer(t)
 	dsn := pg.URL
 	var nodes []*member
@@ -65,7 +90,11 @@ func TestClusterOfThreeNodes(t *testing.T) {
 		n.TinyTemplate(t, "tiny-"+name[len("node-"):])
 		n.Close()
 		prefix, cidr := nodetest.SlotRange()
-		nodes = append(nodes, &member{name: name, dataDir: dir, prefix: prefix, cidr: cidr.String(), addr: freeAddr(t)})
+		m := &member{name: name, dataDir: dir, prefix: prefix, cidr: cidr.String(), addr: freeAddr(t)}
+		if mtls {
+			m.peer = freeAddr(t)
+		}
+		nodes = append(nodes, m)
 	}
 	for _, m := range nodes {
 		m.start(t, dsn)
@@ -75,6 +104,9 @@ func TestClusterOfThreeNodes(t *testing.T) {
 	code, out := a.d.do(t, "GET", "/nodes", nil, nil)
 	if code != 200 || strings.Count(string(out), `"status":"ready"`) != 3 {
 		t.Fatalf("GET /nodes: %d %s", code, out)
+	}
+	if mtls {
+		peersOnlyOverMutualTLS(t, a)
 	}
 	// Any node's /metrics has the cluster's totals.
 	code, out = c.d.do(t, "GET", "/metrics", nil, nil)
@@ -275,4 +307,35 @@ func TestClusterOfThreeNodes(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("cluster of three nodes: %d sandboxes", len(boxes)+1)
+}
+
+// peersOnlyOverMutualTLS: a node with a peer listener refuses a request
+// signed with the cluster's secret that comes any other way, and its peer
+// listener refuses a client without a certificate of a node, or with one
+// of an authority no node recorded.
+func peersOnlyOverMutualTLS(t *testing.T, m *member) {
+	t.Helper()
+	at := strconv.FormatInt(time.Now().Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(clusterSecret))
+	fmt.Fprintf(mac, "%s\n%s\n%s\n%s\n%s", "GET", m.addr, "/v2/sandboxes", "node-b", at)
+	resp, out := m.d.request(t, "GET", "/v2/sandboxes", nil, map[string]string{
+		"X-Cube-Forwarded": "node-b;" + at + ";" + hex.EncodeToString(mac.Sum(nil)),
+	})
+	if resp.StatusCode != 403 || !strings.Contains(string(out), "mutual TLS") {
+		t.Fatalf("a signed request on the public listener of a node with a peer listener: %d %s", resp.StatusCode, out)
+	}
+	foreign, err := tlsca.Open(t.TempDir(), tlsca.Options{IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, ClientAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := foreign.GetCertificate(nil)
+	for name, certs := range map[string][]tls.Certificate{"no certificate": nil, "a stranger's certificate": {*own}} {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: certs}}}
+		resp, err := c.Get("https://" + m.peer + "/health")
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("the peer listener answered a client with %s: %s", name, resp.Status)
+		}
+	}
 }

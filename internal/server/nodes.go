@@ -100,10 +100,14 @@ func (u *usage) read(ctx context.Context) store.NodeUsage {
 
 // registerNode records this server as a node of the service; the caller
 // runs its heartbeat.
-func registerNode(ctx context.Context, o Options, name string, st *store.Store, nd *node.Node, slots int, c *creates, address string) (*cluster.Registry, error) {
+func registerNode(ctx context.Context, o Options, name string, st *store.Store, nd *node.Node, slots int, c *creates, address string, peer *peerTLS) (*cluster.Registry, error) {
+	var caPEM string
+	if peer != nil {
+		caPEM = string(peer.ca.CAPEM())
+	}
 	u := &usage{nd: nd, dataDir: o.DataDir, slots: slots, creates: c, machine: hoststat.ReadMachine("/proc"), last: hoststat.Read("/proc")}
 	return cluster.Register(ctx, cluster.Config{
-		Store: st, ID: name, Address: address, Version: version.Version, Usage: u.read,
+		Store: st, ID: name, Address: address, Version: version.Version, Usage: u.read, CACert: caPEM,
 	})
 }
 

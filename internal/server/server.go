@@ -52,6 +52,11 @@ type Options struct {
 	// ClusterSecret signs the requests nodes sharing a PostgreSQL store
 	// forward to each other; every node has the same. Needed with one.
 	ClusterSecret string
+	// PeerListen is the address of the listener other nodes reach this
+	// one at over mutual TLS (see peers.go); Advertise then defaults to
+	// https://<it>, and signed requests are taken only there. Empty: peers
+	// use Advertise as any client does, signed requests only.
+	PeerListen string
 	// Domain is the sandbox domain: <port>-<id>.<Domain> routes to a
 	// sandbox, api.<Domain> to the API. Default DefaultDomain.
 	Domain string
@@ -318,8 +323,24 @@ func Run(ctx context.Context, o Options) error {
 	if advertise == "" {
 		advertise = "http://" + lns[0].Addr().String()
 	}
+	var peer *peerTLS
+	var peerLns []net.Listener
+	if o.PeerListen != "" {
+		if o.Store == "" {
+			return errors.New("--peer-listen is for the nodes of a cluster: give them a --store postgres://... to share")
+		}
+		if peerLns, err = listen(o.PeerListen); err != nil {
+			return fmt.Errorf("listen on %s: %v: choose another address with --peer-listen", o.PeerListen, err)
+		}
+		if o.Advertise == "" {
+			advertise = "https://" + peerLns[0].Addr().String()
+		}
+		if peer, err = openPeerTLS(o.DataDir, advertise, &peers); err != nil {
+			return err
+		}
+	}
 	counts := &creates{}
-	reg, err := registerNode(ctx, o, name, st, nd, slots.Size(), counts, advertise)
+	reg, err := registerNode(ctx, o, name, st, nd, slots.Size(), counts, advertise, peer)
 	if err != nil {
 		return err
 	}
@@ -356,7 +377,7 @@ func Run(ctx context.Context, o Options) error {
 	defer nd.Close()
 	// Builds stop before the node they boot sandboxes on.
 	defer builder.Close()
-	handler := clusterHandler(o, st, nd, reg, px, api.Mount(apiSrv, px), log, &fwd)
+	handler := clusterHandler(o, st, nd, reg, px, api.Mount(apiSrv, px), log, &fwd, peer)
 	srv := api.NewHTTPServer(o.Listen, handler)
 	if certs != nil && certs.acme != nil {
 		// ACME's HTTP challenges arrive on the plain listener.
@@ -366,7 +387,14 @@ func Run(ctx context.Context, o Options) error {
 	if certs != nil {
 		tlsSrv.TLSConfig = certs.tlsConfig()
 	}
-	errc := make(chan error, len(lns)+len(tlsLns))
+	peerSrv := api.NewHTTPServer(o.PeerListen, forward.PeerListener(handler))
+	if peer != nil {
+		peerSrv.TLSConfig = peer.server
+	}
+	errc := make(chan error, len(lns)+len(tlsLns)+len(peerLns))
+	for _, ln := range peerLns {
+		go func() { errc <- peerSrv.ServeTLS(ln, "", "") }()
+	}
 	for _, ln := range lns {
 		go func() { errc <- srv.Serve(ln) }()
 	}
@@ -377,6 +405,9 @@ func Run(ctx context.Context, o Options) error {
 	attrs := []any{"addr", lns[0].Addr().String(), "data_dir", o.DataDir, "domain", reported}
 	if len(tlsLns) > 0 {
 		attrs = append(attrs, "https", tlsLns[0].Addr().String())
+	}
+	if len(peerLns) > 0 {
+		attrs = append(attrs, "peers", peerLns[0].Addr().String())
 	}
 	log.Info("cube-server listening", attrs...)
 	if o.Ready != nil {
@@ -390,7 +421,7 @@ func Run(ctx context.Context, o Options) error {
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, s := range []*http.Server{srv, tlsSrv} {
+	for _, s := range []*http.Server{srv, tlsSrv, peerSrv} {
 		if err := s.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.Close()
 		}

@@ -30,6 +30,9 @@ type Node struct {
 	StartedAt       time.Time `json:"startedAt"`
 	HeartbeatAt     time.Time `json:"heartbeatAt"`
 	Usage           NodeUsage `json:"usage"`
+	// CACert is the PEM certificate of the authority whose certificates
+	// the node presents to its peers (mutual TLS), when it has one.
+	CACert string `json:"caCert,omitempty"`
 	// Reservations hold room for creates placed on the node that its
 	// usage does not show yet.
 	Reservations []Reservation `json:"reservations,omitempty"`

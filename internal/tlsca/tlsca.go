@@ -67,7 +67,7 @@ type Authority struct {
 // Now defaults to time.Now (tests inject a clock).
 // CAName heads the CA's CommonName (default "Cube local CA"; the host's
 // name follows it). An authority without Names and IPs issues only
-// through IssueFor.
+// through IssueFor. ClientAuth: see the field.
 type Options struct {
 	Names        []string
 	IPs          []net.IP
@@ -75,6 +75,9 @@ type Options struct {
 	RenewBefore  time.Duration
 	Now          func() time.Time
 	CAName       string
+	// ClientAuth makes the leaves client certificates too, for mutual
+	// TLS between the nodes of a cluster.
+	ClientAuth bool
 }
 
 func (o *Options) setDefaults() error {
@@ -408,6 +411,13 @@ func (a *Authority) IssueFor(name string, lifetime time.Duration) (*tls.Certific
 	return a.issueLeaf(a.opts.Now(), []string{normalize(name)}, nil, lifetime)
 }
 
+func (a *Authority) extKeyUsage() []x509.ExtKeyUsage {
+	if a.opts.ClientAuth {
+		return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	}
+	return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+}
+
 func (a *Authority) issueLeaf(now time.Time, names []string, ips []net.IP, lifetime time.Duration) (*tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -433,7 +443,7 @@ func (a *Authority) issueLeaf(now time.Time, names []string, ips []net.IP, lifet
 		NotBefore:    now.Add(-backdate),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  a.extKeyUsage(),
 		DNSNames:     names,
 		IPAddresses:  ips,
 	}

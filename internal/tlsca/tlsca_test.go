@@ -370,3 +370,27 @@ func TestIssueForNamesOnDemand(t *testing.T) {
 		t.Fatalf("CA named %q", ca.Subject.CommonName)
 	}
 }
+
+// Leaves of an authority for mutual TLS are client certificates too; the
+// others are server certificates only.
+func TestClientAuthLeaves(t *testing.T) {
+	for _, clientAuth := range []bool{false, true} {
+		a, err := Open(t.TempDir(), Options{IPs: []net.IP{net.IPv4(10, 0, 0, 5)}, ClientAuth: clientAuth})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := a.Leaf()
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(a.CAPEM())
+		_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		if (err == nil) != clientAuth {
+			t.Errorf("ClientAuth %v: verified as a client certificate: %v", clientAuth, err)
+		}
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "10.0.0.5"}); err != nil {
+			t.Errorf("ClientAuth %v: not a server certificate for 10.0.0.5: %v", clientAuth, err)
+		}
+	}
+}
