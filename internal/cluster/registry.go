@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,6 +167,19 @@ func (r *Registry) readAlive(ctx context.Context) (map[string]bool, error) {
 // heartbeat; a node the table does not hold (removed) does not.
 func (r *Registry) Alive(nodeID string) bool {
 	return (*r.alive.Load())[nodeID]
+}
+
+// AlivePeers names the other nodes that heartbeat, as of this node's last
+// heartbeat, in a stable order.
+func (r *Registry) AlivePeers() []string {
+	var out []string
+	for id, ok := range *r.alive.Load() {
+		if ok && id != r.cfg.ID {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Admit answers whether this node takes a new sandbox: nil while it is

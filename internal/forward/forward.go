@@ -38,6 +38,8 @@ type Peers interface {
 	// Place picks the node a create runs on and holds room for it there
 	// until release is called.
 	Place(ctx context.Context, want cluster.Want) (node string, release func(), err error)
+	// AlivePeers names the other nodes that heartbeat.
+	AlivePeers() []string
 }
 
 // Config configures a Handler.
@@ -162,6 +164,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return h.cfg.SandboxNode(ctx, sid)
 		})
+		return
+	}
+	if signedFileURL(r) {
+		h.routeSignedFile(w, r)
 		return
 	}
 	kind, id := subject(r)
@@ -292,11 +298,45 @@ func PeerListener(h http.Handler) http.Handler {
 	})
 }
 
+// SignedFilesPath is the internal route by which a node asks a peer
+// whether one of its sandboxes made a signed file URL: ?method=M&query=Q,
+// Q the URL's query. The peer answers 204 when one did, 404 when none.
+const SignedFilesPath = InternalPrefix + "signed-files"
+
+// signedFileURL reports whether r is a signed file URL that names no
+// sandbox (SandboxOf found none here): made by a sandbox of another node.
+func signedFileURL(r *http.Request) bool {
+	return r.URL.Path == "/files" && r.URL.Query().Get("signature") != ""
+}
+
+// routeSignedFile passes a signed file URL to the node whose sandbox made
+// it, asking the peers that heartbeat in turn; a URL none of them made is
+// answered here (the API says it is unknown). Each answer is a look at
+// the peer's memory, never a query over every sandbox.
+func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
+	q := url.Values{"method": {r.Method}, "query": {r.URL.RawQuery}}.Encode()
+	for _, node := range h.cfg.Peers.AlivePeers() {
+		body, err := h.Get(r.Context(), node, SignedFilesPath+"?"+q)
+		if err != nil {
+			continue // 404: not this one's; unreachable: not asked again
+		}
+		body.Close()
+		addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
+		if err != nil {
+			api.WriteError(w, unavailable(err))
+			return
+		}
+		h.forward(w, r, addr)
+		return
+	}
+	h.cfg.Local.ServeHTTP(w, r)
+}
+
 // InternalPrefix starts the paths of the routes nodes call on each other.
 const InternalPrefix = "/cluster/"
 
 // Get calls an internal route (path under InternalPrefix) on node, signed,
-// and returns the body of its 200 answer for the caller to close.
+// and returns the body of its 200 or 204 answer for the caller to close.
 func (h *Handler) Get(ctx context.Context, node, path string) (io.ReadCloser, error) {
 	addr, _, err := h.cfg.Peers.Peer(ctx, node)
 	if err != nil {
@@ -311,7 +351,7 @@ func (h *Handler) Get(ctx context.Context, node, path string) (io.ReadCloser, er
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
 		defer resp.Body.Close()
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return nil, fmt.Errorf("node %s answered %s: %s", node, resp.Status, bytes.TrimSpace(msg))

@@ -29,7 +29,7 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Regi
 	}
 	cfg := forward.Config{
 		Peers: reg, Secret: []byte(o.ClusterSecret), Local: local, Logger: log,
-		Internal: internalRoutes(nd, log),
+		Internal: internalRoutes(nd, px, log),
 		SandboxOf: func(r *http.Request) (string, bool) {
 			sid, _, ok := px.Match(r)
 			return sid, ok
@@ -74,8 +74,22 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Regi
 const templateFiles = forward.InternalPrefix + "templates/{id}/files"
 
 // internalRoutes answers what the nodes of a cluster ask of each other.
-func internalRoutes(nd *node.Node, log *slog.Logger) http.Handler {
+func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+forward.SignedFilesPath, func(w http.ResponseWriter, r *http.Request) {
+		// The URL as its holder would see it: the proxy finds the sandbox
+		// whose token made it, as it does for a URL that arrives here.
+		probe, err := http.NewRequestWithContext(r.Context(), r.URL.Query().Get("method"), "/files?"+r.URL.Query().Get("query"), nil)
+		if err != nil {
+			api.WriteError(w, cube.Errorf(cube.Invalid, "%v", err))
+			return
+		}
+		if _, _, ok := px.Match(probe); !ok {
+			api.WriteError(w, cube.Errorf(cube.NotFound, "no sandbox of this node made that URL"))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("GET "+templateFiles, func(w http.ResponseWriter, r *http.Request) {
 		cw := &countingWriter{w: w}
 		w.Header().Set("Content-Type", "application/x-tar")

@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"cube/internal/envd/protocol"
 	"cube/internal/nodetest"
 	"cube/internal/testenv"
 	"cube/internal/tlsca"
@@ -147,6 +149,23 @@ func clusterOfThree(t *testing.T, mtls bool) {
 		}
 		if code, out := nodes[i%3].d.envd(t, bx.SandboxID, bx.EnvdAccessToken, "GET", path, nil); code != 200 || out != bx.SandboxID {
 			t.Fatalf("read from sandbox %d: %d %q", i, code, out)
+		}
+	}
+	// A signed download URL, which names no sandbox when the SDK routes
+	// by header, reaches the node whose sandbox made it through any node.
+	for _, bx := range boxes[:3] {
+		exp := time.Now().Add(time.Minute).Unix()
+		q := url.Values{"path": {"/tmp/who.txt"}, "username": {"root"}, "signature_expiration": {strconv.FormatInt(exp, 10)},
+			"signature": {protocol.SignFileURL("/tmp/who.txt", "read", "root", bx.EnvdAccessToken, exp)}}
+		for _, via := range nodes {
+			resp, out := via.d.request(t, "GET", "/files?"+q.Encode(), nil, nil)
+			if resp.StatusCode != 200 || string(out) != bx.SandboxID {
+				t.Fatalf("signed URL of a sandbox on %s through %s: %d %s", bx.owner.name, via.name, resp.StatusCode, out)
+			}
+		}
+		q.Set("signature", "v1_forged")
+		if resp, out := a.d.request(t, "GET", "/files?"+q.Encode(), nil, nil); resp.StatusCode == 200 {
+			t.Fatalf("a forged signed URL was answered: %s", out)
 		}
 	}
 	code, out = c.d.do(t, "GET", "/v2/sandboxes?state=running", nil, nil)
