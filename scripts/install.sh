@@ -37,6 +37,10 @@ if [ ! -e "$env" ]; then
 # CUBE_FLAGS="--listen 127.0.0.1:3000"
 # CUBE_API_KEY=
 # CUBE_STORE=
+# A node of a cluster (the same CUBE_STORE, CUBE_API_KEY and secret on
+# every node; peers reach it over mutual TLS at --peer-listen):
+# CUBE_FLAGS="--listen 0.0.0.0:3000 --node-id node-a --peer-listen 10.0.0.11:3100"
+# CUBE_CLUSTER_SECRET=
 SETTINGS
 	chmod 0600 "$env"
 fi
