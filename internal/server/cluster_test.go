@@ -173,6 +173,25 @@ func clusterOfThree(t *testing.T, mtls bool) {
 		t.Fatalf("list through node-c: %d, %d sandboxes", code, n)
 	}
 
+	// Paused through one node and resumed through another, a sandbox
+	// stays on its node with its files.
+	onA := boxes[0]
+	if code, out := c.d.do(t, "POST", "/sandboxes/"+onA.SandboxID+"/pause", nil, nil); code != 204 {
+		t.Fatalf("pause node-a's sandbox through node-c: %d %s", code, out)
+	}
+	if got := getOn(t, b.d, onA.SandboxID); got.State != "paused" {
+		t.Fatalf("node-a's sandbox after a pause through node-c, seen through node-b: %+v", got)
+	}
+	if code, out := b.d.do(t, "POST", "/sandboxes/"+onA.SandboxID+"/connect", map[string]any{"timeout": 600}, nil); code != 200 && code != 201 {
+		t.Fatalf("resume node-a's sandbox through node-b: %d %s", code, out)
+	}
+	if got := getOn(t, c.d, onA.SandboxID); got.State != "running" || got.ClientID != "node-a" {
+		t.Fatalf("node-a's sandbox after a resume through node-b: %+v", got)
+	}
+	if code, out := b.d.envd(t, onA.SandboxID, onA.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onA.SandboxID {
+		t.Fatalf("node-a's sandbox after its resume: %d %q", code, out)
+	}
+
 	// A snapshot of a sandbox on B, asked of A, is taken on B; a sandbox
 	// from it, asked of C, runs on B.
 	onB := boxes[1]
