@@ -316,11 +316,11 @@ func signedFileURL(r *http.Request) bool {
 func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
 	q := url.Values{"method": {r.Method}, "query": {r.URL.RawQuery}}.Encode()
 	for _, node := range h.cfg.Peers.AlivePeers() {
-		body, err := h.Get(r.Context(), node, SignedFilesPath+"?"+q)
+		resp, err := h.Get(r.Context(), node, SignedFilesPath+"?"+q)
 		if err != nil {
 			continue // 404: not this one's; unreachable: not asked again
 		}
-		body.Close()
+		resp.Body.Close()
 		addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
 		if err != nil {
 			api.WriteError(w, unavailable(err))
@@ -336,8 +336,8 @@ func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
 const InternalPrefix = "/cluster/"
 
 // Get calls an internal route (path under InternalPrefix) on node, signed,
-// and returns the body of its 200 or 204 answer for the caller to close.
-func (h *Handler) Get(ctx context.Context, node, path string) (io.ReadCloser, error) {
+// and returns its 200 or 204 answer, whose body the caller closes.
+func (h *Handler) Get(ctx context.Context, node, path string) (*http.Response, error) {
 	addr, _, err := h.cfg.Peers.Peer(ctx, node)
 	if err != nil {
 		return nil, err
@@ -356,7 +356,7 @@ func (h *Handler) Get(ctx context.Context, node, path string) (io.ReadCloser, er
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return nil, fmt.Errorf("node %s answered %s: %s", node, resp.Status, bytes.TrimSpace(msg))
 	}
-	return resp.Body, nil
+	return resp, nil
 }
 
 // forward passes r to the node at addr.

@@ -20,14 +20,24 @@ import (
 
 // In a cluster a template's files (rootfs, checkpoint, agent) are on the
 // node that built it. Another node that is to run a sandbox of it first
-// copies them from a node that has them, once: the copy lands beneath
-// <data-dir>/copies/<template>, is checked against the template's
+// copies them, once, from a node that has them (the builder, else a node
+// that copied them): the copy lands beneath <data-dir>/copies, named by
+// the template and its build's checksum, is checked against that
 // checksum, and the node's name is added to the template's Copies, so
 // placement prefers it next time. A copy goes when its template has gone
-// and no sandbox of this node boots from it.
+// or was rebuilt and no sandbox of this node boots from it.
 
 // copiesDir holds this node's copies of other nodes' templates.
 func (n *Node) copiesDir() string { return filepath.Join(n.cfg.DataDir, "copies") }
+
+// copyDir is where this node keeps its copy of tpl's current build.
+func (n *Node) copyDir(tpl *store.Template) string {
+	sum := tpl.Checksum
+	if len(sum) > 16 {
+		sum = sum[:16]
+	}
+	return filepath.Join(n.copiesDir(), tpl.ID+"."+sum)
+}
 
 // copyMarker is written into a copy once it is whole and verified.
 const copyMarker = "complete"
@@ -36,46 +46,73 @@ const copyMarker = "complete"
 // them here first when this node has none. A template this node holds is
 // returned as it is.
 func (n *Node) localTemplate(ctx context.Context, tpl *store.Template) (*store.Template, error) {
-	if tpl.HeldBy(n.cfg.NodeID) {
-		return tpl, nil
+	if local, ok := n.heldFiles(tpl); ok {
+		return local, nil
 	}
-	dir := filepath.Join(n.copiesDir(), tpl.ID)
-	if !n.copyWhole(dir, tpl) {
-		if err := n.pullTemplate(ctx, tpl, dir); err != nil {
-			return nil, err
-		}
+	if err := n.pullTemplate(ctx, tpl); err != nil {
+		return nil, err
+	}
+	local, _ := n.heldFiles(tpl)
+	return local, nil
+}
+
+// heldFiles returns tpl with the paths of its files on this host, and
+// whether this node has them: it built the template, or holds a whole
+// copy of its current build.
+func (n *Node) heldFiles(tpl *store.Template) (*store.Template, bool) {
+	if tpl.HeldBy(n.cfg.NodeID) {
+		return tpl, true
+	}
+	dir := n.copyDir(tpl)
+	b, err := os.ReadFile(filepath.Join(dir, copyMarker))
+	if err != nil || strings.TrimSpace(string(b)) != tpl.Checksum {
+		return nil, false
 	}
 	local := *tpl
 	local.Rootfs = filepath.Join(dir, "rootfs")
 	local.Checkpoint = filepath.Join(dir, "checkpoint")
 	local.Envd = filepath.Join(n.cfg.DataDir, "envd", filepath.Base(tpl.Envd))
-	return &local, nil
-}
-
-// copyWhole reports whether dir holds a verified copy of tpl's build.
-func (n *Node) copyWhole(dir string, tpl *store.Template) bool {
-	b, err := os.ReadFile(filepath.Join(dir, copyMarker))
-	if err != nil || strings.TrimSpace(string(b)) != tpl.Checksum {
-		return false
+	if _, err := os.Stat(filepath.Join(local.Envd, "cube-envd")); err != nil {
+		return nil, false
 	}
-	_, err = os.Stat(filepath.Join(n.cfg.DataDir, "envd", filepath.Base(tpl.Envd), "cube-envd"))
-	return err == nil
+	return &local, true
 }
 
-// pullTemplate copies tpl's files from the node holding them into dir.
-// Pulls run one at a time: two creates of one template copy it once.
-func (n *Node) pullTemplate(ctx context.Context, tpl *store.Template, dir string) error {
+// pullTemplate copies tpl's current build from a node that has it: its
+// builder first, then the nodes that copied it. Pulls run one at a time,
+// so two creates of one template copy it once.
+func (n *Node) pullTemplate(ctx context.Context, tpl *store.Template) error {
 	if n.cfg.FetchTemplate == nil {
 		return cube.Errorf(cube.Unavailable, "template %s is held by node %s and this node cannot copy templates", tpl.ID, tpl.Node)
-	}
-	n.pullMu.Lock()
-	defer n.pullMu.Unlock()
-	if n.copyWhole(dir, tpl) {
-		return nil
 	}
 	if tpl.Checksum == "" {
 		return cube.Errorf(cube.Unavailable, "template %s on node %s has no checksum to verify a copy by: create the sandbox through node %s", tpl.ID, tpl.Node, tpl.Node)
 	}
+	n.pullMu.Lock()
+	defer n.pullMu.Unlock()
+	if _, ok := n.heldFiles(tpl); ok {
+		return nil
+	}
+	var errs []error
+	for _, src := range append([]string{tpl.Node}, tpl.Copies...) {
+		if src == n.cfg.NodeID || src == "" {
+			continue
+		}
+		err := n.pullFrom(ctx, tpl, src)
+		if err == nil {
+			return nil
+		}
+		n.log.Warn("copy a template", "template", tpl.ID, "from", src, "err", err)
+		errs = append(errs, fmt.Errorf("from node %s: %w", src, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return cube.Errorf(cube.Unavailable, "template %s could not be copied to node %s: %v", tpl.ID, n.cfg.NodeID, errors.Join(errs...)).WithRetryAfter(5 * time.Second)
+}
+
+// pullFrom copies tpl's files from node src into this node's copies.
+func (n *Node) pullFrom(ctx context.Context, tpl *store.Template, src string) error {
 	start := time.Now()
 	if err := os.MkdirAll(n.copiesDir(), 0o700); err != nil {
 		return err
@@ -85,17 +122,21 @@ func (n *Node) pullTemplate(ctx context.Context, tpl *store.Template, dir string
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	body, err := n.cfg.FetchTemplate(ctx, tpl.Node, tpl.ID)
+	body, err := n.cfg.FetchTemplate(ctx, src, tpl.ID)
 	if err != nil {
-		return fmt.Errorf("copy template %s from node %s: %w", tpl.ID, tpl.Node, err)
+		return err
 	}
+	defer body.Close()
 	bytes, err := treecopy.Extract(body, tmp)
-	body.Close()
+	if err == nil {
+		// To the end of the stream, where its digest is checked.
+		_, err = io.Copy(io.Discard, body)
+	}
 	if err != nil {
-		return fmt.Errorf("copy template %s from node %s: %w", tpl.ID, tpl.Node, err)
+		return err
 	}
 	if sum, err := imageChecksum(filepath.Join(tmp, "checkpoint")); err != nil || sum != tpl.Checksum {
-		return cube.Errorf(cube.Damaged, "the copy of template %s from node %s does not match its checksum (%v): nothing was kept; try again", tpl.ID, tpl.Node, err)
+		return fmt.Errorf("the copy does not match the template's checksum (%v)", err)
 	}
 	if err := n.installCopiedAgent(tmp, tpl); err != nil {
 		return err
@@ -106,6 +147,7 @@ func (n *Node) pullTemplate(ctx context.Context, tpl *store.Template, dir string
 	if err := os.WriteFile(filepath.Join(tmp, copyMarker), []byte(tpl.Checksum+"\n"), 0o600); err != nil {
 		return err
 	}
+	dir := n.copyDir(tpl)
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -124,7 +166,7 @@ func (n *Node) pullTemplate(ctx context.Context, tpl *store.Template, dir string
 	if err != nil {
 		return err
 	}
-	n.log.Info("copied template", "template", tpl.ID, "from", tpl.Node, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
+	n.log.Info("copied template", "template", tpl.ID, "from", src, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -156,8 +198,10 @@ func syncFS(p string) error {
 	return unix.Syncfs(int(f.Fd()))
 }
 
-// ExportTemplate writes the files of a template this node holds, as the
-// archive pullTemplate reads: rootfs/, checkpoint/ and envd/cube-envd.
+// ExportTemplate writes the files of a ready template this node has (it
+// built it or holds a copy), as the archive pullFrom reads: rootfs/,
+// checkpoint/ and envd/cube-envd. It fails before writing anything when
+// this node has no such template.
 func (n *Node) ExportTemplate(ctx context.Context, templateID string, w io.Writer) error {
 	tpl, err := n.store.Templates().Get(ctx, templateID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -166,17 +210,19 @@ func (n *Node) ExportTemplate(ctx context.Context, templateID string, w io.Write
 	if err != nil {
 		return err
 	}
-	if !tpl.HeldBy(n.cfg.NodeID) || tpl.Status != store.TemplateReady {
-		return cube.Errorf(cube.Conflict, "template %s is not a ready template of node %s", templateID, n.cfg.NodeID)
+	local, ok := n.heldFiles(tpl)
+	if !ok || tpl.Status != store.TemplateReady {
+		return cube.Errorf(cube.Conflict, "node %s has no ready copy of template %s", n.cfg.NodeID, templateID)
 	}
 	return treecopy.Write(w,
-		treecopy.Tree{Name: "rootfs", Path: tpl.Rootfs},
-		treecopy.Tree{Name: "checkpoint", Path: tpl.Checkpoint},
-		treecopy.Tree{Name: "envd/cube-envd", Path: filepath.Join(tpl.Envd, "cube-envd")})
+		treecopy.Tree{Name: "rootfs", Path: local.Rootfs},
+		treecopy.Tree{Name: "checkpoint", Path: local.Checkpoint},
+		treecopy.Tree{Name: "envd/cube-envd", Path: filepath.Join(local.Envd, "cube-envd")})
 }
 
-// dropStaleCopies removes the copies of templates that no longer exist
-// (or were rebuilt) that no sandbox of this node boots from.
+// dropStaleCopies removes the copies of templates that are gone or were
+// rebuilt since, unless a sandbox of this node boots from them, and the
+// leftovers of pulls cut short.
 func (n *Node) dropStaleCopies(ctx context.Context) error {
 	n.pullMu.Lock() // a pull under way is a hidden directory here
 	defer n.pullMu.Unlock()
@@ -194,14 +240,18 @@ func (n *Node) dropStaleCopies(ctx context.Context) error {
 	for _, e := range entries {
 		dir := filepath.Join(n.copiesDir(), e.Name())
 		if strings.HasPrefix(e.Name(), ".") {
-			os.RemoveAll(dir) // a copy cut short
+			os.RemoveAll(dir)
 			continue
 		}
-		tpl, err := n.store.Templates().Get(ctx, e.Name())
+		id := e.Name()
+		if i := strings.LastIndexByte(id, '.'); i > 0 {
+			id = id[:i] // <template>.<checksum>
+		}
+		tpl, err := n.store.Templates().Get(ctx, id)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if err == nil && n.copyWhole(dir, tpl) {
+		if err == nil && n.copyDir(tpl) == dir {
 			continue
 		}
 		if slices.ContainsFunc(recs, func(r *store.Sandbox) bool {
@@ -209,7 +259,7 @@ func (n *Node) dropStaleCopies(ctx context.Context) error {
 		}) {
 			continue
 		}
-		n.log.Info("removing the copy of a template that is gone", "template", e.Name())
+		n.log.Info("removing the copy of a template that is gone or rebuilt", "copy", e.Name())
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}

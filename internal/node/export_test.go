@@ -1,6 +1,9 @@
 package node
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetPoolShrinkAfter shortens how long a deepened warm pool keeps its
 // extra sandboxes, for the test that watches it shrink; the returned
@@ -9,3 +12,6 @@ func SetPoolShrinkAfter(d time.Duration) (restore func()) {
 	old := poolShrinkAfter.Swap(int64(d))
 	return func() { poolShrinkAfter.Store(old) }
 }
+
+// DropStaleCopies runs the removal of copies of templates that are gone.
+func (n *Node) DropStaleCopies(ctx context.Context) error { return n.dropStaleCopies(ctx) }

@@ -2,8 +2,12 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"net/http"
@@ -91,32 +95,60 @@ func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handl
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET "+templateFiles, func(w http.ResponseWriter, r *http.Request) {
-		cw := &countingWriter{w: w}
+		cw := &countingWriter{w: w, sum: sha256.New()}
 		w.Header().Set("Content-Type", "application/x-tar")
+		w.Header().Set("Trailer", digestTrailer)
 		err := nd.ExportTemplate(r.Context(), r.PathValue("id"), cw)
 		switch {
 		case err == nil:
+			w.Header().Set(digestTrailer, hex.EncodeToString(cw.sum.Sum(nil)))
 		case cw.n == 0:
 			api.WriteError(w, err)
 		default:
-			// Cut short: the copy reads a truncated archive and fails.
+			// Cut short, and without its digest: the copy fails.
 			log.Warn("send a template's files", "template", r.PathValue("id"), "err", err)
 		}
 	})
 	return mux
 }
 
-// countingWriter tells whether an answer has begun.
+// digestTrailer carries the SHA-256 of a template's archive after it: a
+// copy is kept only when what arrived is what was sent.
+const digestTrailer = "X-Cube-Sha256"
+
+// countingWriter tells whether an answer has begun, and digests it.
 type countingWriter struct {
-	w http.ResponseWriter
-	n int64
+	w   http.ResponseWriter
+	n   int64
+	sum hash.Hash
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	c.sum.Write(p[:n])
 	return n, err
 }
+
+// digestReader reads a template's archive and, at its end, fails unless
+// it matches the digest its sender put after it.
+type digestReader struct {
+	resp *http.Response
+	sum  hash.Hash
+}
+
+func (d *digestReader) Read(p []byte) (int, error) {
+	n, err := d.resp.Body.Read(p)
+	d.sum.Write(p[:n])
+	if errors.Is(err, io.EOF) {
+		if want := d.resp.Trailer.Get(digestTrailer); want == "" || want != hex.EncodeToString(d.sum.Sum(nil)) {
+			return n, fmt.Errorf("the template's files arrived damaged or cut short (digest %q after them)", want)
+		}
+	}
+	return n, err
+}
+
+func (d *digestReader) Close() error { return d.resp.Body.Close() }
 
 // fetchTemplate is how a node copies another node's template: a signed
 // call to that node's internal route. Nil for a single node.
@@ -129,7 +161,11 @@ func fetchTemplate(o Options, fwd *atomic.Pointer[forward.Handler]) func(ctx con
 		if h == nil {
 			return nil, errors.New("the cluster's forwarding is not running yet")
 		}
-		return h.Get(ctx, node, strings.Replace(templateFiles, "{id}", url.PathEscape(id), 1))
+		resp, err := h.Get(ctx, node, strings.Replace(templateFiles, "{id}", url.PathEscape(id), 1))
+		if err != nil {
+			return nil, err
+		}
+		return &digestReader{resp: resp, sum: sha256.New()}, nil
 	}
 }
 

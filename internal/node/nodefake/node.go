@@ -43,6 +43,12 @@ type Options struct {
 	PauseWriteDelay time.Duration
 	// PreparedPerKey turns on prepared containers (node.Config).
 	PreparedPerKey int
+	// NodeID names the node; Store, when set, is a state store it shares
+	// with other nodes (a cluster) instead of one of its own;
+	// FetchTemplate is node.Config's.
+	NodeID        string
+	Store         *store.Store
+	FetchTemplate func(ctx context.Context, node, templateID string) (io.ReadCloser, error)
 }
 
 // New starts a node on fresh fakes; it is closed when the test ends.
@@ -52,11 +58,14 @@ func New(t testing.TB, o Options) *Node {
 		o.Slots = 8
 	}
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "state.db"))
-	if err != nil {
-		t.Fatal(err)
+	st := o.Store
+	if st == nil {
+		var err error
+		if st, err = store.Open(filepath.Join(dir, "state.db")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
 	}
-	t.Cleanup(func() { st.Close() })
 	// The node installs its agent binary by content; any bytes will do.
 	envd := filepath.Join(t.TempDir(), "cube-envd")
 	if err := os.WriteFile(envd, []byte("fake cube-envd\n"), 0o755); err != nil {
@@ -77,7 +86,8 @@ func (n *Node) start(t testing.TB) {
 	}
 	nn, err := node.New(node.Config{DataDir: n.DataDir, Envd: n.envd, Runtime: n.Runtime, Slots: n.Slots,
 		Store: n.Store, Logger: logger(), MaxSandboxes: n.opts.MaxSandboxes, PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
-		EnvdVersion: protocol.Version, PauseWriteDelay: delay, AgentAt: n.Agents.At})
+		EnvdVersion: protocol.Version, PauseWriteDelay: delay, AgentAt: n.Agents.At,
+		NodeID: n.opts.NodeID, FetchTemplate: n.opts.FetchTemplate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +123,7 @@ func (n *Node) Restart(t testing.TB) *Node {
 // (a boot in a slot, a checkpoint) and stores it.
 func (n *Node) AddTemplate(t testing.TB, tplID string, aliases ...string) *store.Template {
 	t.Helper()
-	tpl := &store.Template{ID: tplID, Aliases: aliases, Status: store.TemplateBuilding,
+	tpl := &store.Template{ID: tplID, Aliases: aliases, Status: store.TemplateBuilding, Node: n.opts.NodeID,
 		Rootfs: filepath.Join(n.DataDir, "rootfs-"+tplID), DiskSizeMB: 64, MemoryMB: 512, CPUCount: 1,
 		CreatedAt: time.Now().UTC()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
