@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -29,6 +30,8 @@ const clusterSecret = "a-secret-the-test-nodes-share-0123456789"
 // directory, port and slot range, sharing the test's PostgreSQL.
 type member struct {
 	name, dataDir, prefix, cidr, addr string
+	// netns is the network namespace it runs in, alone on its address.
+	netns string
 	// peer is the address of its peer listener (mutual TLS), empty when
 	// its peers reach it at addr, signed only.
 	peer string
@@ -37,13 +40,14 @@ type member struct {
 
 func (m *member) start(t *testing.T, dsn string) {
 	t.Helper()
-	args := []string{"--store", dsn, "--cluster-secret", clusterSecret, "--node-id", m.name}
+	args := []string{"--slot-prefix", m.prefix, "--host-cidr", m.cidr, "--slots", "16", "--pause-write-delay", "2s",
+		"--store", dsn, "--cluster-secret", clusterSecret, "--node-id", m.name}
 	if m.peer != "" {
 		args = append(args, "--peer-listen", m.peer)
 	} else {
 		args = append(args, "--advertise", "http://"+m.addr)
 	}
-	m.d = startDaemon(t, m.dataDir, m.prefix, m.cidr, m.addr, args...)
+	m.d = runDaemonIn(t, m.netns, m.dataDir, m.addr, args, nil, m.name)
 }
 
 type created struct {
@@ -83,18 +87,22 @@ func TestClusterOfThreeNodes(t *testing.T) {
 }
 
 func clusterOfThree(t *testing.T, mtls bool) {
-	pg := testenv.PostgresServer(t)
-	dsn := pg.URL
+	// Each node in a network namespace of its own, on a bridge with the
+	// host, where PostgreSQL runs.
+	lan := newLAN(t, 3)
+	pg := testenv.PostgresServer(t, netip.PrefixFrom(lan.Host, lan.Prefix.Bits()))
+	dsn := pg.URLAt(lan.Host.String())
 	var nodes []*member
-	for _, name := range []string{"node-a", "node-b", "node-c"} {
+	for i, name := range []string{"node-a", "node-b", "node-c"} {
 		dir := t.TempDir()
-		n := nodetest.New(t, nodetest.Options{DataDir: dir, Store: dsn, NodeID: name})
+		n := nodetest.New(t, nodetest.Options{DataDir: dir, Store: pg.URL, NodeID: name})
 		n.TinyTemplate(t, "tiny-"+name[len("node-"):])
 		n.Close()
 		prefix, cidr := nodetest.SlotRange()
-		m := &member{name: name, dataDir: dir, prefix: prefix, cidr: cidr.String(), addr: freeAddr(t)}
+		m := &member{name: name, dataDir: dir, prefix: prefix, cidr: cidr.String(), netns: lan.NS[i],
+			addr: net.JoinHostPort(lan.Addrs[i].String(), "3000")}
 		if mtls {
-			m.peer = freeAddr(t)
+			m.peer = net.JoinHostPort(lan.Addrs[i].String(), "3100")
 		}
 		nodes = append(nodes, m)
 	}
@@ -297,6 +305,15 @@ func clusterOfThree(t *testing.T, mtls bool) {
 	// Retry-After on every node, the sandboxes' traffic goes on, and
 	// once it is back every acknowledged sandbox is there.
 	pg.Stop(t)
+	// Should the test end while it is down, it comes back before the
+	// nodes are stopped (cleanups run last first), so they can remove
+	// their sandboxes.
+	down := true
+	t.Cleanup(func() {
+		if down {
+			pg.Start(t)
+		}
+	})
 	for _, m := range nodes {
 		for _, call := range []struct {
 			method, path string
@@ -320,6 +337,7 @@ func clusterOfThree(t *testing.T, mtls bool) {
 		}
 	}
 	pg.Start(t)
+	down = false
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		code, sb, out := createOn(t, a.d, map[string]any{"templateID": "tiny-a", "timeout": 600})

@@ -51,6 +51,13 @@ func startDaemon(t *testing.T, dataDir, prefix, cidr, addr string, extra ...stri
 // if the test failed.
 func runDaemon(t *testing.T, dataDir, addr string, args, env []string, name string) *daemon {
 	t.Helper()
+	return runDaemonIn(t, "", dataDir, addr, args, env, name)
+}
+
+// runDaemonIn is runDaemon in the named network namespace ("" for this
+// process's).
+func runDaemonIn(t *testing.T, netns, dataDir, addr string, args, env []string, name string) *daemon {
+	t.Helper()
 	// t.TempDir makes 0755 folders; cube-server runs only on private ones.
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -61,6 +68,10 @@ func runDaemon(t *testing.T, dataDir, addr string, args, env []string, name stri
 		args = append([]string{"--tls-listen", "127.0.0.1:0"}, args...)
 	}
 	cmd := exec.Command(testenv.Bin(t, "cube-server"), append([]string{"--data-dir", dataDir, "--listen", addr}, args...)...)
+	if netns != "" {
+		// nsenter execs the server: cmd's process is the server's.
+		cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + netns, "--"}, cmd.Args...)...)
+	}
 	cmd.Env = testenv.Environ(append([]string{"CUBE_API_KEY=" + apiKey}, env...)...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

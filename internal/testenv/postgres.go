@@ -3,6 +3,8 @@ package testenv
 import (
 	"fmt"
 	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -47,8 +49,21 @@ func (pg *PG) Start(t testing.TB) {
 	}
 }
 
-// PostgresServer is Postgres, with the server's controls.
-func PostgresServer(t testing.TB) *PG {
+// URLAt is URL with the server reached at host, one of the addresses it
+// listens on (see PostgresServer).
+func (pg *PG) URLAt(host string) string {
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		return pg.URL
+	}
+	u.Host = net.JoinHostPort(host, u.Port())
+	return u.String()
+}
+
+// PostgresServer is Postgres, with the server's controls. It listens on
+// 127.0.0.1, and on also's addresses (which must exist on this host), to
+// clients within their prefixes.
+func PostgresServer(t testing.TB, also ...netip.Prefix) *PG {
 	t.Helper()
 	RequireRoot(t)
 	bin := postgresBin(t)
@@ -76,7 +91,21 @@ func PostgresServer(t testing.TB) *PG {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
 	port := freePort(t)
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=on", port, dir)
+	listen := "127.0.0.1"
+	var hba strings.Builder
+	for _, p := range also {
+		listen += "," + p.Addr().String()
+		fmt.Fprintf(&hba, "host all all %s trust\n", p.Masked())
+	}
+	if hba.Len() > 0 {
+		f, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(hba.String())
+		f.Close()
+	}
+	opts := fmt.Sprintf("-c listen_addresses=%s -p %d -k %s -c fsync=on", listen, port, dir)
 	server := &PG{
 		URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/cube?sslmode=disable", port),
 		start: func() error {
