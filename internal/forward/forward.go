@@ -146,15 +146,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// Nothing of it reaches a sandbox.
 		r.Header.Del(Header)
-		if strings.HasPrefix(r.URL.Path, InternalPrefix) && h.cfg.Internal != nil {
+		if h.internal(r) && h.cfg.Internal != nil {
 			h.cfg.Internal.ServeHTTP(w, r)
 			return
 		}
 		h.cfg.Local.ServeHTTP(w, r)
-		return
-	}
-	if strings.HasPrefix(r.URL.Path, InternalPrefix) {
-		api.WriteError(w, cube.Errorf(cube.Forbidden, "%s routes are called by the nodes of the cluster only", InternalPrefix))
 		return
 	}
 	if sid, ok := h.cfg.SandboxOf(r); ok {
@@ -164,6 +160,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return h.cfg.SandboxNode(ctx, sid)
 		})
+		return
+	}
+	if h.internal(r) {
+		api.WriteError(w, cube.Errorf(cube.Forbidden, "%s routes are called by the nodes of the cluster only", InternalPrefix))
 		return
 	}
 	if signedFileURL(r) {
@@ -283,6 +283,16 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.forward(w, r, addr)
+}
+
+// internal reports whether r is for a route nodes call on each other: an
+// API path under InternalPrefix, never a sandbox's own path.
+func (h *Handler) internal(r *http.Request) bool {
+	if !strings.HasPrefix(r.URL.Path, InternalPrefix) {
+		return false
+	}
+	_, traffic := h.cfg.SandboxOf(r)
+	return !traffic
 }
 
 // peerListenerKey marks a request that came over the peer listener.

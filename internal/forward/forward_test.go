@@ -1,11 +1,15 @@
 package forward
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"cube/internal/cluster"
 )
 
 func TestSubjectOfPaths(t *testing.T) {
@@ -66,6 +70,55 @@ func TestSignatures(t *testing.T) {
 		}
 		if err := verify(r, key, c.at); err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want an error saying %q", name, err, c.says)
+		}
+	}
+}
+
+// peersOfOne is a cluster of this node alone.
+type peersOfOne struct{}
+
+func (peersOfOne) Self() string { return "node-a" }
+func (peersOfOne) Peer(context.Context, string) (string, bool, error) {
+	return "", false, errors.New("no peers")
+}
+func (peersOfOne) Place(context.Context, cluster.Want) (string, func(), error) {
+	return "node-a", func() {}, nil
+}
+func (peersOfOne) AlivePeers() []string { return nil }
+
+// The routes nodes call on each other take only signed requests, and a
+// sandbox's own paths under the same prefix stay the sandbox's.
+func TestInternalRoutesAreTheNodesOnly(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	served := ""
+	h := New(Config{Peers: peersOfOne{}, Secret: secret,
+		Local:    http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = "local" }),
+		Internal: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = "internal" }),
+		SandboxOf: func(r *http.Request) (string, bool) {
+			return "abc", strings.HasPrefix(r.Host, "8000-abc.")
+		},
+		Runs: func(string) bool { return true },
+	})
+	for _, c := range []struct {
+		name, host string
+		signed     bool
+		want       string
+		status     int
+	}{
+		{"unsigned, API", "api.cube.localhost", false, "", 403},
+		{"signed, API", "api.cube.localhost", true, "internal", 200},
+		{"unsigned, a sandbox's path", "8000-abc.cube.localhost", false, "local", 200},
+		{"signed, a sandbox's path", "8000-abc.cube.localhost", true, "local", 200},
+	} {
+		served = ""
+		r := httptest.NewRequest("GET", "http://"+c.host+"/cluster/templates/t/files", nil)
+		if c.signed {
+			sign(r, "node-b", secret, time.Now())
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if served != c.want || w.Code != c.status {
+			t.Errorf("%s: served by %q with %d, want %q with %d", c.name, served, w.Code, c.want, c.status)
 		}
 	}
 }
