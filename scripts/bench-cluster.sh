@@ -94,4 +94,5 @@ echo "bench-cluster: first create on node-b (with the copy of $size MB) $first m
 
 ./bin/cube-bench report --dir "$OUT_DIR" --out docs/BENCHMARKS.md --runsc bin/runsc \
 	--commit "$(git rev-parse --short HEAD 2>/dev/null)"
+cp docs/BENCHMARKS.md internal/webui/dist/benchmarks.md # the console's Node page
 echo "bench-cluster: wrote docs/BENCHMARKS.md" >&2

@@ -2,6 +2,7 @@ package webui
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io/fs"
@@ -81,4 +82,20 @@ func fileSum(t *testing.T, p string) string {
 	}
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// The Node page's benchmark tables are docs/BENCHMARKS.md as it is: a
+// benchmark run that writes the page copies it into the bundle too.
+func TestBundledBenchmarksAreCurrent(t *testing.T) {
+	want, err := os.ReadFile("../../docs/BENCHMARKS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := fs.ReadFile(dist, "dist/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("internal/webui/dist/benchmarks.md differs from docs/BENCHMARKS.md: copy it over (make console-assets does) and commit it")
+	}
 }
