@@ -216,6 +216,22 @@ func clusterOfThree(t *testing.T, mtls bool) {
 	if code, out := a.d.envd(t, fromSnap.SandboxID, fromSnap.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onB.SandboxID {
 		t.Fatalf("the snapshot's files through node-a: %d %q", code, out)
 	}
+	// While node-b is set aside, a sandbox from its snapshot runs on
+	// another node, which copies the snapshot first.
+	if code, out := c.d.do(t, "POST", "/nodes/node-b", map[string]any{"status": "standby"}, nil); code != 204 && code != 200 {
+		t.Fatalf("node-b on standby: %d %s", code, out)
+	}
+	code, moved, body := createOn(t, b.d, map[string]any{"templateID": snap.SnapshotID, "timeout": 600})
+	if code != 201 || moved.ClientID == "node-b" {
+		t.Fatalf("create from node-b's snapshot while node-b is on standby: %d %s", code, body)
+	}
+	if code, out := b.d.envd(t, moved.SandboxID, moved.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onB.SandboxID {
+		t.Fatalf("the copied snapshot's files on %s: %d %q", moved.ClientID, code, out)
+	}
+	if code, out := c.d.do(t, "POST", "/nodes/node-b", map[string]any{"status": "ready"}, nil); code != 204 && code != 200 {
+		t.Fatalf("node-b ready again: %d %s", code, out)
+	}
+	boxes = append(boxes, box{moved, nodes[map[string]int{"node-a": 0, "node-c": 2}[moved.ClientID]]})
 
 	// kill -9 of B: its sandboxes are lost within the heartbeat timeout,
 	// changes to them are refused, and creates on A and C go on.
