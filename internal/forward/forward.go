@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"cube/internal/api"
 	"cube/internal/cluster"
 	"cube/internal/cube"
+	"cube/internal/ratelimit"
 )
 
 // Peers are the nodes of the cluster as this node sees them.
@@ -83,6 +85,10 @@ type Handler struct {
 	targets map[string]*url.URL
 	// client makes this node's own calls on peers (Get).
 	client *http.Client
+	// lookups bounds, per source address, the signed file URLs whose
+	// sandbox is looked for among the peers: each costs a call on every
+	// peer, and needs no key.
+	lookups *ratelimit.Keyed[netip.Prefix]
 }
 
 // targetKey carries the forwarding target through the request context,
@@ -101,7 +107,8 @@ func New(cfg Config) *Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	h := &Handler{cfg: cfg, targets: map[string]*url.URL{}, client: http.DefaultClient}
+	h := &Handler{cfg: cfg, targets: map[string]*url.URL{}, client: http.DefaultClient,
+		lookups: ratelimit.New[netip.Prefix](lookupsPerSecond, 0, 10000)}
 	transport := http.DefaultTransport
 	if cfg.PeerTLS != nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -324,6 +331,11 @@ func signedFileURL(r *http.Request) bool {
 // answered here (the API says it is unknown). Each answer is a look at
 // the peer's memory, never a query over every sandbox.
 func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
+	if ok, wait := h.lookups.Allow(sourceOf(r)); !ok {
+		wait = max(wait, time.Second)
+		api.WriteError(w, cube.Errorf(cube.Capacity, "too many signed file URLs from this address that no sandbox of this node made; retry in %s", wait.Round(time.Second)).WithRetryAfter(wait))
+		return
+	}
 	q := url.Values{"method": {r.Method}, "query": {r.URL.RawQuery}}.Encode()
 	for _, node := range h.cfg.Peers.AlivePeers() {
 		resp, err := h.Get(r.Context(), node, SignedFilesPath+"?"+q)
@@ -340,6 +352,26 @@ func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.cfg.Local.ServeHTTP(w, r)
+}
+
+// lookupsPerSecond is how many signed file URLs one source address may
+// have looked for among the peers each second (twice that at once).
+const lookupsPerSecond = 20
+
+// sourceOf is the address a request came from, as a /32 (IPv4) or /64
+// (IPv6) prefix: what one client may hold.
+func sourceOf(r *http.Request) netip.Prefix {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	a := ap.Addr().Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	p, _ := a.Prefix(bits)
+	return p
 }
 
 // InternalPrefix starts the paths of the routes nodes call on each other.

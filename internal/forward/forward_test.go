@@ -122,3 +122,37 @@ func TestInternalRoutesAreTheNodesOnly(t *testing.T) {
 		}
 	}
 }
+
+// Signed file URLs no sandbox of this node made are looked for among the
+// peers at a bounded rate per source address, since each costs a call on
+// every peer and needs no key.
+func TestSignedURLLookupsAreLimited(t *testing.T) {
+	local := 0
+	h := New(Config{Peers: peersOfOne{}, Secret: []byte("0123456789abcdef0123"),
+		Local:     http.HandlerFunc(func(http.ResponseWriter, *http.Request) { local++ }),
+		SandboxOf: func(*http.Request) (string, bool) { return "", false },
+	})
+	limited := 0
+	for range 3 * lookupsPerSecond {
+		r := httptest.NewRequest("GET", "/files?path=/x&signature=v1_forged", nil)
+		r.RemoteAddr = "192.0.2.7:4000"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == 429 {
+			limited++
+			if w.Header().Get("Retry-After") == "" {
+				t.Fatal("429 without Retry-After")
+			}
+		}
+	}
+	if limited == 0 || local == 0 || local+limited != 3*lookupsPerSecond {
+		t.Fatalf("%d answered here, %d limited", local, limited)
+	}
+	r := httptest.NewRequest("GET", "/files?path=/x&signature=v1_forged", nil)
+	r.RemoteAddr = "192.0.2.8:4000"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code == 429 {
+		t.Fatal("another address was limited too")
+	}
+}
