@@ -23,5 +23,20 @@ if ! make --no-print-directory template DATA_DIR="$DATA_DIR"; then
 fi
 echo "run: cube-server is serving at $CUBE_API_URL (API key in $DATA_DIR/api-key); Ctrl-C stops it"
 echo "run: web console at $CUBE_API_URL/console (sign in with the API key)"
-echo "run: over HTTPS as E2B_DOMAIN=cube.localhost:3443, trusting $DATA_DIR/tls/ca.pem (cubemastercli ca)"
+# The HTTPS port, and the domain, as this run's flags set them.
+https_port=3443 domain=cube.localhost
+args=("$@")
+for i in "${!args[@]}"; do
+	case "${args[$i]}" in
+	--tls-listen) next=${args[$((i + 1))]:-}; https_port=${next##*:} ;;
+	--tls-listen=*) https_port=${args[$i]##*:} ;;
+	--domain) domain=${args[$((i + 1))]:-$domain} ;;
+	--domain=*) domain=${args[$i]#--domain=} ;;
+	esac
+done
+if [ -n "$https_port" ]; then
+	suffix=":$https_port"
+	[ "$https_port" = 443 ] && suffix=""
+	echo "run: over HTTPS as E2B_DOMAIN=$domain$suffix, trusting $DATA_DIR/tls/ca.pem (cubemastercli ca)"
+fi
 wait $pid
