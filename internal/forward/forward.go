@@ -61,6 +61,11 @@ type Config struct {
 	SandboxNode, TemplateNode, VolumeNode func(ctx context.Context, id string) (string, error)
 	// Want reads a create request's body.
 	Want func(ctx context.Context, body []byte) (cluster.Want, error)
+	// Movable says whether a sandbox should resume on another node than
+	// its own (paused on disk, no volumes, its node answering but taking
+	// no new sandboxes), and if so its node and what placing it needs.
+	// Nil: sandboxes resume where they paused.
+	Movable func(ctx context.Context, sandboxID string) (from string, want cluster.Want, ok bool)
 	// Internal answers the routes nodes call on each other (under
 	// InternalPrefix, such as a template's files for a copy); only signed
 	// requests reach it.
@@ -97,6 +102,8 @@ type Handler struct {
 type (
 	targetKey struct{}
 	readKey   struct{}
+	// moveKey carries the node a forwarded resume takes its sandbox from.
+	moveKey struct{}
 )
 
 // New returns the forwarding handler in front of cfg.Local.
@@ -123,6 +130,9 @@ func New(cfg Config) *Handler {
 			// The peer routes by the host the client asked for.
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
+			if from, ok := pr.In.Context().Value(moveKey{}).(string); ok {
+				pr.Out.Header.Set(MoveHeader, from)
+			}
 			sign(pr.Out, cfg.Peers.Self(), cfg.Secret, time.Now())
 		},
 		// Streams (command output, file transfers) pass as they come.
@@ -153,6 +163,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// Nothing of it reaches a sandbox.
 		r.Header.Del(Header)
+		if from := r.Header.Get(MoveHeader); from != "" {
+			r.Header.Del(MoveHeader)
+			r = r.WithContext(cube.WithMoveFrom(r.Context(), from))
+		}
 		if h.internal(r) && h.cfg.Internal != nil {
 			h.cfg.Internal.ServeHTTP(w, r)
 			return
@@ -160,6 +174,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.cfg.Local.ServeHTTP(w, r)
 		return
 	}
+	// Only a node asks another to take a sandbox over.
+	r.Header.Del(MoveHeader)
 	if sid, ok := h.cfg.SandboxOf(r); ok {
 		h.route(w, r, "sandbox "+sid, func(ctx context.Context) (string, error) {
 			if h.cfg.Runs(sid) {
@@ -182,6 +198,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "create":
 		h.create(w, r)
 	case "sandbox":
+		if h.moveOnResume(w, r, id) {
+			return
+		}
 		h.route(w, r, "sandbox "+id, func(ctx context.Context) (string, error) {
 			if h.cfg.Runs(id) {
 				return "", nil
@@ -252,6 +271,48 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, what string, own
 		return
 	}
 	h.cfg.Local.ServeHTTP(w, r)
+}
+
+// MoveHeader, on a signed request to resume a sandbox, names the node the
+// receiving node takes the sandbox over from first.
+const MoveHeader = "X-Cube-Move-From"
+
+// moveOnResume passes a resume of a sandbox paused on disk whose node
+// takes no new sandboxes to a node placement picks, which takes the
+// sandbox over and resumes it there; it reports whether it did.
+func (h *Handler) moveOnResume(w http.ResponseWriter, r *http.Request, sandboxID string) bool {
+	if h.cfg.Movable == nil || r.Method != http.MethodPost || !isResume(r.URL.Path) || h.cfg.Runs(sandboxID) {
+		return false
+	}
+	from, want, ok := h.cfg.Movable(r.Context(), sandboxID)
+	if !ok {
+		return false
+	}
+	node, release, err := h.cfg.Peers.Place(r.Context(), want)
+	if err != nil || node == from {
+		if err == nil {
+			release()
+		}
+		return false // resumed where it is, as always
+	}
+	defer release()
+	ctx := context.WithValue(r.Context(), moveKey{}, from)
+	if node == h.cfg.Peers.Self() {
+		h.cfg.Local.ServeHTTP(w, r.WithContext(cube.WithMoveFrom(ctx, from)))
+		return true
+	}
+	addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
+	if err != nil {
+		return false
+	}
+	h.forward(w, r.WithContext(ctx), addr)
+	return true
+}
+
+// isResume reports whether an API path resumes a sandbox: E2B's connect,
+// and its older resume.
+func isResume(path string) bool {
+	return strings.HasSuffix(path, "/connect") || strings.HasSuffix(path, "/resume")
 }
 
 // create places a new sandbox and passes its create to the chosen node.
@@ -380,11 +441,16 @@ const InternalPrefix = "/cluster/"
 // Get calls an internal route (path under InternalPrefix) on node, signed,
 // and returns its 200 or 204 answer, whose body the caller closes.
 func (h *Handler) Get(ctx context.Context, node, path string) (*http.Response, error) {
+	return h.Call(ctx, http.MethodGet, node, path)
+}
+
+// Call is Get with another method (and no body).
+func (h *Handler) Call(ctx context.Context, method, node, path string) (*http.Response, error) {
 	addr, _, err := h.cfg.Peers.Peer(ctx, node)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(addr, "/")+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(addr, "/")+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("node %s's address %q: %w", node, addr, err)
 	}

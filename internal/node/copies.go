@@ -135,39 +135,53 @@ func (n *Node) pullFrom(ctx context.Context, tpl *store.Template, src string) er
 	if err != nil {
 		return err
 	}
-	if sum, err := imageChecksum(filepath.Join(tmp, "checkpoint")); err != nil || sum != tpl.Checksum {
+	if err := n.keepCopy(ctx, tmp, tpl); err != nil {
+		return err
+	}
+	n.log.Info("copied template", "template", tpl.ID, "from", src, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// keepCopy makes dir, holding rootfs/, checkpoint/ and envd/cube-envd
+// as another node sent them, this node's copy of tpl's build: checked
+// against its checksum, synced, moved into place and recorded in the
+// template's Copies (when the template still exists).
+func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) error {
+	if sum, err := imageChecksum(filepath.Join(dir, "checkpoint")); err != nil || (tpl.Checksum != "" && sum != tpl.Checksum) {
 		return fmt.Errorf("the copy does not match the template's checksum (%v)", err)
 	}
-	if err := n.installCopiedAgent(tmp, tpl); err != nil {
+	if err := n.installCopiedAgent(dir, tpl); err != nil {
 		return err
 	}
-	if err := syncFS(tmp); err != nil {
+	if err := syncFS(dir); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, copyMarker), []byte(tpl.Checksum+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, copyMarker), []byte(tpl.Checksum+"\n"), 0o600); err != nil {
 		return err
 	}
-	dir := n.copyDir(tpl)
-	if err := os.RemoveAll(dir); err != nil {
+	dst := n.copyDir(tpl)
+	if err := os.MkdirAll(n.copiesDir(), 0o700); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	if err := os.Rename(dir, dst); err != nil {
 		return err
 	}
 	if err := fsyncPath(n.copiesDir()); err != nil {
 		return err
 	}
-	err = n.store.Templates().Update(ctx, tpl.ID, func(t *store.Template) error {
-		if !slices.Contains(t.Copies, n.cfg.NodeID) {
+	err := n.store.Templates().Update(ctx, tpl.ID, func(t *store.Template) error {
+		if t.Checksum == tpl.Checksum && !slices.Contains(t.Copies, n.cfg.NodeID) {
 			t.Copies = append(t.Copies, n.cfg.NodeID)
 		}
 		return nil
 	})
-	if err != nil {
-		return err
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // a sandbox's boot template, deleted since
 	}
-	n.log.Info("copied template", "template", tpl.ID, "from", src, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
-	return nil
+	return err
 }
 
 // installCopiedAgent puts the agent a copied checkpoint was taken with in

@@ -114,9 +114,14 @@ func (inst *instance) requireState(op string, allowed ...state) error {
 	if slices.Contains(allowed, inst.state) {
 		return nil
 	}
+	if inst.state == stateMoving {
+		return cube.Errorf(cube.Conflict, "sandbox %q is moving to another node to resume there; try again in a moment", inst.id).WithRetryAfter(2 * time.Second)
+	}
 	switch op {
 	case "rollback":
 		return cube.Errorf(cube.Conflict, "sandbox %q is %s; connect to it first", inst.id, inst.state)
+	case "move":
+		return cube.Errorf(cube.Conflict, "sandbox %q is %s; only a sandbox paused on disk moves to another node", inst.id, inst.state)
 	case "connect", "kill", "set timeout", "update network":
 		return cube.Errorf(cube.Conflict, "sandbox %q is %s", inst.id, inst.state)
 	}

@@ -85,6 +85,11 @@ type Config struct {
 	// archive its ExportTemplate writes), so this node can run sandboxes
 	// of it too. Nil: templates are used only where they were built.
 	FetchTemplate func(ctx context.Context, node, templateID string) (io.ReadCloser, error)
+	// FetchSandbox streams a sandbox paused on disk that node hands over
+	// (the archive its HandOver writes), and SandboxMoved tells that node
+	// the move is over; both nil: sandboxes resume where they paused.
+	FetchSandbox func(ctx context.Context, node, sandboxID string, withTemplate bool) (io.ReadCloser, error)
+	SandboxMoved func(ctx context.Context, node, sandboxID string)
 	// EnvdVersion is what sandboxes report as envdVersion.
 	EnvdVersion string
 	// Domain is reported to SDKs for host-based routing.
@@ -127,9 +132,10 @@ type Node struct {
 	slots Slots
 	// agentDir holds the cube-envd this node boots new templates with.
 	agentDir string
-	// pullMu makes copies of other nodes' templates one at a time.
-	pullMu  sync.Mutex
-	agentAt func(host netip.Addr) Agent
+	// pullMu makes copies of other nodes' templates one at a time, and
+	// moveMu takes sandboxes over from other nodes one at a time.
+	pullMu, moveMu sync.Mutex
+	agentAt        func(host netip.Addr) Agent
 	// audit queues the egress Filter's events for sandbox logs.
 	audit auditLog
 

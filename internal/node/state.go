@@ -38,6 +38,10 @@ const (
 	// stateResuming: a sandbox paused on disk is being restored from its
 	// image; a failure or crash leaves it paused on disk.
 	stateResuming
+	// stateMoving: a sandbox paused on disk is being handed to another
+	// node, which resumes it there (see move.go). Until that node says how
+	// it went, or the record says whose it is, nothing else is done to it.
+	stateMoving
 	// stateDeleting: the sandbox is being removed. It is not found from
 	// the moment this is recorded, and the reconciler completes a delete
 	// a crash interrupted.
@@ -46,7 +50,7 @@ const (
 
 // paused reports whether s is one of the paused states.
 func (s state) paused() bool {
-	return s == statePaused || s == stateWritingOut || s == statePausedOnDisk
+	return s == statePaused || s == stateWritingOut || s == statePausedOnDisk || s == stateMoving
 }
 
 // stored is the record's name for s.
@@ -56,7 +60,7 @@ func (s state) stored() store.SandboxState {
 		return store.Creating
 	case stateRunning:
 		return store.Running
-	case statePaused, stateWritingOut, statePausedOnDisk:
+	case statePaused, stateWritingOut, statePausedOnDisk, stateMoving:
 		return store.Paused
 	case stateResuming:
 		return store.Resuming

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"cube/internal/api"
 	"cube/internal/cluster"
@@ -65,6 +66,9 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Regi
 		Want: func(ctx context.Context, body []byte) (cluster.Want, error) {
 			return createWant(ctx, nd, body)
 		},
+		Movable: func(ctx context.Context, sandboxID string) (string, cluster.Want, bool) {
+			return movable(ctx, st, reg, sandboxID)
+		},
 	}
 	if peer != nil {
 		cfg.PeerTLS, cfg.PeersOverTLS = peer.client, true
@@ -74,8 +78,34 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Regi
 	return h
 }
 
-// templateFiles is the internal route a node copies a template by.
-const templateFiles = forward.InternalPrefix + "templates/{id}/files"
+// templateFiles is the internal route a node copies a template by;
+// handOver and handedOver those a node takes a paused sandbox over by.
+const (
+	templateFiles = forward.InternalPrefix + "templates/{id}/files"
+	handOver      = forward.InternalPrefix + "sandboxes/{id}/handover"
+	handedOver    = forward.InternalPrefix + "sandboxes/{id}/moved"
+)
+
+// movable says whether a resume of the sandbox should take it to another
+// node: it is paused on disk without volumes, and its node answers but
+// takes no new sandboxes (draining, standby). The sandbox then goes where
+// its template is, or wherever there is room.
+func movable(ctx context.Context, st *store.Store, reg *cluster.Registry, sandboxID string) (string, cluster.Want, bool) {
+	rec, err := st.Sandboxes().Get(ctx, sandboxID)
+	if err != nil || rec.State != store.Paused || rec.PauseImage == "" || rec.ContainerID != "" || rec.PauseImageTarget != "" ||
+		rec.Boot == nil || len(rec.Boot.Mounts) > 0 || rec.Node == "" {
+		return "", cluster.Want{}, false
+	}
+	n, err := reg.GetNode(ctx, rec.Node)
+	if err != nil || n.Status == cube.NodeReady || n.Status == cube.NodeUnhealthy {
+		return "", cluster.Want{}, false
+	}
+	want := cluster.Want{MemoryMB: rec.MemoryMB}
+	if rec.Boot.Node != "" {
+		want.Holders = append([]string{rec.Boot.Node}, rec.Boot.Copies...)
+	}
+	return rec.Node, want, true
+}
 
 // internalRoutes answers what the nodes of a cluster ask of each other.
 func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handler {
@@ -94,11 +124,12 @@ func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handl
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("GET "+templateFiles, func(w http.ResponseWriter, r *http.Request) {
+	// archive answers with what write writes, its digest after it.
+	archive := func(w http.ResponseWriter, what string, write func(io.Writer) error) {
 		cw := &countingWriter{w: w, sum: sha256.New()}
 		w.Header().Set("Content-Type", "application/x-tar")
 		w.Header().Set("Trailer", digestTrailer)
-		err := nd.ExportTemplate(r.Context(), r.PathValue("id"), cw)
+		err := write(cw)
 		switch {
 		case err == nil:
 			w.Header().Set(digestTrailer, hex.EncodeToString(cw.sum.Sum(nil)))
@@ -106,8 +137,22 @@ func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handl
 			api.WriteError(w, err)
 		default:
 			// Cut short, and without its digest: the copy fails.
-			log.Warn("send a template's files", "template", r.PathValue("id"), "err", err)
+			log.Warn("send "+what, "err", err)
 		}
+	}
+	mux.HandleFunc("GET "+templateFiles, func(w http.ResponseWriter, r *http.Request) {
+		archive(w, "template "+r.PathValue("id"), func(out io.Writer) error {
+			return nd.ExportTemplate(r.Context(), r.PathValue("id"), out)
+		})
+	})
+	mux.HandleFunc("GET "+handOver, func(w http.ResponseWriter, r *http.Request) {
+		archive(w, "sandbox "+r.PathValue("id"), func(out io.Writer) error {
+			return nd.HandOver(r.Context(), r.PathValue("id"), r.URL.Query().Get("template") == "1", out)
+		})
+	})
+	mux.HandleFunc("POST "+handedOver, func(w http.ResponseWriter, r *http.Request) {
+		nd.HandedOver(r.Context(), r.PathValue("id"))
+		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux
 }
@@ -149,6 +194,42 @@ func (d *digestReader) Read(p []byte) (int, error) {
 }
 
 func (d *digestReader) Close() error { return d.resp.Body.Close() }
+
+// fetchSandbox is how a node takes over a sandbox paused on another node,
+// and sandboxMoved how it tells that node the move is over. Nil for a
+// single node.
+func fetchSandbox(o Options, fwd *atomic.Pointer[forward.Handler]) (func(ctx context.Context, node, id string, withTemplate bool) (io.ReadCloser, error), func(ctx context.Context, node, id string)) {
+	if o.Store == "" {
+		return nil, nil
+	}
+	fetch := func(ctx context.Context, node, id string, withTemplate bool) (io.ReadCloser, error) {
+		h := fwd.Load()
+		if h == nil {
+			return nil, errors.New("the cluster's forwarding is not running yet")
+		}
+		path := strings.Replace(handOver, "{id}", url.PathEscape(id), 1) + "?template=0"
+		if withTemplate {
+			path = path[:len(path)-1] + "1"
+		}
+		resp, err := h.Get(ctx, node, path)
+		if err != nil {
+			return nil, err
+		}
+		return &digestReader{resp: resp, sum: sha256.New()}, nil
+	}
+	moved := func(ctx context.Context, node, id string) {
+		h := fwd.Load()
+		if h == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if resp, err := h.Call(ctx, http.MethodPost, node, strings.Replace(handedOver, "{id}", url.PathEscape(id), 1)); err == nil {
+			resp.Body.Close()
+		}
+	}
+	return fetch, moved
+}
 
 // fetchTemplate is how a node copies another node's template: a signed
 // call to that node's internal route. Nil for a single node.

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -285,9 +287,52 @@ func clusterOfThree(t *testing.T, mtls bool) {
 		time.Sleep(500 * time.Millisecond)
 	}
 
+	// A sandbox of C paused to disk before C drains.
+	paused := boxes[5]
+	if paused.owner != c {
+		t.Fatalf("box 5 is on %s", paused.owner.name)
+	}
+	if code, out := b.d.do(t, "POST", "/sandboxes/"+paused.SandboxID+"/pause", nil, nil); code != 204 {
+		t.Fatalf("pause node-c's sandbox: %d %s", code, out)
+	}
+	image := filepath.Join(c.dataDir, "sandboxes", paused.SandboxID, "pause", "checkpoint.img")
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(image); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node-c's paused sandbox was not written to disk")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
 	// Draining C: its sandboxes keep running, nothing new lands there.
 	if code, out := a.d.do(t, "POST", "/nodes/node-c", map[string]any{"status": "draining"}, nil); code != 204 && code != 200 {
 		t.Fatalf("drain node-c: %d %s", code, out)
+	}
+	// Its sandbox paused on disk resumes on another node, which takes it
+	// over with its files; node-c lets go of it.
+	if code, out := a.d.do(t, "POST", "/sandboxes/"+paused.SandboxID+"/connect", map[string]any{"timeout": 600}, nil); code != 200 && code != 201 {
+		t.Fatalf("resume node-c's paused sandbox while node-c drains: %d %s", code, out)
+	}
+	resumed := getOn(t, c.d, paused.SandboxID)
+	if resumed.State != "running" || resumed.ClientID == "node-c" {
+		t.Fatalf("node-c's sandbox resumed while node-c drains: %+v", resumed)
+	}
+	if code, out := c.d.envd(t, paused.SandboxID, paused.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != paused.SandboxID {
+		t.Fatalf("the moved sandbox's files: %d %q", code, out)
+	}
+	boxes[5].owner = nodes[map[string]int{"node-a": 0, "node-b": 1}[resumed.ClientID]]
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Dir(image)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node-c kept the files of the sandbox it handed over")
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	// node-c's template, while node-c drains, runs on another node, which
 	// copies it from node-c once: the next create lands on that copy.

@@ -259,6 +259,7 @@ func Run(ctx context.Context, o Options) error {
 	// Copies of templates between nodes go through the forwarding, made
 	// after the node.
 	var fwd atomic.Pointer[forward.Handler]
+	takeSandbox, sandboxTaken := fetchSandbox(o, &fwd)
 	// Running sandboxes keep their slots across a restart and the next
 	// start re-adopts them; with none left, every slot is torn down.
 	defer func() {
@@ -276,6 +277,7 @@ func Run(ctx context.Context, o Options) error {
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets, FetchTemplate: fetchTemplate(o, &fwd),
+		FetchSandbox: takeSandbox, SandboxMoved: sandboxTaken,
 	})
 	if err != nil {
 		return err
