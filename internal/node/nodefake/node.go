@@ -49,6 +49,9 @@ type Options struct {
 	NodeID        string
 	Store         *store.Store
 	FetchTemplate func(ctx context.Context, node, templateID string) (io.ReadCloser, error)
+	// FetchSandbox and SandboxMoved are node.Config's.
+	FetchSandbox func(ctx context.Context, node, sandboxID string, withTemplate bool) (io.ReadCloser, error)
+	SandboxMoved func(ctx context.Context, node, sandboxID string)
 }
 
 // New starts a node on fresh fakes; it is closed when the test ends.
@@ -87,7 +90,8 @@ func (n *Node) start(t testing.TB) {
 	nn, err := node.New(node.Config{DataDir: n.DataDir, Envd: n.envd, Runtime: n.Runtime, Slots: n.Slots,
 		Store: n.Store, Logger: logger(), MaxSandboxes: n.opts.MaxSandboxes, PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
 		EnvdVersion: protocol.Version, PauseWriteDelay: delay, AgentAt: n.Agents.At,
-		NodeID: n.opts.NodeID, FetchTemplate: n.opts.FetchTemplate})
+		NodeID: n.opts.NodeID, FetchTemplate: n.opts.FetchTemplate,
+		FetchSandbox: n.opts.FetchSandbox, SandboxMoved: n.opts.SandboxMoved})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,88 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/node/nodefake"
+)
+
+// A sandbox paused on disk on node a resumes on node b: a hand-over cut
+// short leaves it a's, paused, with its files; a whole one makes it b's,
+// resumed there, and a lets go of it and its files.
+func TestPausedSandboxMovesToAnotherNode(t *testing.T) {
+	ctx := fctx(t)
+	a := nodefake.New(t, nodefake.Options{NodeID: "a", PauseWriteDelay: time.Hour})
+	var cut atomic.Bool
+	fetch := func(ctx context.Context, from, id string, withTemplate bool) (io.ReadCloser, error) {
+		if from != "a" {
+			return nil, errors.New("no such node")
+		}
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(a.HandOver(ctx, id, withTemplate, pw)) }()
+		if cut.Load() {
+			return struct {
+				io.Reader
+				io.Closer
+			}{io.LimitReader(pr, 700), pr}, nil
+		}
+		return pr, nil
+	}
+	moved := func(ctx context.Context, from, id string) { a.HandedOver(ctx, id) }
+	b := nodefake.New(t, nodefake.Options{NodeID: "b", Store: a.Store, FetchSandbox: fetch, SandboxMoved: moved})
+	tpl := a.AddTemplate(t, "tpl")
+	os.MkdirAll(tpl.Rootfs, 0o755)
+	sb, err := a.CreateSandbox(ctx, cube.CreateRequest{Template: "tpl", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PauseSandbox(ctx, sb.ID, false); err != nil { // files only: on disk at once
+		t.Fatal(err)
+	}
+	dir := filepath.Join(a.DataDir, "sandboxes", sb.ID)
+	moveHere := cube.WithMoveFrom(ctx, "a")
+
+	cut.Store(true)
+	if _, _, err := b.ConnectSandbox(moveHere, sb.ID, cube.ConnectRequest{Timeout: time.Minute}); err == nil {
+		t.Fatal("a resume with its hand-over cut short succeeded")
+	}
+	if rec, _ := a.Store.Sandboxes().Get(ctx, sb.ID); rec.Node != "a" || !a.Holds(sb.ID) || b.Holds(sb.ID) {
+		t.Fatalf("after a cut hand-over: record on %q, a holds %v, b holds %v", rec.Node, a.Holds(sb.ID), b.Holds(sb.ID))
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("a lost the sandbox's files: %v", err)
+	}
+	// Still a's and paused on disk: it may be killed there, and moved.
+	if err := a.SetTimeout(ctx, sb.ID, time.Minute, false); err != nil {
+		t.Fatalf("a's sandbox after the failed move: %v", err)
+	}
+
+	cut.Store(false)
+	got, resumed, err := b.ConnectSandbox(moveHere, sb.ID, cube.ConnectRequest{Timeout: time.Minute})
+	if err != nil || !resumed || got.State != cube.StateRunning {
+		t.Fatalf("resume on b: %+v, resumed %v, %v", got, resumed, err)
+	}
+	rec, _ := a.Store.Sandboxes().Get(ctx, sb.ID)
+	if rec.Node != "b" || !strings.HasPrefix(rec.Boot.Rootfs, b.DataDir) || a.Holds(sb.ID) || !b.Holds(sb.ID) {
+		t.Fatalf("after the move: record on %q (boot %s), a holds %v, b holds %v", rec.Node, rec.Boot.Rootfs, a.Holds(sb.ID), b.Holds(sb.ID))
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a kept the files of the sandbox it handed over: %v", err)
+	}
+	if err := b.KillSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Asked of a node that no longer has it, nothing moves.
+	wantKind(t, "move a sandbox that is gone", func() error {
+		_, _, err := b.ConnectSandbox(moveHere, sb.ID, cube.ConnectRequest{Timeout: time.Minute})
+		return err
+	}(), cube.NotFound)
+}
