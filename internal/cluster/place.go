@@ -53,9 +53,9 @@ func (r *Registry) Peer(ctx context.Context, nodeID string) (string, bool, error
 }
 
 // Place picks the node a create runs on: a ready node that heartbeats,
-// the one want names if it names one, with a free network slot and the
-// most free memory (counting the creates placed there that its usage does
-// not show yet). Nodes holding the template come first; another node is
+// the one want names if it names one, with a free network slot, CPUs not
+// all busy, and the most free memory (counting the creates placed there
+// that its usage does not show yet). Nodes holding the template come first; another node is
 // chosen only when none of them can take it, and only while one of them
 // heartbeats to copy the template from. The choice is a reservation
 // written into the node's row in a transaction that checks the room
@@ -88,7 +88,12 @@ func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error)
 	if len(holders)+len(others) == 0 {
 		return "", nil, r.nowhere(recs, want, source)
 	}
+	// A node whose CPUs are nearly all busy comes after those with some
+	// to spare (a restore is CPU-bound); then the most free memory.
 	byRoom := func(a, b *store.Node) int {
+		if c := cmp.Compare(cpuBusy(a), cpuBusy(b)); c != 0 {
+			return c
+		}
 		if c := cmp.Compare(freeMB(b, now), freeMB(a, now)); c != 0 {
 			return c
 		}
@@ -176,6 +181,19 @@ func live(rs []store.Reservation, now time.Time) []store.Reservation {
 // read: the usage shows them.
 func settled(rs []store.Reservation, usageRead, now time.Time) []store.Reservation {
 	return slices.DeleteFunc(live(rs, now), func(v store.Reservation) bool { return !v.DoneAt.IsZero() && v.DoneAt.Before(usageRead) })
+}
+
+// busyCPU is the share of its CPUs a node may use and still be placed on
+// before nodes with some to spare.
+const busyCPU = 90
+
+// cpuBusy is 1 for a node whose CPUs were nearly all busy at its last
+// heartbeat, else 0.
+func cpuBusy(n *store.Node) int {
+	if n.Usage.CPUPercent >= busyCPU {
+		return 1
+	}
+	return 0
 }
 
 func freeSlots(n *store.Node, now time.Time) int {

@@ -168,6 +168,16 @@ func TestPlacementPrefersHoldersAndCopiesOnlyFromALiveOne(t *testing.T) {
 	if got, err := place(Want{}); err != nil || got != "b" {
 		t.Fatalf("no template constraint: placed on %q, %v; want the roomiest", got, err)
 	}
+	// b's CPUs all busy: the next roomiest, c, comes first.
+	if err := st.Nodes().Update(ctx, "b", func(n *store.Node) error { n.Usage.CPUPercent = 99; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := place(Want{}); err != nil || got != "c" {
+		t.Fatalf("the roomiest node's CPUs busy: placed on %q, %v; want c", got, err)
+	}
+	if err := st.Nodes().Update(ctx, "b", func(n *store.Node) error { n.Usage.CPUPercent = 10; return nil }); err != nil {
+		t.Fatal(err)
+	}
 	// a drains: it still answers, so the template is copied elsewhere.
 	if err := a.SetNodeStatus(ctx, "a", cube.NodeDraining); err != nil {
 		t.Fatal(err)
