@@ -86,3 +86,54 @@ func TestPausedSandboxMovesToAnotherNode(t *testing.T) {
 		return err
 	}(), cube.NotFound)
 }
+
+// The children of a fork start on another node from the image the
+// sandbox's node offers, which goes once they run; a fork of a sandbox
+// the named node does not have is refused.
+func TestForkStartsChildrenOnAnotherNode(t *testing.T) {
+	ctx := fctx(t)
+	a := nodefake.New(t, nodefake.Options{NodeID: "a"})
+	fetchImage := func(ctx context.Context, from, image string) (io.ReadCloser, error) {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(a.ExportForkImage(ctx, image, pw)) }()
+		return pr, nil
+	}
+	fetchTemplate := func(ctx context.Context, from, id string) (io.ReadCloser, error) {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(a.ExportTemplate(ctx, id, pw)) }()
+		return pr, nil
+	}
+	b := nodefake.New(t, nodefake.Options{NodeID: "b", Store: a.Store, FetchForkImage: fetchImage, FetchTemplate: fetchTemplate})
+	tpl := a.AddTemplate(t, "tpl")
+	os.MkdirAll(tpl.Rootfs, 0o755)
+	parent, err := a.CreateSandbox(ctx, cube.CreateRequest{Template: "tpl", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image, err := a.OfferForkImage(ctx, parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(a.Runtime.Restores())
+	results, err := b.ForkFrom(ctx, "a", parent.ID, image, cube.ForkRequest{Count: 2, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Err != nil || r.Sandbox.Node != "b" || r.Sandbox.State != cube.StateRunning || !b.Holds(r.Sandbox.ID) {
+			t.Fatalf("child: %+v %v", r.Sandbox, r.Err)
+		}
+	}
+	if got := len(a.Runtime.Restores()) - before; got != 0 {
+		t.Fatalf("node a restored %d containers for b's children", got)
+	}
+	if got := len(b.Runtime.Restores()); got != 2 {
+		t.Fatalf("node b restored %d containers for 2 children", got)
+	}
+	a.DropForkImage(image)
+	if err := a.ExportForkImage(ctx, image, io.Discard); cube.KindOf(err) != cube.NotFound {
+		t.Fatalf("a dropped fork image is still offered: %v", err)
+	}
+	_, err = b.ForkFrom(ctx, "c", parent.ID, image, cube.ForkRequest{Count: 1})
+	wantKind(t, "fork from a node that does not hold the sandbox", err, cube.Conflict)
+}

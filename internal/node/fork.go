@@ -25,6 +25,14 @@ func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req cube.ForkR
 			n.log.Warn("fork: remove checkpoint image", "sandbox", sandboxID, "err", err)
 		}
 	}()
+	results := n.startChildren(ctx, rec, dir, req)
+	n.event(sandboxID, "info", "forked into %d sandboxes", req.Count)
+	return results, nil
+}
+
+// startChildren starts req.Count children of parent from image,
+// req.Concurrency at a time; a failed child does not fail the others.
+func (n *Node) startChildren(ctx context.Context, parent *store.Sandbox, image string, req cube.ForkRequest) []cube.ForkResult {
 	conc := req.Concurrency
 	if conc <= 0 {
 		conc = 4
@@ -36,13 +44,12 @@ func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req cube.ForkR
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			child, err := n.startChild(ctx, rec, dir, req.Timeout)
+			child, err := n.startChild(ctx, parent, image, req.Timeout)
 			results[i] = cube.ForkResult{Sandbox: child, Err: err}
 		})
 	}
 	wg.Wait()
-	n.event(sandboxID, "info", "forked into %d sandboxes", req.Count)
-	return results, nil
+	return results
 }
 
 // checkpointForFork checkpoints a running sandbox, which keeps running,

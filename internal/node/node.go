@@ -90,6 +90,9 @@ type Config struct {
 	// the move is over; both nil: sandboxes resume where they paused.
 	FetchSandbox func(ctx context.Context, node, sandboxID string, withTemplate bool) (io.ReadCloser, error)
 	SandboxMoved func(ctx context.Context, node, sandboxID string)
+	// FetchForkImage streams the fork image another node offers (see
+	// forkaway.go); nil: forks start on their sandbox's node only.
+	FetchForkImage func(ctx context.Context, node, image string) (io.ReadCloser, error)
 	// EnvdVersion is what sandboxes report as envdVersion.
 	EnvdVersion string
 	// Domain is reported to SDKs for host-based routing.
@@ -135,7 +138,9 @@ type Node struct {
 	// pullMu makes copies of other nodes' templates one at a time, and
 	// moveMu takes sandboxes over from other nodes one at a time.
 	pullMu, moveMu sync.Mutex
-	agentAt        func(host netip.Addr) Agent
+	// offered are the fork images other nodes may fetch, by name.
+	offered sync.Map
+	agentAt func(host netip.Addr) Agent
 	// audit queues the egress Filter's events for sandbox logs.
 	audit auditLog
 

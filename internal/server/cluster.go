@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -84,7 +85,17 @@ const (
 	templateFiles = forward.InternalPrefix + "templates/{id}/files"
 	handOver      = forward.InternalPrefix + "sandboxes/{id}/handover"
 	handedOver    = forward.InternalPrefix + "sandboxes/{id}/moved"
+	forkImage     = forward.InternalPrefix + "forks/{image}"
+	forksHere     = forward.InternalPrefix + "sandboxes/{id}/forks"
 )
+
+// forkResult is one child of a fork started on another node, as that
+// node answers it.
+type forkResult struct {
+	Sandbox *cube.Sandbox `json:"sandbox,omitempty"`
+	Error   string        `json:"error,omitempty"`
+	Kind    cube.Kind     `json:"kind,omitempty"`
+}
 
 // movable says whether a resume of the sandbox should take it to another
 // node: it is paused on disk without volumes, and its node answers but
@@ -149,6 +160,37 @@ func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handl
 		archive(w, "sandbox "+r.PathValue("id"), func(out io.Writer) error {
 			return nd.HandOver(r.Context(), r.PathValue("id"), r.URL.Query().Get("template") == "1", out)
 		})
+	})
+	mux.HandleFunc("GET "+forkImage, func(w http.ResponseWriter, r *http.Request) {
+		archive(w, "fork image "+r.PathValue("image"), func(out io.Writer) error {
+			return nd.ExportForkImage(r.Context(), r.PathValue("image"), out)
+		})
+	})
+	mux.HandleFunc("POST "+forksHere, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var req cube.ForkRequest
+		var err error
+		if req.Count, err = strconv.Atoi(q.Get("count")); err != nil || req.Count < 1 {
+			api.WriteError(w, cube.Errorf(cube.Invalid, "count %q", q.Get("count")))
+			return
+		}
+		req.Concurrency, _ = strconv.Atoi(q.Get("concurrency"))
+		timeout, _ := strconv.ParseInt(q.Get("timeout"), 10, 64)
+		req.Timeout = time.Duration(timeout)
+		results, err := nd.ForkFrom(r.Context(), q.Get("from"), r.PathValue("id"), q.Get("image"), req)
+		if err != nil {
+			api.WriteError(w, err)
+			return
+		}
+		out := make([]forkResult, len(results))
+		for i, res := range results {
+			out[i].Sandbox = res.Sandbox
+			if res.Err != nil {
+				out[i].Error, out[i].Kind = res.Err.Error(), cube.KindOf(res.Err)
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
 	})
 	mux.HandleFunc("POST "+handedOver, func(w http.ResponseWriter, r *http.Request) {
 		nd.HandedOver(r.Context(), r.PathValue("id"))
@@ -231,6 +273,71 @@ func fetchSandbox(o Options, fwd *atomic.Pointer[forward.Handler]) (func(ctx con
 	return fetch, moved
 }
 
+// fetchForkImage is how a node fetches the fork image another node
+// offers. Nil for a single node.
+func fetchForkImage(o Options, fwd *atomic.Pointer[forward.Handler]) func(ctx context.Context, node, image string) (io.ReadCloser, error) {
+	if o.Store == "" {
+		return nil
+	}
+	return func(ctx context.Context, node, image string) (io.ReadCloser, error) {
+		h := fwd.Load()
+		if h == nil {
+			return nil, errors.New("the cluster's forwarding is not running yet")
+		}
+		resp, err := h.Get(ctx, node, strings.Replace(forkImage, "{image}", url.PathEscape(image), 1))
+		if err != nil {
+			return nil, err
+		}
+		return &digestReader{resp: resp, sum: sha256.New()}, nil
+	}
+}
+
+// forkElsewhere forks a sandbox of this node, which takes no new
+// sandboxes, onto a node placement picks: this node checkpoints it and
+// offers the image, the other fetches it and starts the children.
+func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, nd *node.Node, fwd *forward.Handler, sandboxID string, req cube.ForkRequest, refused error) ([]cube.ForkResult, error) {
+	rec, err := st.Sandboxes().Get(ctx, sandboxID)
+	if err != nil || rec.Boot == nil || len(rec.Boot.Mounts) > 0 || fwd == nil {
+		return nil, refused
+	}
+	want := cluster.Want{MemoryMB: rec.MemoryMB}
+	if rec.Boot.Node != "" {
+		want.Holders = append([]string{rec.Boot.Node}, rec.Boot.Copies...)
+	}
+	target, release, err := reg.Place(ctx, want)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if target == reg.Self() {
+		return nil, refused
+	}
+	image, err := nd.OfferForkImage(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	defer nd.DropForkImage(image)
+	q := url.Values{"from": {reg.Self()}, "image": {image}, "count": {strconv.Itoa(req.Count)},
+		"concurrency": {strconv.Itoa(req.Concurrency)}, "timeout": {strconv.FormatInt(int64(req.Timeout), 10)}}
+	resp, err := fwd.Call(ctx, http.MethodPost, target, strings.Replace(forksHere, "{id}", url.PathEscape(sandboxID), 1)+"?"+q.Encode())
+	if err != nil {
+		return nil, cube.Errorf(cube.Unavailable, "node %s, which was to start the children of sandbox %q, failed: %v", target, sandboxID, err).WithRetryAfter(5 * time.Second)
+	}
+	defer resp.Body.Close()
+	var out []forkResult
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("the children of sandbox %q on node %s: %w", sandboxID, target, err)
+	}
+	results := make([]cube.ForkResult, len(out))
+	for i, o := range out {
+		results[i].Sandbox = o.Sandbox
+		if o.Error != "" {
+			results[i].Err = &cube.Error{Kind: o.Kind, Message: o.Error}
+		}
+	}
+	return results, nil
+}
+
 // fetchTemplate is how a node copies another node's template: a signed
 // call to that node's internal route. Nil for a single node.
 func fetchTemplate(o Options, fwd *atomic.Pointer[forward.Handler]) func(ctx context.Context, node, id string) (io.ReadCloser, error) {
@@ -248,6 +355,15 @@ func fetchTemplate(o Options, fwd *atomic.Pointer[forward.Handler]) func(ctx con
 		}
 		return &digestReader{resp: resp, sum: sha256.New()}, nil
 	}
+}
+
+// clusterBackend gives b what it needs to fork onto other nodes, in a
+// cluster.
+func clusterBackend(o Options, b backend, st *store.Store, fwd *atomic.Pointer[forward.Handler]) backend {
+	if o.Store != "" {
+		b.st, b.fwd = st, fwd
+	}
+	return b
 }
 
 // templateNode names the node holding a template's files: "" for a

@@ -356,6 +356,25 @@ func clusterOfThree(t *testing.T, mtls bool) {
 	if code, out := b.d.envd(t, onC.SandboxID, onC.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onC.SandboxID {
 		t.Fatalf("node-c's sandbox while it drains: %d %q", code, out)
 	}
+	// A fork of it starts its children on another node, with its files.
+	code, out = a.d.do(t, "POST", "/sandboxes/"+onC.SandboxID+"/fork", map[string]any{"count": 2}, nil)
+	var children []struct {
+		Sandbox *created
+		Error   *struct{ Message string }
+	}
+	json.Unmarshal(out, &children)
+	if code != 201 || len(children) != 2 {
+		t.Fatalf("fork of node-c's sandbox while node-c drains: %d %s", code, out)
+	}
+	for _, ch := range children {
+		if ch.Sandbox == nil || ch.Sandbox.ClientID == "node-c" {
+			t.Fatalf("a child of node-c's sandbox while node-c drains: %s", out)
+		}
+		if code, got := c.d.envd(t, ch.Sandbox.SandboxID, ch.Sandbox.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || got != onC.SandboxID {
+			t.Fatalf("a child's files on %s: %d %q", ch.Sandbox.ClientID, code, got)
+		}
+		boxes = append(boxes, box{*ch.Sandbox, nodes[map[string]int{"node-a": 0, "node-b": 1}[ch.Sandbox.ClientID]]})
+	}
 	code, sb, body := createOn(t, b.d, map[string]any{"templateID": "tiny-a", "timeout": 600})
 	if code != 201 || sb.ClientID != "node-a" {
 		t.Fatalf("create on node-a while node-c drains: %d %s", code, body)

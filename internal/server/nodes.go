@@ -121,10 +121,14 @@ func (b backend) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cu
 	return sb, err
 }
 
-// ForkSandbox clones a sandbox on this node while it takes new ones.
+// ForkSandbox clones a sandbox on this node while it takes new ones; in
+// a cluster, on another node when this one does not.
 func (b backend) ForkSandbox(ctx context.Context, sandboxID string, req cube.ForkRequest) ([]cube.ForkResult, error) {
 	if err := b.Registry.Admit(); err != nil {
-		return nil, err
+		if b.fwd == nil {
+			return nil, err
+		}
+		return forkElsewhere(ctx, b.st, b.Registry, b.Node, b.fwd.Load(), sandboxID, req, err)
 	}
 	return b.Node.ForkSandbox(ctx, sandboxID, req)
 }

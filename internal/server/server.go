@@ -31,6 +31,7 @@ import (
 	"cube/internal/oci"
 	"cube/internal/proxy"
 	"cube/internal/runtime/gvisor"
+	"cube/internal/store"
 	"cube/internal/template"
 	"cube/internal/version"
 	"cube/internal/webui"
@@ -277,7 +278,7 @@ func Run(ctx context.Context, o Options) error {
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets, FetchTemplate: fetchTemplate(o, &fwd),
-		FetchSandbox: takeSandbox, SandboxMoved: sandboxTaken,
+		FetchSandbox: takeSandbox, SandboxMoved: sandboxTaken, FetchForkImage: fetchForkImage(o, &fwd),
 	})
 	if err != nil {
 		return err
@@ -365,7 +366,7 @@ func Run(ctx context.Context, o Options) error {
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics, SandboxMetrics: perSandbox,
 		Console: webui.New(webui.Config{Gatherer: prometheus.Gatherers{metrics, perSandbox}, Version: version.Version, DataDir: o.DataDir,
 			Runtime: "gVisor (runsc, systrap platform)", MaxSandboxes: o.MaxSandboxes}),
-	}, backend{Node: nd, Builder: builder, Registry: reg, creates: counts})
+	}, clusterBackend(o, backend{Node: nd, Builder: builder, Registry: reg, creates: counts}, st, &fwd))
 	if err != nil {
 		return err
 	}
@@ -441,6 +442,9 @@ type backend struct {
 	*template.Builder
 	*cluster.Registry
 	creates *creates
+	// st and fwd, in a cluster, let forks start on other nodes.
+	st  *store.Store
+	fwd *atomic.Pointer[forward.Handler]
 }
 
 // DeleteTemplate deletes the template, then the build layers and trees

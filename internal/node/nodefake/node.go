@@ -52,6 +52,8 @@ type Options struct {
 	// FetchSandbox and SandboxMoved are node.Config's.
 	FetchSandbox func(ctx context.Context, node, sandboxID string, withTemplate bool) (io.ReadCloser, error)
 	SandboxMoved func(ctx context.Context, node, sandboxID string)
+	// FetchForkImage is node.Config's.
+	FetchForkImage func(ctx context.Context, node, image string) (io.ReadCloser, error)
 }
 
 // New starts a node on fresh fakes; it is closed when the test ends.
@@ -91,7 +93,7 @@ func (n *Node) start(t testing.TB) {
 		Store: n.Store, Logger: logger(), MaxSandboxes: n.opts.MaxSandboxes, PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
 		EnvdVersion: protocol.Version, PauseWriteDelay: delay, AgentAt: n.Agents.At,
 		NodeID: n.opts.NodeID, FetchTemplate: n.opts.FetchTemplate,
-		FetchSandbox: n.opts.FetchSandbox, SandboxMoved: n.opts.SandboxMoved})
+		FetchSandbox: n.opts.FetchSandbox, SandboxMoved: n.opts.SandboxMoved, FetchForkImage: n.opts.FetchForkImage})
 	if err != nil {
 		t.Fatal(err)
 	}
