@@ -194,6 +194,19 @@ func (r *Registry) Admit() error {
 	return cube.Errorf(cube.Unavailable, "node %s is %s and takes no new sandboxes; `cubemastercli node uncordon %s` makes it ready again", r.cfg.ID, status, r.cfg.ID)
 }
 
+// AdmitNow is Admit by the status recorded now rather than at the last
+// heartbeat: for work that is rare and heavy (a fork), which should not
+// land on a node an operator drained a moment ago. While the database is
+// out of reach it answers as Admit.
+func (r *Registry) AdmitNow(ctx context.Context) error {
+	if rec, err := r.cfg.Store.Nodes().Get(ctx, r.cfg.ID); err == nil {
+		r.mu.Lock()
+		r.status = cube.NodeStatus(rec.Status)
+		r.mu.Unlock()
+	}
+	return r.Admit()
+}
+
 // ListNodes returns every node, this one first.
 func (r *Registry) ListNodes(ctx context.Context) ([]cube.Node, error) {
 	recs, err := r.cfg.Store.Nodes().List(ctx)

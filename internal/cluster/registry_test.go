@@ -253,3 +253,18 @@ func TestClusterTotals(t *testing.T) {
 		}
 	}
 }
+
+// A status set through another node is seen by AdmitNow at once, without
+// waiting for this node's next heartbeat.
+func TestAdmitNowReadsTheRecordedStatus(t *testing.T) {
+	ctx := context.Background()
+	st, c := open(t), &clock{time.Unix(1000, 0)}
+	a := register(t, st, "a", c)
+	b := register(t, st, "b", c)
+	if err := b.SetNodeStatus(ctx, "a", cube.NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AdmitNow(ctx); cube.KindOf(err) != cube.Unavailable {
+		t.Fatalf("AdmitNow of a drained node: %v", err)
+	}
+}

@@ -124,7 +124,7 @@ func (b backend) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cu
 // ForkSandbox clones a sandbox on this node while it takes new ones; in
 // a cluster, on another node when this one does not.
 func (b backend) ForkSandbox(ctx context.Context, sandboxID string, req cube.ForkRequest) ([]cube.ForkResult, error) {
-	if err := b.Registry.Admit(); err != nil {
+	if err := b.Registry.AdmitNow(ctx); err != nil {
 		if b.fwd == nil {
 			return nil, err
 		}
