@@ -281,7 +281,7 @@ const MoveHeader = "X-Cube-Move-From"
 // takes no new sandboxes to a node placement picks, which takes the
 // sandbox over and resumes it there; it reports whether it did.
 func (h *Handler) moveOnResume(w http.ResponseWriter, r *http.Request, sandboxID string) bool {
-	if h.cfg.Movable == nil || r.Method != http.MethodPost || !isResume(r.URL.Path) || h.cfg.Runs(sandboxID) {
+	if h.cfg.Movable == nil || r.Method != http.MethodPost || !isResume(r.URL.Path) {
 		return false
 	}
 	from, want, ok := h.cfg.Movable(r.Context(), sandboxID)

@@ -312,8 +312,9 @@ func clusterOfThree(t *testing.T, mtls bool) {
 		t.Fatalf("drain node-c: %d %s", code, out)
 	}
 	// Its sandbox paused on disk resumes on another node, which takes it
-	// over with its files; node-c lets go of it.
-	if code, out := a.d.do(t, "POST", "/sandboxes/"+paused.SandboxID+"/connect", map[string]any{"timeout": 600}, nil); code != 200 && code != 201 {
+	// over with its files, even when asked of node-c itself; node-c lets
+	// go of it.
+	if code, out := c.d.do(t, "POST", "/sandboxes/"+paused.SandboxID+"/connect", map[string]any{"timeout": 600}, nil); code != 200 && code != 201 {
 		t.Fatalf("resume node-c's paused sandbox while node-c drains: %d %s", code, out)
 	}
 	resumed := getOn(t, c.d, paused.SandboxID)
