@@ -392,7 +392,7 @@ func signedFileURL(r *http.Request) bool {
 // answered here (the API says it is unknown). Each answer is a look at
 // the peer's memory, never a query over every sandbox.
 func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
-	if ok, wait := h.lookups.Allow(sourceOf(r)); !ok {
+	if ok, wait := h.lookups.Allow(ratelimit.Source(r)); !ok {
 		wait = max(wait, time.Second)
 		api.WriteError(w, cube.Errorf(cube.Capacity, "too many signed file URLs from this address that no sandbox of this node made; retry in %s", wait.Round(time.Second)).WithRetryAfter(wait))
 		return
@@ -418,22 +418,6 @@ func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
 // lookupsPerSecond is how many signed file URLs one source address may
 // have looked for among the peers each second (twice that at once).
 const lookupsPerSecond = 20
-
-// sourceOf is the address a request came from, as a /32 (IPv4) or /64
-// (IPv6) prefix: what one client may hold.
-func sourceOf(r *http.Request) netip.Prefix {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Prefix{}
-	}
-	a := ap.Addr().Unmap()
-	bits := 32
-	if a.Is6() {
-		bits = 64
-	}
-	p, _ := a.Prefix(bits)
-	return p
-}
 
 // InternalPrefix starts the paths of the routes nodes call on each other.
 const InternalPrefix = "/cluster/"

@@ -300,7 +300,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadGateway, "", "request does not name a sandbox")
 		return
 	}
-	if ok, wait := p.limiter.Allow(source(r)); !ok {
+	if ok, wait := p.limiter.Allow(ratelimit.Source(r)); !ok {
 		wait = max(wait, time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 		WriteError(w, http.StatusTooManyRequests, rt.SandboxID,
@@ -433,22 +433,6 @@ func (p *Proxy) resolve(ctx context.Context, rt Route) (Target, error) {
 		p.unknown.add(rt.SandboxID, err, p.now())
 	}
 	return t, err
-}
-
-// source is the rate-limit key of a request: its connection's address,
-// widened to the /64 for IPv6, where one host usually holds a whole /64.
-func source(r *http.Request) netip.Prefix {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Prefix{}
-	}
-	a := ap.Addr().Unmap()
-	bits := 32
-	if a.Is6() {
-		bits = 64
-	}
-	pf, _ := a.Prefix(bits)
-	return pf
 }
 
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {

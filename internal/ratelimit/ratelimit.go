@@ -4,6 +4,8 @@
 package ratelimit
 
 import (
+	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -89,4 +91,21 @@ func (l *Keyed[K]) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.keys)
+}
+
+// Source is the key of a request limited per source address: its
+// connection's address, widened to the /64 for IPv6, where one host
+// usually holds a whole /64.
+func Source(r *http.Request) netip.Prefix {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	a := ap.Addr().Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	pf, _ := a.Prefix(bits)
+	return pf
 }
