@@ -94,8 +94,8 @@ func (n *Node) pullTemplate(ctx context.Context, tpl *store.Template) error {
 		return nil
 	}
 	var errs []error
-	for _, src := range append([]string{tpl.Node}, tpl.Copies...) {
-		if src == n.cfg.NodeID || src == "" {
+	for _, src := range tpl.Holders() {
+		if src == n.cfg.NodeID {
 			continue
 		}
 		err := n.pullFrom(ctx, tpl, src)

@@ -111,11 +111,7 @@ func movable(ctx context.Context, st *store.Store, reg *cluster.Registry, sandbo
 	if err != nil || n.Status == cube.NodeReady || n.Status == cube.NodeUnhealthy {
 		return "", cluster.Want{}, false
 	}
-	want := cluster.Want{MemoryMB: rec.MemoryMB}
-	if rec.Boot.Node != "" {
-		want.Holders = append([]string{rec.Boot.Node}, rec.Boot.Copies...)
-	}
-	return rec.Node, want, true
+	return rec.Node, cluster.Want{MemoryMB: rec.MemoryMB, Holders: rec.Boot.Holders()}, true
 }
 
 // internalRoutes answers what the nodes of a cluster ask of each other.
@@ -237,61 +233,6 @@ func (d *digestReader) Read(p []byte) (int, error) {
 
 func (d *digestReader) Close() error { return d.resp.Body.Close() }
 
-// fetchSandbox is how a node takes over a sandbox paused on another node,
-// and sandboxMoved how it tells that node the move is over. Nil for a
-// single node.
-func fetchSandbox(o Options, fwd *atomic.Pointer[forward.Handler]) (func(ctx context.Context, node, id string, withTemplate bool) (io.ReadCloser, error), func(ctx context.Context, node, id string)) {
-	if o.Store == "" {
-		return nil, nil
-	}
-	fetch := func(ctx context.Context, node, id string, withTemplate bool) (io.ReadCloser, error) {
-		h := fwd.Load()
-		if h == nil {
-			return nil, errors.New("the cluster's forwarding is not running yet")
-		}
-		path := strings.Replace(handOver, "{id}", url.PathEscape(id), 1) + "?template=0"
-		if withTemplate {
-			path = path[:len(path)-1] + "1"
-		}
-		resp, err := h.Get(ctx, node, path)
-		if err != nil {
-			return nil, err
-		}
-		return &digestReader{resp: resp, sum: sha256.New()}, nil
-	}
-	moved := func(ctx context.Context, node, id string) {
-		h := fwd.Load()
-		if h == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if resp, err := h.Call(ctx, http.MethodPost, node, strings.Replace(handedOver, "{id}", url.PathEscape(id), 1)); err == nil {
-			resp.Body.Close()
-		}
-	}
-	return fetch, moved
-}
-
-// fetchForkImage is how a node fetches the fork image another node
-// offers. Nil for a single node.
-func fetchForkImage(o Options, fwd *atomic.Pointer[forward.Handler]) func(ctx context.Context, node, image string) (io.ReadCloser, error) {
-	if o.Store == "" {
-		return nil
-	}
-	return func(ctx context.Context, node, image string) (io.ReadCloser, error) {
-		h := fwd.Load()
-		if h == nil {
-			return nil, errors.New("the cluster's forwarding is not running yet")
-		}
-		resp, err := h.Get(ctx, node, strings.Replace(forkImage, "{image}", url.PathEscape(image), 1))
-		if err != nil {
-			return nil, err
-		}
-		return &digestReader{resp: resp, sum: sha256.New()}, nil
-	}
-}
-
 // forkElsewhere forks a sandbox of this node, which takes no new
 // sandboxes, onto a node placement picks: this node checkpoints it and
 // offers the image, the other fetches it and starts the children.
@@ -300,11 +241,7 @@ func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, 
 	if err != nil || rec.Boot == nil || len(rec.Boot.Mounts) > 0 || fwd == nil {
 		return nil, refused
 	}
-	want := cluster.Want{MemoryMB: rec.MemoryMB}
-	if rec.Boot.Node != "" {
-		want.Holders = append([]string{rec.Boot.Node}, rec.Boot.Copies...)
-	}
-	target, release, err := reg.Place(ctx, want)
+	target, release, err := reg.Place(ctx, cluster.Want{MemoryMB: rec.MemoryMB, Holders: rec.Boot.Holders()})
 	if err != nil {
 		return nil, err
 	}
@@ -338,24 +275,6 @@ func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, 
 	return results, nil
 }
 
-// fetchTemplate is how a node copies another node's template: a signed
-// call to that node's internal route. Nil for a single node.
-func fetchTemplate(o Options, fwd *atomic.Pointer[forward.Handler]) func(ctx context.Context, node, id string) (io.ReadCloser, error) {
-	if o.Store == "" {
-		return nil
-	}
-	return func(ctx context.Context, node, id string) (io.ReadCloser, error) {
-		h := fwd.Load()
-		if h == nil {
-			return nil, errors.New("the cluster's forwarding is not running yet")
-		}
-		resp, err := h.Get(ctx, node, strings.Replace(templateFiles, "{id}", url.PathEscape(id), 1))
-		if err != nil {
-			return nil, err
-		}
-		return &digestReader{resp: resp, sum: sha256.New()}, nil
-	}
-}
 
 // clusterBackend gives b what it needs to fork onto other nodes, in a
 // cluster.
@@ -395,10 +314,7 @@ func createWant(ctx context.Context, nd *node.Node, body []byte) (cluster.Want, 
 	if err != nil {
 		return cluster.Want{}, err
 	}
-	want := cluster.Want{MemoryMB: max(req.MemoryMB, t.MemoryMB)}
-	if t.Node != "" {
-		want.Holders = append([]string{t.Node}, t.Copies...)
-	}
+	want := cluster.Want{MemoryMB: max(req.MemoryMB, t.MemoryMB), Holders: t.Holders()}
 	// Volumes do not move: a sandbox mounting one runs on its node.
 	for _, m := range req.VolumeMounts {
 		v, err := nd.VolumeNamed(ctx, m.Name)
@@ -410,4 +326,59 @@ func createWant(ctx context.Context, nd *node.Node, body []byte) (cluster.Want, 
 		}
 	}
 	return want, nil
+}
+
+// peerFiles is how a node gets files from its peers, each as an archive
+// from one of the internal routes with its digest after it: a template
+// to copy, a sandbox taken over (and telling its node the move is over),
+// a fork image. All nil for a single node.
+type peerFiles struct {
+	template func(ctx context.Context, node, id string) (io.ReadCloser, error)
+	sandbox  func(ctx context.Context, node, id string, withTemplate bool) (io.ReadCloser, error)
+	moved    func(ctx context.Context, node, id string)
+	fork     func(ctx context.Context, node, image string) (io.ReadCloser, error)
+}
+
+func newPeerFiles(o Options, fwd *atomic.Pointer[forward.Handler]) peerFiles {
+	if o.Store == "" {
+		return peerFiles{}
+	}
+	// archive fetches route, its {name} being value, from node.
+	archive := func(ctx context.Context, node, route, name, value, query string) (io.ReadCloser, error) {
+		h := fwd.Load()
+		if h == nil {
+			return nil, errors.New("the cluster's forwarding is not running yet")
+		}
+		resp, err := h.Get(ctx, node, strings.Replace(route, "{"+name+"}", url.PathEscape(value), 1)+query)
+		if err != nil {
+			return nil, err
+		}
+		return &digestReader{resp: resp, sum: sha256.New()}, nil
+	}
+	return peerFiles{
+		template: func(ctx context.Context, node, id string) (io.ReadCloser, error) {
+			return archive(ctx, node, templateFiles, "id", id, "")
+		},
+		sandbox: func(ctx context.Context, node, id string, withTemplate bool) (io.ReadCloser, error) {
+			query := "?template=0"
+			if withTemplate {
+				query = "?template=1"
+			}
+			return archive(ctx, node, handOver, "id", id, query)
+		},
+		moved: func(ctx context.Context, node, id string) {
+			h := fwd.Load()
+			if h == nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if resp, err := h.Call(ctx, http.MethodPost, node, strings.Replace(handedOver, "{id}", url.PathEscape(id), 1)); err == nil {
+				resp.Body.Close()
+			}
+		},
+		fork: func(ctx context.Context, node, image string) (io.ReadCloser, error) {
+			return archive(ctx, node, forkImage, "image", image, "")
+		},
+	}
 }

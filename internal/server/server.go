@@ -260,7 +260,7 @@ func Run(ctx context.Context, o Options) error {
 	// Copies of templates between nodes go through the forwarding, made
 	// after the node.
 	var fwd atomic.Pointer[forward.Handler]
-	takeSandbox, sandboxTaken := fetchSandbox(o, &fwd)
+	files := newPeerFiles(o, &fwd)
 	// Running sandboxes keep their slots across a restart and the next
 	// start re-adopts them; with none left, every slot is torn down.
 	defer func() {
@@ -277,8 +277,8 @@ func Run(ctx context.Context, o Options) error {
 		PeerAlive: func(id string) bool { r := peers.Load(); return r == nil || r.Alive(id) }, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
-		EgressCA: eg.ca, Secrets: eg.secrets, FetchTemplate: fetchTemplate(o, &fwd),
-		FetchSandbox: takeSandbox, SandboxMoved: sandboxTaken, FetchForkImage: fetchForkImage(o, &fwd),
+		EgressCA: eg.ca, Secrets: eg.secrets,
+		FetchTemplate: files.template, FetchSandbox: files.sandbox, SandboxMoved: files.moved, FetchForkImage: files.fork,
 	})
 	if err != nil {
 		return err

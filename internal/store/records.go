@@ -157,6 +157,15 @@ type Template struct {
 // without a node is held by whichever node reads it.
 func (t *Template) HeldBy(node string) bool { return t.Node == "" || t.Node == node }
 
+// Holders are the nodes that have the template's files, its builder
+// first; none for a template without a node (any node has it).
+func (t *Template) Holders() []string {
+	if t.Node == "" {
+		return nil
+	}
+	return append([]string{t.Node}, t.Copies...)
+}
+
 // HeldBy reports whether node holds the volume's disk (see Template.HeldBy).
 func (v *Volume) HeldBy(node string) bool { return v.Node == "" || v.Node == node }
 
