@@ -275,7 +275,6 @@ func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, 
 	return results, nil
 }
 
-
 // clusterBackend gives b what it needs to fork onto other nodes, in a
 // cluster.
 func clusterBackend(o Options, b backend, st *store.Store, fwd *atomic.Pointer[forward.Handler]) backend {
