@@ -399,16 +399,15 @@ func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
 	}
 	q := url.Values{"method": {r.Method}, "query": {r.URL.RawQuery}}.Encode()
 	for _, node := range h.cfg.Peers.AlivePeers() {
-		resp, err := h.Get(r.Context(), node, SignedFilesPath+"?"+q)
+		addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
+		if err != nil {
+			continue
+		}
+		resp, err := h.callAt(r.Context(), http.MethodGet, node, addr, SignedFilesPath+"?"+q)
 		if err != nil {
 			continue // 404: not this one's; unreachable: not asked again
 		}
 		resp.Body.Close()
-		addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
-		if err != nil {
-			api.WriteError(w, unavailable(err))
-			return
-		}
 		h.forward(w, r, addr)
 		return
 	}
@@ -434,6 +433,11 @@ func (h *Handler) Call(ctx context.Context, method, node, path string) (*http.Re
 	if err != nil {
 		return nil, err
 	}
+	return h.callAt(ctx, method, node, addr, path)
+}
+
+// callAt is Call on node at addr.
+func (h *Handler) callAt(ctx context.Context, method, node, addr, path string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(addr, "/")+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("node %s's address %q: %w", node, addr, err)
