@@ -60,17 +60,16 @@ func Write(w io.Writer, trees ...Tree) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
+			// FileInfoHeader keeps the numeric owner; names would be
+			// this host's, not the tree's.
 			hdr.Name = name
 			hdr.Uname, hdr.Gname = "", ""
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				hdr.Uid, hdr.Gid = int(st.Uid), int(st.Gid)
-				if fi.Mode().IsRegular() && st.Nlink > 1 {
-					key := [2]uint64{st.Dev, st.Ino}
-					if first, ok := seen[key]; ok {
-						hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
-					} else {
-						seen[key] = name
-					}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+				key := [2]uint64{st.Dev, st.Ino}
+				if first, ok := seen[key]; ok {
+					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				} else {
+					seen[key] = name
 				}
 			}
 			if fi.IsDir() {
