@@ -29,9 +29,15 @@ func open(t *testing.T) *store.Store {
 
 func register(t *testing.T, st *store.Store, id string, c *clock) *Registry {
 	t.Helper()
+	return registerUsing(t, st, id, c, store.NodeUsage{CPUCount: 2, Sandboxes: 3})
+}
+
+// registerUsing registers a node whose heartbeats report usage.
+func registerUsing(t *testing.T, st *store.Store, id string, c *clock, usage store.NodeUsage) *Registry {
+	t.Helper()
 	r, err := Register(context.Background(), Config{Store: st, ID: id, Address: "http://" + id, Version: "v1",
 		Interval: time.Second, Now: c.now,
-		Usage: func(context.Context) store.NodeUsage { return store.NodeUsage{CPUCount: 2, Sandboxes: 3} }})
+		Usage: func(context.Context) store.NodeUsage { return usage }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,15 +137,7 @@ func TestPeersAreUnhealthyWhenTheirHeartbeatIsLate(t *testing.T) {
 // registerRoomy registers a node with free slots and memory.
 func registerRoomy(t *testing.T, st *store.Store, id string, c *clock, freeMB int64) *Registry {
 	t.Helper()
-	r, err := Register(context.Background(), Config{Store: st, ID: id, Address: "http://" + id, Version: "v1",
-		Interval: time.Second, Now: c.now,
-		Usage: func(context.Context) store.NodeUsage {
-			return store.NodeUsage{CPUCount: 2, SlotsTotal: 10, Sandboxes: 2, MemoryTotalBytes: uint64(freeMB) << 20}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return registerUsing(t, st, id, c, store.NodeUsage{CPUCount: 2, SlotsTotal: 10, Sandboxes: 2, MemoryTotalBytes: uint64(freeMB) << 20})
 }
 
 // A create goes to a node holding its template; when none of them takes

@@ -30,15 +30,7 @@ func TestTemplateCopiedToAnotherNode(t *testing.T) {
 			return nil, errors.New("no such node")
 		}
 		fetches.Add(1)
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(a.ExportTemplate(ctx, id, pw)) }()
-		if cut.Load() {
-			return struct {
-				io.Reader
-				io.Closer
-			}{io.LimitReader(pr, 700), pr}, nil
-		}
-		return pr, nil
+		return piped(cut.Load(), func(w io.Writer) error { return a.ExportTemplate(ctx, id, w) }), nil
 	}
 	b := nodefake.New(t, nodefake.Options{NodeID: "b", Store: a.Store, FetchTemplate: fetch})
 	tpl := a.AddTemplate(t, "tpl")
@@ -109,4 +101,18 @@ func TestTemplateCopiedToAnotherNode(t *testing.T) {
 	if _, err := os.Stat(copyDir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the copy of a deleted template stayed: %v", err)
 	}
+}
+
+// piped is what write writes, as a peer's answer reads: cut short after
+// 700 bytes when cut is set.
+func piped(cut bool, write func(io.Writer) error) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(write(pw)) }()
+	if cut {
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(pr, 700), pr}
+	}
+	return pr
 }

@@ -26,15 +26,7 @@ func TestPausedSandboxMovesToAnotherNode(t *testing.T) {
 		if from != "a" {
 			return nil, errors.New("no such node")
 		}
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(a.HandOver(ctx, id, withTemplate, pw)) }()
-		if cut.Load() {
-			return struct {
-				io.Reader
-				io.Closer
-			}{io.LimitReader(pr, 700), pr}, nil
-		}
-		return pr, nil
+		return piped(cut.Load(), func(w io.Writer) error { return a.HandOver(ctx, id, withTemplate, w) }), nil
 	}
 	moved := func(ctx context.Context, from, id string) { a.HandedOver(ctx, id) }
 	b := nodefake.New(t, nodefake.Options{NodeID: "b", Store: a.Store, FetchSandbox: fetch, SandboxMoved: moved})
@@ -94,14 +86,10 @@ func TestForkStartsChildrenOnAnotherNode(t *testing.T) {
 	ctx := fctx(t)
 	a := nodefake.New(t, nodefake.Options{NodeID: "a"})
 	fetchImage := func(ctx context.Context, from, image string) (io.ReadCloser, error) {
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(a.ExportForkImage(ctx, image, pw)) }()
-		return pr, nil
+		return piped(false, func(w io.Writer) error { return a.ExportForkImage(ctx, image, w) }), nil
 	}
 	fetchTemplate := func(ctx context.Context, from, id string) (io.ReadCloser, error) {
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(a.ExportTemplate(ctx, id, pw)) }()
-		return pr, nil
+		return piped(false, func(w io.Writer) error { return a.ExportTemplate(ctx, id, w) }), nil
 	}
 	b := nodefake.New(t, nodefake.Options{NodeID: "b", Store: a.Store, FetchForkImage: fetchImage, FetchTemplate: fetchTemplate})
 	tpl := a.AddTemplate(t, "tpl")
