@@ -239,13 +239,9 @@ func clusterOfThree(t *testing.T, mtls bool) {
 	// changes to them are refused, and creates on A and C go on.
 	b.d.cmd.Process.Signal(syscall.SIGKILL)
 	b.d.cmd.Wait()
-	deadline := time.Now().Add(20 * time.Second)
-	for getOn(t, a.d, onB.SandboxID).State != "lost" {
-		if time.Now().After(deadline) {
-			t.Fatalf("node-b's sandbox still shown %q 20 s after node-b was killed", getOn(t, a.d, onB.SandboxID).State)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	within(t, 20*time.Second, func() bool { return getOn(t, a.d, onB.SandboxID).State == "lost" }, func() string {
+		return fmt.Sprintf("node-b's sandbox still shown %q 20 s after node-b was killed", getOn(t, a.d, onB.SandboxID).State)
+	})
 	if code, out := c.d.do(t, "POST", "/sandboxes/"+onB.SandboxID+"/timeout", map[string]any{"timeout": 60}, nil); code != 503 || !strings.Contains(string(out), "node-b") {
 		t.Fatalf("timeout of a lost sandbox: %d %s", code, out)
 	}
@@ -263,18 +259,14 @@ func clusterOfThree(t *testing.T, mtls bool) {
 
 	// B back: it re-adopts its sandboxes, once each.
 	b.start(t, dsn)
-	deadline = time.Now().Add(20 * time.Second)
-	for getOn(t, a.d, onB.SandboxID).State != "running" {
-		if time.Now().After(deadline) {
-			t.Fatal("node-b's sandbox not running again after node-b restarted")
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	within(t, 20*time.Second, func() bool { return getOn(t, a.d, onB.SandboxID).State == "running" }, func() string {
+		return "node-b's sandbox not running again after node-b restarted"
+	})
 	if code, out := c.d.envd(t, onB.SandboxID, onB.EnvdAccessToken, "GET", "/files?path=/tmp/who.txt", nil); code != 200 || out != onB.SandboxID {
 		t.Fatalf("node-b's sandbox after its restart: %d %q", code, out)
 	}
 	// Every node sees B alive again at its next heartbeat.
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		code, out = a.d.do(t, "GET", "/v2/sandboxes?state=running", nil, nil)
 		n := strings.Count(string(out), `"sandboxID"`)
@@ -296,16 +288,9 @@ func clusterOfThree(t *testing.T, mtls bool) {
 		t.Fatalf("pause node-c's sandbox: %d %s", code, out)
 	}
 	image := filepath.Join(c.dataDir, "sandboxes", paused.SandboxID, "pause", "checkpoint.img")
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(image); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("node-c's paused sandbox was not written to disk")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	within(t, 30*time.Second, func() bool { _, err := os.Stat(image); return err == nil }, func() string {
+		return "node-c's paused sandbox was not written to disk"
+	})
 
 	// Draining C: its sandboxes keep running, nothing new lands there.
 	if code, out := a.d.do(t, "POST", "/nodes/node-c", map[string]any{"status": "draining"}, nil); code != 204 && code != 200 {
@@ -325,16 +310,9 @@ func clusterOfThree(t *testing.T, mtls bool) {
 		t.Fatalf("the moved sandbox's files: %d %q", code, out)
 	}
 	boxes[5].owner = nodes[map[string]int{"node-a": 0, "node-b": 1}[resumed.ClientID]]
-	deadline = time.Now().Add(15 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Dir(image)); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("node-c kept the files of the sandbox it handed over")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	within(t, 15*time.Second, func() bool { _, err := os.Stat(filepath.Dir(image)); return os.IsNotExist(err) }, func() string {
+		return "node-c kept the files of the sandbox it handed over"
+	})
 	// node-c's template, while node-c drains, runs on another node, which
 	// copies it from node-c once: the next create lands on that copy.
 	code, copied, body := createOn(t, b.d, map[string]any{"templateID": "tiny-c", "timeout": 600})
@@ -444,6 +422,19 @@ func clusterOfThree(t *testing.T, mtls bool) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("cluster of three nodes: %d sandboxes", len(boxes)+1)
+}
+
+// within waits up to d for ok, and fails the test with failure's words
+// if it does not come.
+func within(t *testing.T, d time.Duration, ok func() bool, failure func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal(failure())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // peersOnlyOverMutualTLS: a node with a peer listener refuses a request
