@@ -3,7 +3,6 @@ package bench
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -49,7 +48,3 @@ func (p *page) clusterSection() {
 	}
 	p.f("\n")
 }
-
-// runStamp is the date and commit of the run whose numbers a page shows:
-// the first line of commands.txt, as scripts/bench.sh writes it.
-var runStamp = regexp.MustCompile(`^# (\d{4}-\d\d-\d\d \d\d:\d\d UTC), .*commit (\S+)`)

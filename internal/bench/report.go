@@ -373,6 +373,10 @@ func (p *page) chart(name string, ch Chart) {
 	p.f("\n![%s](%s)\n", ch.Title, filepath.ToSlash(filepath.Join(p.o.ChartPath, name)))
 }
 
+// runStamp is the date and commit of the run whose numbers a page shows:
+// the first line of commands.txt, as scripts/bench.sh writes it.
+var runStamp = regexp.MustCompile(`^# (\d{4}-\d\d-\d\d \d\d:\d\d UTC), .*commit (\S+)`)
+
 func (p *page) header() {
 	m := p.o.Machine
 	p.f("# Benchmarks\n\n")
