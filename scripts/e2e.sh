@@ -167,29 +167,30 @@ fi
 # drains this node and makes it ready again) run alone, after the others,
 # so no other file's create meets the drained node.
 serial=(tests/console.test.mjs)
-run_tests() {
-	if [ $# -gt 0 ]; then
-		node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "$@"
-		return
-	fi
-	local parallel=()
+if [ $# -gt 0 ]; then
+	parallel=("$@") serial=()
+else
+	parallel=()
 	for f in tests/*.test.mjs; do
 		[[ " ${serial[*]} " == *" $f "* ]] || parallel+=("$f")
 	done
-	node --test --test-reporter=spec --test-concurrency=2 --test-timeout=300000 "${parallel[@]}" &&
-		node --test --test-reporter=spec --test-concurrency=1 --test-timeout=300000 "${serial[@]}"
-}
+fi
+run=(node --test --test-reporter=spec --test-timeout=300000)
 
 for mode in ${CUBE_E2E_MODES:-header https}; do
 	echo "e2e: running the tests ($mode)"
 	case "$mode" in
-	header) fg env E2B_API_URL="$url" E2B_SANDBOX_URL="$url" E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" \
-		CUBE_E2E_MODE=header CUBE_E2E_CA="$ca" bash -c "$(declare -p serial; declare -f run_tests); run_tests \"\$@\"" run_tests "$@" ;;
-	https) fg env E2B_DOMAIN="$domain:$https_port" E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" \
-		CUBE_E2E_MODE=https CUBE_E2E_CA="$ca" bash -c "$(declare -p serial; declare -f run_tests); run_tests \"\$@\"" run_tests "$@" ;;
+	header) envs=(E2B_API_URL="$url" E2B_SANDBOX_URL="$url") ;;
+	https) envs=(E2B_DOMAIN="$domain:$https_port") ;;
 	*) echo "e2e: unknown mode $mode (header, https)" >&2; status=2; exit 2 ;;
 	esac
+	envs+=(E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" CUBE_E2E_MODE="$mode" CUBE_E2E_CA="$ca")
+	fg env "${envs[@]}" "${run[@]}" --test-concurrency=2 "${parallel[@]}"
 	status=$?
+	if [ "$status" = 0 ] && [ ${#serial[@]} -gt 0 ]; then
+		fg env "${envs[@]}" "${run[@]}" --test-concurrency=1 "${serial[@]}"
+		status=$?
+	fi
 	[ "$status" = 0 ] || exit "$status"
 done
 exit "$status"
