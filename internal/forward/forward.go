@@ -76,6 +76,13 @@ type Config struct {
 	// only from its peer listener (see PeerListener): mutual TLS.
 	PeerTLS      *tls.Config
 	PeersOverTLS bool
+	// Authorized says whether an API request carries a credential the
+	// API takes for it (its key; a volume's token on that volume's
+	// content routes), or is one of the routes that need none. It is asked
+	// before anything else is done for a request this node might forward,
+	// so it reads no body and, for a request without such a token, no
+	// database. Nil takes no request.
+	Authorized func(*http.Request) bool
 	// MaxBodyBytes bounds the create bodies read for placement.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -194,6 +201,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind, id := subject(r)
+	if kind != "" && (h.cfg.Authorized == nil || !h.cfg.Authorized(r)) {
+		// The API would refuse it too, but only after this node read its
+		// body, asked the database where its subject is and held room for
+		// it: work an anonymous client must not be able to cause.
+		api.WriteError(w, api.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
+		return
+	}
 	switch kind {
 	case "create":
 		h.create(w, r)

@@ -2,7 +2,9 @@ package forward
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -154,5 +156,88 @@ func TestSignedURLLookupsAreLimited(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code == 429 {
 		t.Fatal("another address was limited too")
+	}
+}
+
+// countedPeers is a cluster of this node and node-b, counting the room it
+// holds for creates.
+type countedPeers struct{ places *int }
+
+func (countedPeers) Self() string { return "node-a" }
+func (countedPeers) Peer(context.Context, string) (string, bool, error) {
+	return "http://node-b.invalid", true, nil
+}
+func (p countedPeers) Place(context.Context, cluster.Want) (string, func(), error) {
+	*p.places++
+	return "node-b", func() {}, nil
+}
+func (countedPeers) AlivePeers() []string { return []string{"node-b"} }
+
+// countedBody is a large request body that counts what is read of it.
+type countedBody struct{ read, left int }
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), b.left)
+	b.read, b.left = b.read+n, b.left-n
+	return n, nil
+}
+
+// A request without a key the API takes is answered 401, in the API's
+// error shape, before the forwarding reads its body, asks the database
+// where its subject is or holds room for a create: an anonymous client
+// must not make a node work for it.
+func TestKeyCheckedBeforeAnyWork(t *testing.T) {
+	queries, places := 0, 0
+	lookup := func(context.Context, string) (string, error) { queries++; return "node-b", nil }
+	h := New(Config{Peers: countedPeers{&places}, Secret: []byte("0123456789abcdef0123"),
+		Local:       http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) }),
+		SandboxOf:   func(*http.Request) (string, bool) { return "", false },
+		Runs:        func(string) bool { return false },
+		SandboxNode: lookup, TemplateNode: lookup, VolumeNode: lookup,
+		Want: func(context.Context, []byte) (cluster.Want, error) {
+			queries++
+			return cluster.Want{}, errors.New("unknown template")
+		},
+		Movable: func(context.Context, string) (string, cluster.Want, bool) {
+			queries++
+			return "node-b", cluster.Want{}, true
+		},
+		Authorized: func(r *http.Request) bool { return r.Header.Get("X-API-Key") == "e2b_the_key" },
+	})
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/sandboxes"},
+		{"POST", "/v2/sandboxes"},
+		{"POST", "/sandboxes/abc/connect"},
+		{"DELETE", "/sandboxes/abc"},
+		{"DELETE", "/templates/t1"},
+		{"PUT", "/volumecontent/v1/file?path=/x"},
+	} {
+		body := &countedBody{left: 64 << 20}
+		r := httptest.NewRequest(c.method, c.path, body)
+		r.Header.Set("X-API-Key", "e2b_a_wrong_key")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var answer struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		json.Unmarshal(w.Body.Bytes(), &answer)
+		if w.Code != 401 || answer.Code != 401 || !strings.Contains(answer.Message, "API key") {
+			t.Errorf("%s %s with a wrong key: %d %s", c.method, c.path, w.Code, w.Body)
+		}
+		if body.read != 0 || queries != 0 || places != 0 {
+			t.Errorf("%s %s with a wrong key: %d bytes of its body read, %d queries, %d creates placed", c.method, c.path, body.read, queries, places)
+		}
+		queries, places = 0, 0
+	}
+	// The right key is let through to the placement.
+	r := httptest.NewRequest("POST", "/sandboxes", strings.NewReader(`{"templateID":"base"}`))
+	r.Header.Set("X-API-Key", "e2b_the_key")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if queries != 1 {
+		t.Fatalf("a create with the key: %d queries, want its template read", queries)
 	}
 }

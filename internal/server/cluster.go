@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -29,13 +30,14 @@ import (
 // clusterHandler puts the forwarding between nodes in front of local when
 // the store is shared (a cluster on PostgreSQL). A single node has nothing
 // to forward and no placement to pay for.
-func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Registry, px *proxy.Proxy, local http.Handler, log *slog.Logger, fwd *atomic.Pointer[forward.Handler], peer *peerTLS) http.Handler {
+func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Registry, px *proxy.Proxy, local http.Handler, isKey func(string) bool, log *slog.Logger, fwd *atomic.Pointer[forward.Handler], peer *peerTLS) http.Handler {
 	if o.Store == "" {
 		return local
 	}
 	cfg := forward.Config{
 		Peers: reg, Secret: []byte(o.ClusterSecret), Local: local, Logger: log,
-		Internal: internalRoutes(nd, px, log),
+		Authorized: authorized(isKey, st),
+		Internal:   internalRoutes(nd, px, log),
 		SandboxOf: func(r *http.Request) (string, bool) {
 			sid, _, ok := px.Match(r)
 			return sid, ok
@@ -77,6 +79,51 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Regi
 	h := forward.New(cfg)
 	fwd.Store(h)
 	return h
+}
+
+// authorized is the API's own check of a request's credential, made by
+// the forwarding before it does anything for the request: its API key (in
+// X-API-Key, or as a bearer token, as the API takes it), or on a volume's
+// content routes that volume's token, which costs the one read of the
+// volume the API makes too. The routes the API serves without a key and
+// the forwarding routes (build file uploads, whose links carry their own
+// signature) need none.
+func authorized(isKey func(string) bool, st *store.Store) func(*http.Request) bool {
+	public := http.NewServeMux()
+	public.Handle("PUT "+api.UploadPath, http.NotFoundHandler())
+	return func(r *http.Request) bool {
+		if _, pattern := public.Handler(r); pattern != "" {
+			return true
+		}
+		key := r.Header.Get("X-API-Key")
+		if auth := r.Header.Get("Authorization"); key == "" && len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+			key = strings.TrimSpace(auth[7:])
+		}
+		if key == "" {
+			return false
+		}
+		if isKey(key) {
+			return true
+		}
+		rest, ok := strings.CutPrefix(r.URL.Path, "/volumecontent/")
+		if !ok {
+			return false
+		}
+		id, _, _ := strings.Cut(rest, "/")
+		v, err := st.Volumes().Get(r.Context(), id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return false
+		case err != nil:
+			// The database is out of reach: the routing reads it again
+			// and answers 503 saying so, where a 401 would be wrong.
+			return true
+		case v.Token == "":
+			return false
+		}
+		want, got := sha256.Sum256([]byte(v.Token)), sha256.Sum256([]byte(key))
+		return subtle.ConstantTimeCompare(want[:], got[:]) == 1
+	}
 }
 
 // templateFiles is the internal route a node copies a template by;

@@ -309,7 +309,7 @@ func Run(ctx context.Context, o Options) error {
 	var tlsLns []net.Listener
 	reported := reportedDomain(o.Domain, false, lns[0])
 	if o.TLSListen != "" {
-		if certs, err = loadCertificates(o, log); err != nil {
+		if certs, err = loadCertificates(o, liveSandbox(st), log); err != nil {
 			return err
 		}
 		if tlsLns, err = listen(o.TLSListen); err != nil {
@@ -380,7 +380,7 @@ func Run(ctx context.Context, o Options) error {
 	defer nd.Close()
 	// Builds stop before the node they boot sandboxes on.
 	defer builder.Close()
-	handler := clusterHandler(o, st, nd, reg, px, api.Mount(apiSrv, px), log, &fwd, peer)
+	handler := clusterHandler(o, st, nd, reg, px, api.Mount(apiSrv, px), apiSrv.IsAPIKey, log, &fwd, peer)
 	srv := api.NewHTTPServer(o.Listen, handler)
 	if certs != nil && certs.acme != nil {
 		// ACME's HTTP challenges arrive on the plain listener.

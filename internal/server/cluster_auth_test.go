@@ -1,0 +1,49 @@
+package server
+
+import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"cube/internal/store"
+)
+
+// The forwarding's check of a credential takes what the API takes: the
+// key in X-API-Key or as a bearer token, a volume's token on that volume's
+// content routes only, and nothing on the build file uploads, whose links
+// carry their own signature.
+func TestForwardingTakesTheAPIsCredentials(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Volumes().Put(context.Background(), &store.Volume{ID: "vol1", Name: "data", State: store.VolumeReady, Token: "vtok_1"}); err != nil {
+		t.Fatal(err)
+	}
+	ok := authorized(func(k string) bool { return k == "e2b_key" }, st)
+	for _, c := range []struct {
+		method, path, header, value string
+		want                        bool
+	}{
+		{"POST", "/sandboxes", "", "", false},
+		{"POST", "/sandboxes", "X-API-Key", "e2b_wrong", false},
+		{"POST", "/sandboxes", "X-API-Key", "e2b_key", true},
+		{"POST", "/sandboxes", "Authorization", "Bearer e2b_key", true},
+		{"GET", "/volumecontent/vol1/file?path=/a", "Authorization", "Bearer vtok_1", true},
+		{"GET", "/volumecontent/vol1/file?path=/a", "Authorization", "Bearer vtok_2", false},
+		{"GET", "/volumecontent/vol2/file?path=/a", "Authorization", "Bearer vtok_1", false},
+		{"GET", "/volumes/vol1", "Authorization", "Bearer vtok_1", false},
+		{"PUT", "/templates/t1/files/abc/upload?expires=1&signature=x", "", "", true},
+		{"GET", "/templates/t1/files/abc", "", "", false},
+	} {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		if c.header != "" {
+			r.Header.Set(c.header, c.value)
+		}
+		if got := ok(r); got != c.want {
+			t.Errorf("%s %s with %s %q: %v, want %v", c.method, c.path, c.header, c.value, got, c.want)
+		}
+	}
+}
