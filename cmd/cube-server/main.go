@@ -34,7 +34,7 @@ func main() {
 	flag.StringVar(&o.TLSListen, "tls-listen", "127.0.0.1:3443", "address of the HTTPS listener, serving the API and sandbox traffic like --listen ('' for none)")
 	flag.StringVar(&o.TLSCert, "tls-cert", "", "certificate (PEM, with its chain) of the HTTPS listener, instead of Cube's local CA; reloaded when it changes")
 	flag.StringVar(&o.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
-	flag.BoolVar(&o.ACME, "acme", false, "get the HTTPS listener's certificates from Let's Encrypt (ACME) for api.<domain> and each <port>-<id>.<domain>: needs a public --domain whose names reach this server on port 80 or 443")
+	flag.BoolVar(&o.ACME, "acme", false, "get the HTTPS listener's certificates from Let's Encrypt (ACME) for api.<domain> and each <port>-<id>.<domain> of a sandbox this server holds (no other name is ordered): needs a public --domain whose names reach this server on port 80 or 443")
 	flag.StringVar(&o.ACMEEmail, "acme-email", "", "contact address given to the ACME certificate authority")
 	flag.StringVar(&o.Runsc, "runsc", "", "runsc binary (default: beside cube-server)")
 	flag.StringVar(&o.Envd, "cube-envd", "", "cube-envd binary (default: beside cube-server)")

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/crypto/acme/autocert"
 
 	"cube/internal/proxy"
+	"cube/internal/store"
 	"cube/internal/tlsca"
 )
 
@@ -60,7 +62,10 @@ type certificates struct {
 	acme *autocert.Manager
 }
 
-func loadCertificates(o Options, log *slog.Logger) (*certificates, error) {
+// loadCertificates opens the listener's certificate source. live says
+// whether a sandbox ID names a sandbox of this server (or cluster); ACME
+// orders certificates only for those.
+func loadCertificates(o Options, live func(context.Context, string) bool, log *slog.Logger) (*certificates, error) {
 	switch {
 	case o.TLSCert != "" || o.TLSKey != "":
 		if o.TLSCert == "" || o.TLSKey == "" {
@@ -76,7 +81,7 @@ func loadCertificates(o Options, log *slog.Logger) (*certificates, error) {
 		m := &autocert.Manager{
 			Prompt: autocert.AcceptTOS, Email: o.ACMEEmail,
 			Cache:      autocert.DirCache(filepath.Join(o.DataDir, "tls", "acme")),
-			HostPolicy: acmePolicy(o.Domain),
+			HostPolicy: acmePolicy(o.Domain, live),
 		}
 		log.Info("HTTPS with ACME certificates", "domain", o.Domain)
 		return &certificates{get: m.GetCertificate, acme: m}, nil
@@ -93,17 +98,41 @@ func loadCertificates(o Options, log *slog.Logger) (*certificates, error) {
 }
 
 // acmePolicy lets ACME issue certificates only for the API's name and
-// sandbox hosts under domain: one certificate per sandbox port, since
-// HTTP challenges cannot prove a wildcard.
-func acmePolicy(domain string) autocert.HostPolicy {
-	return func(_ context.Context, host string) error {
+// the hosts of sandboxes live says exist: one certificate per sandbox
+// port, since HTTP challenges cannot prove a wildcard. Any other name is
+// refused before the CA is asked, so a client making up names cannot
+// spend the domain's weekly certificate limit. Only the canonical
+// "<port>-<id>" spelling is allowed: the proxy also routes a leading-zero
+// port or an "-suffix" after the ID, but each spelling would be one more
+// certificate for the same sandbox port.
+func acmePolicy(domain string, live func(ctx context.Context, sandboxID string) bool) autocert.HostPolicy {
+	domain = strings.TrimSuffix(strings.ToLower(domain), ".")
+	return func(ctx context.Context, host string) error {
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
 		if host == "api."+domain || host == domain {
 			return nil
 		}
-		if _, ok, err := proxy.MatchHost(host, domain); ok && err == nil {
-			return nil
+		rt, ok, err := proxy.MatchHost(host, domain)
+		if !ok || err != nil {
+			return fmt.Errorf("acme: %s is not a name of this server", host)
 		}
-		return fmt.Errorf("acme: %s is not a name of this server", host)
+		if host != fmt.Sprintf("%d-%s.%s", rt.Port, rt.SandboxID, domain) {
+			return fmt.Errorf("acme: %s: certificates are ordered only for <port>-<sandbox id>.%s", host, domain)
+		}
+		if !live(ctx, rt.SandboxID) {
+			return fmt.Errorf("acme: %s: no sandbox %s on this server", host, rt.SandboxID)
+		}
+		return nil
+	}
+}
+
+// liveSandbox reports whether the store holds a sandbox id that is not
+// being killed. A store that cannot answer refuses: a certificate can be
+// ordered on the next handshake.
+func liveSandbox(st *store.Store) func(context.Context, string) bool {
+	return func(ctx context.Context, id string) bool {
+		sb, err := st.Sandboxes().Get(ctx, id)
+		return err == nil && sb.State != store.Killing
 	}
 }
 
