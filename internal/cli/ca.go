@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,7 +35,10 @@ func newCACmd() *cobra.Command {
 		Short: "Fetch Cube's CA certificate and print how to trust it",
 		Long: `Fetch the certificate of Cube's local CA (GET $CUBE_API_URL/tls/ca.pem, or
 <data-dir>/tls/ca.pem when the server does not answer), save it, and print its
-SHA-256 fingerprint and the lines that make the SDKs, curl and the system trust it.
+SHA-256 fingerprint, the names it may sign for, and the lines that make the SDKs,
+curl and the system trust it. A CA made before Cube gave its CAs name constraints
+(which limit it to the server's own domain, localhost and loopback addresses) is
+named as such, with how to replace it.
 
 Without --out the certificate is left where it is found in the data directory,
 or else saved as ca.pem in the user's configuration directory (~/.config/cube).`,
@@ -183,6 +187,10 @@ func printTrust(w io.Writer, path string, cert *x509.Certificate) {
 	fmt.Fprintf(w, "CA certificate: %s\n", path)
 	fmt.Fprintf(w, "Subject: %s (valid until %s)\n", cert.Subject.CommonName, cert.NotAfter.UTC().Format("2006-01-02"))
 	fmt.Fprintf(w, "SHA-256 fingerprint: %s\n", strings.Join(hexes, ":"))
+	permitted := permittedNames(cert)
+	if len(permitted) > 0 {
+		fmt.Fprintf(w, "Signs only for: %s (name constraints)\n", strings.Join(permitted, ", "))
+	}
 	fmt.Fprintf(w, "\nTrust it in a shell:\n")
 	fmt.Fprintf(w, "  # Node SDKs (added to the default trust store)\n")
 	fmt.Fprintf(w, "  export NODE_EXTRA_CA_CERTS=%s\n", p)
@@ -192,8 +200,27 @@ func printTrust(w io.Writer, path string, cert *x509.Certificate) {
 	// SSL_CERT_FILE (measured); CURL_CA_BUNDLE is the variable it honours.
 	fmt.Fprintf(w, "  # curl (replaces its default store too)\n")
 	fmt.Fprintf(w, "  export CURL_CA_BUNDLE=%s\n", p)
+	if len(permitted) == 0 {
+		// Such a CA, trusted by the whole system, could vouch for any
+		// site; the server makes constrained CAs since, but never
+		// replaces one by itself.
+		fmt.Fprintf(w, "\nThis CA predates name constraints: whoever holds its key can make certificates\n")
+		fmt.Fprintf(w, "for any site that a client trusting it accepts. Prefer the per-shell lines above,\n")
+		fmt.Fprintf(w, "or have the server make a new CA: stop it, move ca.pem and ca-key.pem out of\n")
+		fmt.Fprintf(w, "<data-dir>/tls, start it and run this command again.\n")
+	}
 	fmt.Fprintf(w, "\nOr in the system store (Debian, Ubuntu; as root):\n")
 	fmt.Fprintf(w, "  cp %s /usr/local/share/ca-certificates/cube.crt && update-ca-certificates\n", p)
+}
+
+// permittedNames lists what a CA's name constraints let it sign for;
+// none for a CA without them.
+func permittedNames(cert *x509.Certificate) []string {
+	names := slices.Clone(cert.PermittedDNSDomains)
+	for _, r := range cert.PermittedIPRanges {
+		names = append(names, r.String())
+	}
+	return names
 }
 
 // shellQuote makes path safe to paste into a POSIX shell.

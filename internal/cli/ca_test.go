@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -175,5 +176,35 @@ func TestShellQuote(t *testing.T) {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestCANameConstraints: the command says what a CA may sign for, and
+// warns before the system-store lines when it predates name constraints.
+func TestCANameConstraints(t *testing.T) {
+	dataDir := t.TempDir()
+	a, err := tlsca.Open(filepath.Join(dataDir, "tls"), tlsca.Options{Names: []string{"cube.localhost", "*.cube.localhost", "localhost"},
+		IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Constrain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caServer(t, http.StatusOK, a.CAPEM())
+	stdout, _, err := run(t, "ca", "--data-dir", dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Signs only for: cube.localhost, localhost, 127.0.0.1/32 (name constraints)\n"; !strings.Contains(stdout, want) || strings.Contains(stdout, "predates") {
+		t.Errorf("a constrained CA: output lacks %q:\n%s", want, stdout)
+	}
+
+	old, _ := testCA(t, t.TempDir())
+	caServer(t, http.StatusOK, old)
+	stdout, _, err = run(t, "ca", "--out", filepath.Join(t.TempDir(), "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warn, store := strings.Index(stdout, "predates name constraints"), strings.Index(stdout, "update-ca-certificates")
+	if warn < 0 || warn > store {
+		t.Errorf("an unconstrained CA: no warning before the system store lines:\n%s", stdout)
 	}
 }

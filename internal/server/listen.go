@@ -89,9 +89,15 @@ func loadCertificates(o Options, live func(context.Context, string) bool, log *s
 	ca, err := tlsca.Open(filepath.Join(o.DataDir, "tls"), tlsca.Options{
 		Names: []string{o.Domain, "*." + o.Domain, "localhost"},
 		IPs:   []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		// Users are told to trust this CA system-wide: it must not be
+		// able to vouch for any other name.
+		Constrain: true,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if !ca.Constrained() {
+		log.Warn("the local CA predates name constraints: a client trusting it would accept its certificate for any name; to replace it, move ca.pem and ca-key.pem away and restart, then trust the new ca.pem", "ca", ca.CAPath())
 	}
 	log.Info("HTTPS with Cube's local CA; trust it with `cubemastercli ca`", "ca", ca.CAPath())
 	return &certificates{get: ca.GetCertificate, ca: ca}, nil

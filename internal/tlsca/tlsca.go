@@ -29,6 +29,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +79,14 @@ type Options struct {
 	// ClientAuth makes the leaves client certificates too, for mutual
 	// TLS between the nodes of a cluster.
 	ClientAuth bool
+	// Constrain gives a CA this Open creates X.509 name constraints: it
+	// may sign only for the domains of Names (a wildcard's parent; each
+	// covers its subdomains too) and for IPs. A CA users are told to
+	// trust system-wide then vouches for this server's names and nothing
+	// else, even if its key leaks. A CA made without them is loaded as it
+	// is (Constrained says which); one whose constraints leave out Names
+	// or IPs is an error at Open.
+	Constrain bool
 }
 
 func (o *Options) setDefaults() error {
@@ -182,9 +191,89 @@ func (a *Authority) load() error {
 	if !ok || !pub.Equal(cert.PublicKey) {
 		return damaged(keyPath, fmt.Errorf("the key does not belong to the certificate in %s", certPath))
 	}
+	if err := a.permits(cert); err != nil {
+		return err
+	}
 	a.caCert, a.caKey = cert, key
 	a.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
 	return nil
+}
+
+// permits checks that a constrained CA may sign for the names and IPs
+// asked for: leaves it may not sign for would fail at every client.
+func (a *Authority) permits(cert *x509.Certificate) error {
+	if !constrained(cert) {
+		return nil
+	}
+	var outside []string
+	for _, n := range a.opts.Names {
+		if d := strings.TrimPrefix(n, "*."); !inDomains(d, cert.PermittedDNSDomains) {
+			outside = append(outside, n)
+		}
+	}
+	for _, ip := range a.opts.IPs {
+		if !inRanges(ip, cert.PermittedIPRanges) {
+			outside = append(outside, ip.String())
+		}
+	}
+	if len(outside) == 0 {
+		return nil
+	}
+	var allowed []string
+	allowed = append(allowed, cert.PermittedDNSDomains...)
+	for _, r := range cert.PermittedIPRanges {
+		allowed = append(allowed, r.String())
+	}
+	return fmt.Errorf("tls: the CA in %s may sign only for %s (its name constraints), not for %s: with another --domain, move %s and %s in %s away and restart to make a CA for it, then make every client trust the new ca.pem",
+		a.dir, strings.Join(allowed, ", "), strings.Join(outside, ", "), CertFile, KeyFile, a.dir)
+}
+
+// Constrained reports whether the CA carries name constraints: false for a
+// CA made before Cube added them, or without Options.Constrain.
+func (a *Authority) Constrained() bool { return constrained(a.caCert) }
+
+func constrained(cert *x509.Certificate) bool {
+	return len(cert.PermittedDNSDomains) > 0 || len(cert.PermittedIPRanges) > 0
+}
+
+// inDomains reports whether name is one of domains or under one, the
+// way X.509 DNS name constraints match.
+func inDomains(name string, domains []string) bool {
+	for _, d := range domains {
+		d = normalize(d)
+		if name == d || strings.HasSuffix(name, "."+d) {
+			return true
+		}
+	}
+	return false
+}
+
+func inRanges(ip net.IP, ranges []*net.IPNet) bool {
+	for _, r := range ranges {
+		if r.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// constraints are the permitted subtrees of a new constrained CA: the
+// domain of each name (a constraint covers its subdomains too) and each
+// IP alone.
+func (o *Options) constraints() (domains []string, ips []*net.IPNet) {
+	for _, n := range o.Names {
+		if d := strings.TrimPrefix(n, "*."); !slices.Contains(domains, d) {
+			domains = append(domains, d)
+		}
+	}
+	for _, ip := range o.IPs {
+		bits := 8 * net.IPv6len
+		if v4 := ip.To4(); v4 != nil {
+			ip, bits = v4, 8*net.IPv4len
+		}
+		ips = append(ips, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+	}
+	return domains, ips
 }
 
 func parseKey(b []byte) (crypto.Signer, error) {
@@ -247,6 +336,12 @@ func (a *Authority) create() error {
 		MaxPathLenZero:        true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		SubjectKeyId:          ski[:],
+	}
+	if a.opts.Constrain {
+		// RFC 5280 has name constraints critical, so a client that cannot
+		// apply them refuses the CA rather than trusting it for any name.
+		tmpl.PermittedDNSDomains, tmpl.PermittedIPRanges = a.opts.constraints()
+		tmpl.PermittedDNSDomainsCritical = true
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

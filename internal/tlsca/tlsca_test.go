@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -392,5 +393,71 @@ func TestClientAuthLeaves(t *testing.T) {
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "10.0.0.5"}); err != nil {
 			t.Errorf("ClientAuth %v: not a server certificate for 10.0.0.5: %v", clientAuth, err)
 		}
+	}
+}
+
+// verifyLeaf checks a leaf of a for name against a alone.
+func verifyLeaf(a *Authority, leaf *tls.Certificate, name string) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(a.CAPEM())
+	_, err := leaf.Leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: name, CurrentTime: time.Now()})
+	return err
+}
+
+// TestNameConstraints: a CA made with Constrain vouches only for its own
+// names, so trusting it system-wide trusts nothing else; a CA made before
+// keeps working, and one made for another domain says so at Open.
+func TestNameConstraints(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions()
+	o.Constrain = true
+	a := open(t, dir, o)
+	if !a.Constrained() {
+		t.Fatal("a new CA is not constrained")
+	}
+	if got := a.caCert.PermittedDNSDomains; strings.Join(got, ",") != "cube.localhost,localhost" || !a.caCert.PermittedDNSDomainsCritical {
+		t.Errorf("permitted DNS domains %v (critical %v)", got, a.caCert.PermittedDNSDomainsCritical)
+	}
+	leaf, err := a.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cube.localhost", "49983-abc.cube.localhost", "localhost", "127.0.0.1", "::1"} {
+		if err := verifyLeaf(a, leaf, name); err != nil {
+			t.Errorf("the server's own name %s: %v", name, err)
+		}
+	}
+	// The CA's key can sign anything; the constraints are what make
+	// clients refuse it.
+	for _, name := range []string{"bank.example.com", "cube.localhost.example.com"} {
+		out, err := a.IssueFor(name, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inv x509.CertificateInvalidError
+		if err := verifyLeaf(a, out, name); !errors.As(err, &inv) || inv.Reason != x509.CANotAuthorizedForThisName {
+			t.Errorf("a leaf for %s outside the CA's domains: %v, want a name constraint violation", name, err)
+		}
+	}
+	if a2 := open(t, dir, o); !a2.Constrained() || !a2.caCert.Equal(a.caCert) {
+		t.Error("the constrained CA was not kept across Open")
+	}
+	// Another --domain under the same CA would serve certificates no
+	// client accepts: Open says what to do instead.
+	other := o
+	other.Names = []string{"sandbox.example.com", "*.sandbox.example.com"}
+	if _, err := Open(dir, other); err == nil || !strings.Contains(err.Error(), "sandbox.example.com") || !strings.Contains(err.Error(), "move") {
+		t.Errorf("a CA opened for names outside its constraints: %v", err)
+	}
+
+	// A CA from before constraints loads as it is.
+	old := t.TempDir()
+	open(t, old, testOptions())
+	b := open(t, old, o)
+	if b.Constrained() {
+		t.Error("an existing CA grew constraints")
+	}
+	if leaf, err := b.current(); err != nil || verifyLeaf(b, leaf, "49983-abc.cube.localhost") != nil {
+		t.Errorf("an existing CA's leaf: %v", err)
 	}
 }
