@@ -48,6 +48,13 @@
 // each request. Every connection and intercepted request is an Event for
 // Config.Audit and a Prometheus count (Filter.Collectors).
 //
+// What a sandbox makes the Filter hold is bounded whatever it sends: a
+// connection's first bytes to maxPeek, an intercepted request's line and
+// headers to maxRequestHeaderBytes (431 beyond, and the connection
+// closed), a destination's headers to maxResponseHeaderBytes (502
+// beyond); bodies are streamed both ways. A slot has at most
+// Config.MaxConns web connections and maxDNSInFlight DNS queries at once.
+//
 // Wiring, in cube-server and the node:
 //
 //	// once, at start, with the pool's settings:

@@ -30,8 +30,9 @@ type Config struct {
 	// isolation. Zero HostCIDR: netslot.DefaultHostCIDR.
 	AllowPrivate []netip.Prefix
 	HostCIDR     netip.Prefix
-	// MaxConns caps the connections one slot has open through the Filter at
-	// once; default 256.
+	// MaxConns caps the web connections one slot has open through the
+	// Filter at once; beyond it a connection is closed as it comes. Zero:
+	// DefaultMaxConns.
 	MaxConns int
 	Logger   *slog.Logger
 
@@ -78,7 +79,7 @@ func NewFilter(cfg Config) (*Filter, error) {
 		cfg.HostCIDR = netslot.DefaultHostCIDR
 	}
 	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = 256
+		cfg.MaxConns = DefaultMaxConns
 	}
 	for _, p := range cfg.AllowPrivate {
 		if !p.IsValid() || !p.Addr().Is4() {
@@ -386,5 +387,12 @@ const (
 	resolveTimeout = 5 * time.Second
 )
 
-// maxDNSInFlight caps one slot's DNS queries being answered at once.
+// DefaultMaxConns is Config.MaxConns unless set. Each connection costs
+// the Filter a goroutine or two and, intercepted, up to
+// maxRequestHeaderBytes (plus a 4 KiB read buffer) of a request being
+// read: with 256, about 17 MiB per slot.
+const DefaultMaxConns = 256
+
+// maxDNSInFlight caps one slot's DNS queries being answered at once (UDP
+// queries and TCP connections together), each at most maxDNSMessage.
 const maxDNSInFlight = 64

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -43,6 +44,28 @@ const (
 	upstreamHeaders = 15 * time.Minute
 )
 
+// Bounds on the headers of intercepted requests and their answers.
+// http.ReadRequest on a bufio.Reader has none: a request line or header
+// without an end grows in memory for as long as the sandbox sends it.
+// (net/http's server bounds it by MaxHeaderBytes, 1 MiB by default.)
+const (
+	// maxRequestHeaderBytes bounds a request line and its headers, read
+	// from the sandbox; beyond it the request is answered 431 and the
+	// connection closed. It is maxPeek: the first request of a plain-HTTP
+	// connection must name its host within that already. A connection may
+	// hold up to a bufio.Reader's buffer (4 KiB) more, read ahead.
+	maxRequestHeaderBytes = maxPeek
+	// maxResponseHeaderBytes bounds a destination's status line and
+	// headers (http.Transport's default is 10 MiB); beyond it the sandbox
+	// gets a 502. Answers carry larger headers than requests (cookies,
+	// policies), so it is larger than the request bound.
+	maxResponseHeaderBytes = 1 << 20
+)
+
+// Trailers of chunked bodies, both ways, and chunk-size lines are bounded
+// by net/http itself, to its reader's buffer (4 KiB); bodies are streamed
+// both ways, never held whole.
+
 // ctxKey carries the connection's chosen target to the transport's dialer.
 type ctxKey struct{}
 
@@ -59,10 +82,11 @@ func (s *slotFilter) transport() *http.Transport {
 				d := net.Dialer{Timeout: dialTimeout}
 				return d.DialContext(ctx, "tcp4", target.String())
 			},
-			TLSClientConfig:       &tls.Config{RootCAs: s.f.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
-			TLSHandshakeTimeout:   handshakeTimeout,
-			ResponseHeaderTimeout: upstreamHeaders,
-			MaxIdleConnsPerHost:   4,
+			TLSClientConfig:        &tls.Config{RootCAs: s.f.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+			TLSHandshakeTimeout:    handshakeTimeout,
+			ResponseHeaderTimeout:  upstreamHeaders,
+			MaxResponseHeaderBytes: maxResponseHeaderBytes,
+			MaxIdleConnsPerHost:    4,
 			// The answer goes to the client as the destination sent it:
 			// decompressing here would strip its length, and the client did
 			// not ask for gzip unless it says so itself.
@@ -121,13 +145,23 @@ func (s *slotFilter) intercept(p *proxied, c net.Conn, peeked []byte, name strin
 	if !p.setCancel(cancel) {
 		return
 	}
-	br := bufio.NewReader(conn)
+	lim := &headerLimit{r: conn}
+	br := bufio.NewReader(lim)
 	for {
 		conn.SetReadDeadline(time.Now().Add(interceptIdle))
+		lim.arm(maxRequestHeaderBytes)
 		req, err := http.ReadRequest(br)
 		if err != nil {
+			if lim.hit.Load() {
+				s.f.record("request", Event{Owner: s.owner(), Decision: Denied, Name: name, Dest: target,
+					Status: http.StatusRequestHeaderFieldsTooLarge, Reason: errHeaderTooLarge.Error()})
+				conn.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+				writeStatus(conn, http.StatusRequestHeaderFieldsTooLarge, "egress: "+errHeaderTooLarge.Error())
+			}
 			return
 		}
+		// The body is the destination's to bound, and is streamed.
+		lim.disarm()
 		conn.SetReadDeadline(time.Time{})
 		if !s.stillAllowed(s.rules.Load(), p) {
 			return
@@ -237,6 +271,42 @@ func bodyAllowed(method string, status int) bool {
 func writeStatus(w io.Writer, code int, msg string) {
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
 		code, http.StatusText(code), len(msg)+1, msg)
+}
+
+var errHeaderTooLarge = fmt.Errorf("request line and headers longer than %d KiB", maxRequestHeaderBytes>>10)
+
+// headerLimit bounds the bytes read from a client while a request's line
+// and headers are read (armed), and lets the body through unbounded
+// (disarmed). It sits under the connection's bufio.Reader, as net/http's
+// server bounds MaxHeaderBytes: textproto takes any *bufio.Reader and
+// reads a line for as long as it has no end. hit reports that a read was
+// refused. The transport may still read a body through it while the next
+// request is awaited, hence atomics.
+type headerLimit struct {
+	r      io.Reader
+	remain atomic.Int64
+	hit    atomic.Bool
+}
+
+func (l *headerLimit) arm(n int64) {
+	l.hit.Store(false)
+	l.remain.Store(n)
+}
+
+func (l *headerLimit) disarm() { l.remain.Store(math.MaxInt64) }
+
+func (l *headerLimit) Read(p []byte) (int, error) {
+	remain := l.remain.Load()
+	if remain <= 0 {
+		l.hit.Store(true)
+		return 0, errHeaderTooLarge
+	}
+	if int64(len(p)) > remain {
+		p = p[:remain]
+	}
+	n, err := l.r.Read(p)
+	l.remain.Add(-int64(n))
+	return n, err
 }
 
 // replayConn reads the bytes the Filter peeked before the rest.

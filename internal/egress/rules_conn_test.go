@@ -53,6 +53,17 @@ func special(rw http.ResponseWriter, r *http.Request) bool {
 		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + plainBody)
 		buf.Flush()
 		c.Close()
+	case "/big":
+		// A large answer, written as it is made: ?n= bytes of zeros.
+		n, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
+		rw.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+		io.CopyN(rw, zeros{}, n)
+	case "/big-headers":
+		// Headers without end, as a hostile or broken destination sends.
+		for i := range 2048 {
+			rw.Header().Set(fmt.Sprintf("X-Filler-%d", i), strings.Repeat("h", 1024))
+		}
+		rw.WriteHeader(http.StatusOK)
 	case "/slow":
 		slowCalls <- "start"
 		select {
@@ -64,6 +75,14 @@ func special(rw http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // rawRequest sends one HTTP/1.1 request as written, on conn, and reads its
