@@ -15,7 +15,7 @@ import (
 // key file is found when no key is in the environment) and returns the
 // function that builds the client once flags are parsed.
 func withClient(cmd *cobra.Command) func() (*client.Client, error) {
-	dataDir := cmd.Flags().String("data-dir", client.DefaultDataDir, "data directory holding the api-key file (used when E2B_API_KEY and CUBE_API_KEY are unset)")
+	dataDir := cmd.Flags().String("data-dir", client.DefaultDataDir, "data directory holding the api-key file (used when CUBE_API_KEY is unset, before E2B_API_KEY)")
 	return func() (*client.Client, error) { return client.FromEnv(*dataDir) }
 }
 

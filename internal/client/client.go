@@ -49,8 +49,11 @@ func New(baseURL, apiKey string) *Client {
 }
 
 // FromEnv builds a client the way every cubemastercli verb does: the URL
-// from CUBE_API_URL (default DefaultURL); the key from E2B_API_KEY, then
-// CUBE_API_KEY, then <dataDir>/api-key (dataDir "" means DefaultDataDir).
+// from CUBE_API_URL (default DefaultURL); the key from CUBE_API_KEY, then
+// <dataDir>/api-key (dataDir "" means DefaultDataDir), then E2B_API_KEY.
+// E2B_API_KEY comes last because in an E2B user's shell it is usually the
+// key of their E2B cloud account, which must not be sent to a Cube server
+// when a key of Cube's own is at hand.
 func FromEnv(dataDir string) (*Client, error) {
 	base := os.Getenv(EnvURL)
 	if base == "" {
@@ -68,24 +71,25 @@ func FromEnv(dataDir string) (*Client, error) {
 }
 
 func findKey(dataDir string) (string, error) {
-	for _, env := range []string{EnvE2BKey, EnvKey} {
-		if k := strings.TrimSpace(os.Getenv(env)); k != "" {
-			return k, nil
-		}
+	if k := strings.TrimSpace(os.Getenv(EnvKey)); k != "" {
+		return k, nil
 	}
 	if dataDir == "" {
 		dataDir = DefaultDataDir
 	}
 	path := filepath.Join(dataDir, KeyFile)
 	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("no API key: set %s or %s, or make %s readable: %w", EnvE2BKey, EnvKey, path, err)
-	}
 	k := strings.TrimSpace(string(b))
-	if k == "" {
-		return "", fmt.Errorf("no API key: %s is empty", path)
+	if err == nil && k != "" {
+		return k, nil
 	}
-	return k, nil
+	if k := strings.TrimSpace(os.Getenv(EnvE2BKey)); k != "" {
+		return k, nil
+	}
+	if err == nil {
+		err = errors.New("the file is empty")
+	}
+	return "", fmt.Errorf("no API key: set %s, make %s readable, or set %s: %w", EnvKey, path, EnvE2BKey, err)
 }
 
 // APIError is a non-2xx answer of the server.

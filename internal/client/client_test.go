@@ -14,26 +14,29 @@ import (
 	"cube/internal/api/wire"
 )
 
+// TestFromEnvKeyOrder: CUBE_API_KEY, then the data dir's api-key, and
+// E2B_API_KEY only when neither is there: in an E2B user's shell it is
+// the key of their E2B account, which must not go to a Cube server.
 func TestFromEnvKeyOrder(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, KeyFile), []byte("e2b_fromfile\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(EnvURL, "")
-	t.Setenv(EnvE2BKey, "")
+	t.Setenv(EnvE2BKey, "e2b_e2b")
 	t.Setenv(EnvKey, "")
 	c, err := FromEnv(dir)
 	if err != nil || c.APIKey != "e2b_fromfile" || c.BaseURL != DefaultURL {
-		t.Fatalf("file key: %+v %v", c, err)
+		t.Fatalf("the data dir's key under E2B_API_KEY: %+v %v", c, err)
 	}
 	t.Setenv(EnvKey, "e2b_cube")
-	if c, _ := FromEnv(dir); c.APIKey != "e2b_cube" {
-		t.Errorf("CUBE_API_KEY ignored: %q", c.APIKey)
-	}
-	t.Setenv(EnvE2BKey, "e2b_e2b")
 	t.Setenv(EnvURL, "http://example.test:9/")
-	if c, _ := FromEnv(dir); c.APIKey != "e2b_e2b" || c.BaseURL != "http://example.test:9" {
-		t.Errorf("E2B_API_KEY / URL: %+v", c)
+	if c, _ := FromEnv(dir); c.APIKey != "e2b_cube" || c.BaseURL != "http://example.test:9" {
+		t.Errorf("CUBE_API_KEY / URL: %+v", c)
+	}
+	t.Setenv(EnvKey, "")
+	if c, err := FromEnv(t.TempDir()); err != nil || c.APIKey != "e2b_e2b" {
+		t.Errorf("E2B_API_KEY, the last resort: %+v %v", c, err)
 	}
 	t.Setenv(EnvURL, "ftp://x")
 	if _, err := FromEnv(dir); err == nil || !strings.Contains(err.Error(), EnvURL) {
@@ -41,8 +44,7 @@ func TestFromEnvKeyOrder(t *testing.T) {
 	}
 	t.Setenv(EnvURL, "")
 	t.Setenv(EnvE2BKey, "")
-	t.Setenv(EnvKey, "")
-	if _, err := FromEnv(t.TempDir()); err == nil || !strings.Contains(err.Error(), "api-key") {
+	if _, err := FromEnv(t.TempDir()); err == nil || !strings.Contains(err.Error(), "api-key") || !strings.Contains(err.Error(), EnvKey) {
 		t.Errorf("missing key: %v", err)
 	}
 }

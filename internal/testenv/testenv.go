@@ -61,9 +61,9 @@ func BuildStatic(t testing.TB, pkg, dir, name string) string {
 
 // Environ is the environment for a process a test starts: this process's
 // environment without the caller's E2B_* and CUBE_* variables, plus extra
-// ("NAME=value"). An E2B user's shell has E2B_API_KEY set, and the CLI
-// prefers it to the key a test hands over; a test must see only what it
-// sets itself.
+// ("NAME=value"). An E2B user's shell has E2B_API_KEY set, and a caller's
+// CUBE_API_KEY or CUBE_API_URL would win over what a test hands over; a
+// test must see only what it sets itself.
 func Environ(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
