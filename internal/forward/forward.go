@@ -97,6 +97,8 @@ type Handler struct {
 	targets map[string]*url.URL
 	// client makes this node's own calls on peers (Get).
 	client *http.Client
+	// verifier checks the signed requests this node receives.
+	verifier verifier
 	// lookups bounds, per source address, the signed file URLs whose
 	// sandbox is looked for among the peers: each costs a call on every
 	// peer, and needs no key.
@@ -111,6 +113,8 @@ type (
 	readKey   struct{}
 	// moveKey carries the node a forwarded resume takes its sandbox from.
 	moveKey struct{}
+	// bodyKey carries the body field a forwarded request is signed with.
+	bodyKey struct{}
 )
 
 // New returns the forwarding handler in front of cfg.Local.
@@ -122,7 +126,8 @@ func New(cfg Config) *Handler {
 		cfg.MaxBodyBytes = 1 << 20
 	}
 	h := &Handler{cfg: cfg, targets: map[string]*url.URL{}, client: http.DefaultClient,
-		lookups: ratelimit.New[netip.Prefix](lookupsPerSecond, 0, 10000)}
+		lookups:  ratelimit.New[netip.Prefix](lookupsPerSecond, 0, 10000),
+		verifier: verifier{secret: cfg.Secret, seen: newNonces(maxNonces)}}
 	transport := http.DefaultTransport
 	if cfg.PeerTLS != nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -140,7 +145,7 @@ func New(cfg Config) *Handler {
 			if from, ok := pr.In.Context().Value(moveKey{}).(string); ok {
 				pr.Out.Header.Set(MoveHeader, from)
 			}
-			sign(pr.Out, cfg.Peers.Self(), cfg.Secret, time.Now())
+			sign(pr.Out, cfg.Peers.Self(), cfg.Secret, time.Now(), pr.In.Context().Value(bodyKey{}).(string))
 		},
 		// Streams (command output, file transfers) pass as they come.
 		FlushInterval: -1,
@@ -160,18 +165,20 @@ func New(cfg Config) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(Header) != "" {
-		if err := verify(r, h.cfg.Secret, time.Now()); err != nil {
-			api.WriteError(w, cube.Errorf(cube.Forbidden, "%v", err))
-			return
-		}
 		if h.cfg.PeersOverTLS && r.Context().Value(peerListenerKey{}) == nil {
 			api.WriteError(w, cube.Errorf(cube.Forbidden, "this node takes requests of its peers only over mutual TLS, on its peer listener: give the sending node this node's https --advertise address"))
 			return
 		}
-		// Nothing of it reaches a sandbox.
-		r.Header.Del(Header)
-		if from := r.Header.Get(MoveHeader); from != "" {
-			r.Header.Del(MoveHeader)
+		r, err := h.verifier.verify(r, time.Now())
+		if err != nil {
+			api.WriteError(w, err)
+			return
+		}
+		// The X-Cube-* headers were signed with it; nothing of them
+		// reaches a sandbox.
+		from := r.Header.Get(MoveHeader)
+		dropCubeHeaders(r.Header)
+		if from != "" {
 			r = r.WithContext(cube.WithMoveFrom(r.Context(), from))
 		}
 		if h.internal(r) && h.cfg.Internal != nil {
@@ -181,8 +188,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.cfg.Local.ServeHTTP(w, r)
 		return
 	}
-	// Only a node asks another to take a sandbox over.
-	r.Header.Del(MoveHeader)
+	// X-Cube-* headers are the nodes' own, acted on only when signed (a
+	// node asks another to take a sandbox over with one): a client's are
+	// dropped, so a node never signs one it did not set.
+	dropCubeHeaders(r.Header)
 	if sid, ok := h.cfg.SandboxOf(r); ok {
 		h.route(w, r, "sandbox "+sid, func(ctx context.Context) (string, error) {
 			if h.cfg.Runs(sid) {
@@ -337,7 +346,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, cube.Errorf(cube.Invalid, "read the request body: %v", err))
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	want, err := h.cfg.Want(r.Context(), body)
 	if cube.KindOf(err) == cube.Unavailable {
 		// The database is out of reach: nothing can be placed.
@@ -456,7 +465,7 @@ func (h *Handler) callAt(ctx context.Context, method, node, addr, path string) (
 	if err != nil {
 		return nil, fmt.Errorf("node %s's address %q: %w", node, addr, err)
 	}
-	sign(req, h.cfg.Peers.Self(), h.cfg.Secret, time.Now())
+	sign(req, h.cfg.Peers.Self(), h.cfg.Secret, time.Now(), emptyBody)
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -483,11 +492,37 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
 		h.targets[addr] = u
 	}
 	h.mu.Unlock()
+	// A body up to wholeBodyBytes long is read here and signed whole, so
+	// the peer checks it before acting on it; a longer one (an upload) is
+	// streamed, its digest after it.
+	body := streamed
+	switch {
+	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
+		body = emptyBody
+	case r.ContentLength > 0 && r.ContentLength <= wholeBodyBytes:
+		b, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
+		r.Body.Close()
+		if err != nil {
+			api.WriteError(w, cube.Errorf(cube.Invalid, "read the request body: %v", err))
+			return
+		}
+		r.Body, body = io.NopCloser(bytes.NewReader(b)), bodyDigest(b)
+	}
 	ctx := context.WithValue(r.Context(), targetKey{}, u)
+	ctx = context.WithValue(ctx, bodyKey{}, body)
 	if _, traffic := h.cfg.SandboxOf(r); r.Method == http.MethodGet && !traffic {
 		ctx = context.WithValue(ctx, readKey{}, true)
 	}
 	h.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// dropCubeHeaders removes the nodes' own headers from h.
+func dropCubeHeaders(h http.Header) {
+	for name := range h {
+		if strings.HasPrefix(name, "X-Cube-") {
+			delete(h, name)
+		}
+	}
 }
 
 // unavailable is a failure to read the cluster's state: the database is

@@ -43,11 +43,12 @@ func TestSignatures(t *testing.T) {
 	secret := []byte("0123456789abcdef0123")
 	now := time.Unix(1_800_000_000, 0)
 	signed := func() *http.Request {
-		r := httptest.NewRequest("POST", "http://49983-abc.cube.localhost/files?path=/x", nil)
-		sign(r, "node-a", secret, now)
+		r := httptest.NewRequest("POST", "http://49983-abc.cube.localhost/files?path=/x", strings.NewReader("data"))
+		sign(r, "node-a", secret, now, bodyDigest([]byte("data")))
 		return r
 	}
-	if err := verify(signed(), secret, now.Add(time.Second)); err != nil {
+	v := verifier{secret: secret, seen: newNonces(16)}
+	if _, err := v.verify(signed(), now.Add(time.Second)); err != nil {
 		t.Fatalf("a fresh signature: %v", err)
 	}
 	for name, c := range map[string]struct {
@@ -61,16 +62,19 @@ func TestSignatures(t *testing.T) {
 		"other node": {func(r *http.Request) {
 			r.Header.Set(Header, strings.Replace(r.Header.Get(Header), "node-a", "node-b", 1))
 		}, now, "bad signature"},
-		"old":       {func(*http.Request) {}, now.Add(2 * time.Minute), "old"},
-		"malformed": {func(r *http.Request) { r.Header.Set(Header, "node-a") }, now, "malformed"},
+		"other body":        {func(r *http.Request) { r.Body = io.NopCloser(strings.NewReader("datb")) }, now, "not the one it signed"},
+		"a Cube header":     {func(r *http.Request) { r.Header.Set(MoveHeader, "node-c") }, now, "bad signature"},
+		"old":               {func(*http.Request) {}, now.Add(2 * time.Minute), "old"},
+		"malformed":         {func(r *http.Request) { r.Header.Set(Header, "node-a") }, now, "malformed"},
+		"a malformed nonce": {func(r *http.Request) { r.Header.Set(Header, strings.Replace(r.Header.Get(Header), ";", ";x", 2)) }, now, "malformed"},
 	} {
 		r := signed()
 		c.change(r)
-		key := secret
+		v := verifier{secret: secret, seen: newNonces(16)}
 		if name == "other secret" {
-			key = []byte("another secret of the same size")
+			v.secret = []byte("another secret of the same size")
 		}
-		if err := verify(r, key, c.at); err == nil || !strings.Contains(err.Error(), c.says) {
+		if _, err := v.verify(r, c.at); err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want an error saying %q", name, err, c.says)
 		}
 	}
@@ -115,7 +119,7 @@ func TestInternalRoutesAreTheNodesOnly(t *testing.T) {
 		served = ""
 		r := httptest.NewRequest("GET", "http://"+c.host+"/cluster/templates/t/files", nil)
 		if c.signed {
-			sign(r, "node-b", secret, time.Now())
+			sign(r, "node-b", secret, time.Now(), emptyBody)
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)

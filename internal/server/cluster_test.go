@@ -443,11 +443,13 @@ func within(t *testing.T, d time.Duration, ok func() bool, failure func() string
 // of an authority no node recorded.
 func peersOnlyOverMutualTLS(t *testing.T, m *member) {
 	t.Helper()
-	at := strconv.FormatInt(time.Now().Unix(), 10)
+	at, nonce := strconv.FormatInt(time.Now().Unix(), 10), "000102030405060708090a0b0c0d0e0f"
+	empty := sha256.Sum256(nil)
+	body := hex.EncodeToString(empty[:])
 	mac := hmac.New(sha256.New, []byte(clusterSecret))
-	fmt.Fprintf(mac, "%s\n%s\n%s\n%s\n%s", "GET", m.addr, "/v2/sandboxes", "node-b", at)
+	fmt.Fprintf(mac, "%s\n%s\n%s\n%s\n%s\n%s\n%s\n", "GET", m.addr, "/v2/sandboxes", "node-b", at, nonce, body)
 	resp, out := m.d.request(t, "GET", "/v2/sandboxes", nil, map[string]string{
-		"X-Cube-Forwarded": "node-b;" + at + ";" + hex.EncodeToString(mac.Sum(nil)),
+		"X-Cube-Forwarded": strings.Join([]string{"node-b", at, nonce, body, hex.EncodeToString(mac.Sum(nil))}, ";"),
 	})
 	if resp.StatusCode != 403 || !strings.Contains(string(out), "mutual TLS") {
 		t.Fatalf("a signed request on the public listener of a node with a peer listener: %d %s", resp.StatusCode, out)
