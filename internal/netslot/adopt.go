@@ -55,7 +55,7 @@ func (p *Pool) Adopt(index int) (*Slot, error) {
 		delete(p.owned, index)
 		return nil, err
 	}
-	p.owned[index] = stInUse
+	s = p.lease(index)
 	delete(p.foreign, index)
 	p.log.Info("adopted slot", "slot", index, "host_addr", s.HostAddr.String())
 	return s, nil

@@ -33,8 +33,12 @@ type Pool struct {
 	dns  netip.AddrPort // where gateway DNS goes; invalid: rejected
 	host *netlink.Handle
 
-	mu      sync.Mutex
-	owned   map[int]slotState
+	mu    sync.Mutex
+	owned map[int]slotState
+	// leases holds the handle each in-use slot was handed out with, so a
+	// release through an older handle of the same index (a double
+	// release) is refused rather than cleaning a slot someone else holds.
+	leases  map[int]*Slot
 	foreign map[int]bool  // found on the host at start, not decided yet
 	free    []int         // armed slots, lowest index first
 	warming int           // slots the warmer is building
@@ -73,6 +77,7 @@ func NewPool(cfg Config) (*Pool, error) {
 		log:     cfg.Logger.With("component", "netslot", "prefix", cfg.Prefix),
 		host:    host,
 		owned:   map[int]slotState{},
+		leases:  map[int]*Slot{},
 		foreign: map[int]bool{},
 		changed: make(chan struct{}),
 		kick:    make(chan struct{}, 1),
@@ -292,11 +297,11 @@ func (p *Pool) Acquire(ctx context.Context) (*Slot, error) {
 			// Lowest index first: keeps the indices in use compact.
 			i := p.free[0]
 			p.free = p.free[1:]
-			p.owned[i] = stInUse
+			s := p.lease(i)
 			p.notify()
 			p.mu.Unlock()
 			p.wakeWarmer()
-			return p.slot(i), nil
+			return s, nil
 		}
 		if i, ok := p.pickIndex(); ok {
 			p.owned[i] = stArming
@@ -325,10 +330,10 @@ func (p *Pool) Acquire(ctx context.Context) (*Slot, error) {
 				p.drop(i)
 				return nil, ErrClosed
 			}
-			p.owned[i] = stInUse
+			s := p.lease(i)
 			p.notify()
 			p.mu.Unlock()
-			return p.slot(i), nil
+			return s, nil
 		}
 		if p.warming == 0 {
 			p.mu.Unlock()
@@ -360,13 +365,26 @@ func (p *Pool) Release(s *Slot) error {
 		p.mu.Unlock()
 		return fmt.Errorf("netslot: release of slot %d, which is not in use", s.Index)
 	}
+	if p.leases[s.Index] != s {
+		p.mu.Unlock()
+		return fmt.Errorf("netslot: release of slot %d through a handle it was not handed out with (released before and handed out again)", s.Index)
+	}
+	delete(p.leases, s.Index)
 	p.owned[s.Index] = stCleaning
 	closed := p.closed
 	p.mu.Unlock()
 
 	var err error
 	if !closed {
-		err = p.rearm(s.Index)
+		// A process still in the slot netns (a sandbox that outlived its
+		// kill) would share the link with the next sandbox, two network
+		// stacks answering one address; such a slot is torn down instead,
+		// which cuts the leftover off the network.
+		if pids := netnsUsers(s.NetNS); len(pids) > 0 {
+			err = fmt.Errorf("processes %v still run in its netns", pids)
+		} else {
+			err = p.rearm(s.Index)
+		}
 	}
 	if closed || err != nil {
 		if err != nil {
@@ -416,6 +434,15 @@ func (p *Pool) Release(s *Slot) error {
 	return nil
 }
 
+// lease marks slot i in use and returns the handle its holder releases it
+// with. Call with p.mu held.
+func (p *Pool) lease(i int) *Slot {
+	s := p.slot(i)
+	p.owned[i] = stInUse
+	p.leases[i] = s
+	return s
+}
+
 // drop tears down a slot the pool holds and forgets it.
 func (p *Pool) drop(i int) {
 	err := p.teardown(i)
@@ -454,6 +481,7 @@ func (p *Pool) Close() error {
 		}
 	}
 	p.free = nil
+	clear(p.leases)
 	p.mu.Unlock()
 
 	var errs []error

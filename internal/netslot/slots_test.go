@@ -725,3 +725,97 @@ func TestReconcileFreesIndicesWhoseLeftoversVanished(t *testing.T) {
 		}
 	}
 }
+
+// A release through a stale handle (a second release of a slot that has
+// since been handed to another sandbox) must not touch the new holder's
+// slot: re-arming it would strip a running sandbox's network, and tearing
+// it down would leave its egress policy nothing to open.
+func TestStaleReleaseLeavesNewHolderAlone(t *testing.T) {
+	needRoot(t)
+	p := newTestPool(t, Config{Warm: -1}) // no warm slots: every release past none tears down
+	ctx := context.Background()
+	first, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(first); err != nil {
+		t.Fatal(err)
+	}
+	second, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Index != first.Index {
+		t.Fatalf("expected index %d to be reused, got %d", first.Index, second.Index)
+	}
+	serveIn(t, second.NetNS, netip.AddrPortFrom(SandboxAddr, 8082).String(), "holder")
+	if err := p.Release(first); err == nil {
+		t.Fatal("a release through the first holder's handle succeeded while the slot is another's")
+	}
+	for _, path := range []string{second.NetNS, second.GatewayNetNS} {
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("the new holder's netns is gone: %v", err)
+		}
+	}
+	if got := ask(t, "", netip.AddrPortFrom(second.HostAddr, 8082).String()); !strings.HasPrefix(got, "holder ") {
+		t.Fatalf("the new holder's sandbox answered %q after the stale release", got)
+	}
+	if err := p.Release(second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A sandbox process that outlived its kill (still in the slot netns when
+// the slot is released) must never share an interface with the next
+// sandbox: two network stacks on one link answer each other's
+// connections. Such a slot is torn down, not re-armed.
+func TestReleaseWithProcessLeftTearsDown(t *testing.T) {
+	needRoot(t)
+	p := newTestPool(t, Config{Warm: 1})
+	ctx := context.Background()
+	s, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := exec.Command("nsenter", "--net="+s.NetNS, "sleep", "60")
+	if err := ghost.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ghost.Process.Kill(); ghost.Wait() })
+	var ghostNS unix.Stat_t
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var self unix.Stat_t
+		if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/net", ghost.Process.Pid), &ghostNS); err == nil {
+			if unix.Stat(s.NetNS, &self) == nil && self.Ino == ghostNS.Ino {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leftover process never entered the slot netns")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Release(s); err == nil {
+		t.Fatal("releasing a slot a process still lives in succeeded")
+	}
+	// Whatever index comes next, no slot handed out is the ghost's netns.
+	var held []*Slot
+	for range 3 {
+		n, err := p.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, n)
+		var st unix.Stat_t
+		if err := unix.Stat(n.NetNS, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ino == ghostNS.Ino {
+			t.Fatalf("slot %d was handed out with a leftover process in its netns", n.Index)
+		}
+	}
+	for _, h := range held {
+		p.Release(h)
+	}
+}

@@ -172,13 +172,14 @@ func (n *Node) discard(c *container, sandboxID string) {
 	}
 }
 
-// release returns a network slot to the pool.
+// release returns a network slot to the pool. The egress filter forgets
+// the slot first: once released, the slot may be handed to another sandbox
+// at once, and a Forget after that would drop the new sandbox's policy.
 func (n *Node) release(s *netslot.Slot) error {
-	err := n.slots.Release(s)
 	if n.cfg.Egress != nil {
 		n.cfg.Egress.Forget(s)
 	}
-	return err
+	return n.slots.Release(s)
 }
 
 func isNotFound(err error) bool { return cube.KindOf(err) == cube.NotFound }

@@ -18,14 +18,14 @@ import (
 type Slots struct {
 	mu       sync.Mutex
 	size     int
-	held     map[int]bool // handed out by Acquire or Adopt
+	held     map[int]*netslot.Slot // handed out by Acquire or Adopt, with the handle given
 	leftover map[int]bool // of a previous run, neither held nor removed
 	fail     map[string]error
 }
 
 // NewSlots returns a pool of size slots, none in use.
 func NewSlots(size int) *Slots {
-	return &Slots{size: size, held: map[int]bool{}, leftover: map[int]bool{}, fail: map[string]error{}}
+	return &Slots{size: size, held: map[int]*netslot.Slot{}, leftover: map[int]bool{}, fail: map[string]error{}}
 }
 
 // Fail makes every later call of op ("acquire", "release", "adopt",
@@ -59,7 +59,15 @@ func (p *Slots) Crash() {
 }
 
 // Held returns the indices handed out, sorted.
-func (p *Slots) Held() []int { return p.sorted(func() map[int]bool { return p.held }) }
+func (p *Slots) Held() []int {
+	return p.sorted(func() map[int]bool {
+		m := map[int]bool{}
+		for i := range p.held {
+			m[i] = true
+		}
+		return m
+	})
+}
 
 // Leftovers returns the indices of a previous run not yet adopted or
 // removed, sorted.
@@ -100,9 +108,9 @@ func (p *Slots) Acquire(ctx context.Context) (*netslot.Slot, error) {
 		return nil, err
 	}
 	for i := 0; i < p.size; i++ {
-		if !p.held[i] && !p.leftover[i] {
-			p.held[i] = true
-			return Slot(i), nil
+		if p.held[i] == nil && !p.leftover[i] {
+			p.held[i] = Slot(i)
+			return p.held[i], nil
 		}
 	}
 	return nil, netslot.ErrExhausted
@@ -114,8 +122,12 @@ func (p *Slots) Release(s *netslot.Slot) error {
 	if err := p.failing("release"); err != nil {
 		return err
 	}
-	if s == nil || !p.held[s.Index] {
+	if s == nil || p.held[s.Index] == nil {
 		return fmt.Errorf("fake slots: release of a slot not in use: %v", s)
+	}
+	if p.held[s.Index] != s {
+		// As netslot.Pool: a stale handle must not free another's slot.
+		return fmt.Errorf("fake slots: release of slot %d through a handle it was not handed out with", s.Index)
 	}
 	delete(p.held, s.Index)
 	return nil
@@ -128,15 +140,15 @@ func (p *Slots) Adopt(index int) (*netslot.Slot, error) {
 	if err := p.failing("adopt"); err != nil {
 		return nil, err
 	}
-	if p.held[index] {
+	if p.held[index] != nil {
 		return nil, fmt.Errorf("fake slots: adopt slot %d: already held", index)
 	}
 	if !p.leftover[index] {
 		return nil, fmt.Errorf("fake slots: adopt slot %d: not on the host", index)
 	}
 	delete(p.leftover, index)
-	p.held[index] = true
-	return Slot(index), nil
+	p.held[index] = Slot(index)
+	return p.held[index], nil
 }
 
 // Reconcile removes the leftovers not in inUse and names what it removed.
