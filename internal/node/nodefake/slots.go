@@ -19,7 +19,7 @@ type Slots struct {
 	mu       sync.Mutex
 	size     int
 	held     map[int]*netslot.Slot // handed out by Acquire or Adopt, with the handle given
-	leftover map[int]bool // of a previous run, neither held nor removed
+	leftover map[int]bool          // of a previous run, neither held nor removed
 	fail     map[string]error
 }
 
