@@ -49,8 +49,8 @@ secret=$(openssl rand -hex 32)
 # node NAME PORT SLOT-PREFIX HOST-CIDR: a cube-server of the cluster.
 node() {
 	mkdir -m 700 "$work/$1"
-	./bin/cube-server --data-dir "$work/$1" --listen "127.0.0.1:$2" --tls-listen 127.0.0.1:0 \
-		--store "$dsn" --cluster-secret "$secret" --node-id "$1" --advertise "http://127.0.0.1:$2" \
+	CUBE_CLUSTER_SECRET="$secret" ./bin/cube-server --data-dir "$work/$1" --listen "127.0.0.1:$2" --tls-listen 127.0.0.1:0 \
+		--store "$dsn" --node-id "$1" --advertise "http://127.0.0.1:$2" \
 		--slot-prefix "$3" --host-cidr "$4" >"$work/$1.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 1 150); do

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"cube/internal/oci"
+	"cube/internal/secrets"
 	"cube/internal/server"
 	"cube/internal/template"
 	"cube/internal/version"
@@ -28,7 +29,8 @@ func main() {
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's name in the nodes API (default: kept in <data-dir>/node-id, made from the host name at first start)")
 	flag.StringVar(&o.Advertise, "advertise", "", "base URL at which other nodes reach this node's API (default http://<listen address>, or https://<peer-listen address>)")
 	flag.StringVar(&o.PeerListen, "peer-listen", "", "in a cluster: address of the listener other nodes reach this one at over mutual TLS, each node's certificate trusted through the state database; signed requests are then taken only there")
-	flag.StringVar(&o.ClusterSecret, "cluster-secret", os.Getenv("CUBE_CLUSTER_SECRET"), "secret the nodes of a cluster (one --store shared by several servers) sign the requests they pass each other with: the same on every node (default $CUBE_CLUSTER_SECRET)")
+	clusterSecret := &secret{name: "cluster-secret", env: "CUBE_CLUSTER_SECRET"}
+	clusterSecret.define(flag.CommandLine, "secret the nodes of a cluster (one --store shared by several servers) sign the requests they pass each other with: the same on every node")
 	flag.StringVar(&o.Store, "store", os.Getenv("CUBE_STORE"), "state database: empty for <data-dir>/state.db (SQLite), or postgres://user:password@host:port/db (default $CUBE_STORE, which keeps the password out of the process list)")
 	flag.StringVar(&o.Domain, "domain", server.DefaultDomain, "sandbox domain: <port>-<id>.<domain> routes to a sandbox and api.<domain> to the API (names under localhost resolve to this machine; any other domain needs a wildcard DNS record)")
 	flag.StringVar(&o.TLSListen, "tls-listen", "127.0.0.1:3443", "address of the HTTPS listener, serving the API and sandbox traffic like --listen ('' for none)")
@@ -39,7 +41,8 @@ func main() {
 	flag.StringVar(&o.Runsc, "runsc", "", "runsc binary (default: beside cube-server)")
 	flag.StringVar(&o.Envd, "cube-envd", "", "cube-envd binary (default: beside cube-server)")
 	flag.StringVar(&o.EgressCABundle, "egress-ca-bundle", "", "PEM roots that hosts with network rules are verified against when the egress filter re-originates TLS (default: the host's trust store)")
-	flag.StringVar(&o.SecretsKey, "secrets-key", "", "key sealing secrets at rest: 32 bytes, base64 or hex (default: $CUBE_SECRETS_KEY, else <data-dir>/secrets.key, made on first start)")
+	secretsKey := &secret{name: "secrets-key", env: secrets.KeyEnv}
+	secretsKey.define(flag.CommandLine, "key sealing secrets at rest: 32 bytes, base64 or hex; without one, <data-dir>/secrets.key, made on first start")
 	flag.IntVar(&o.MaxSandboxes, "max-sandboxes", 200, "most sandboxes (running and paused) at once")
 	flag.IntVar(&o.PoolSize, "pool-size", 2, "warm sandboxes kept ready per template (0: none)")
 	flag.IntVar(&o.PreparedPerKey, "prepared-pool", 2, "containers made ahead of cold restores, per kind of restore asked for in the last 10 minutes (0: none)")
@@ -87,6 +90,15 @@ func main() {
 		level = slog.LevelDebug
 	}
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	warn := func(msg string) { o.Logger.Warn(msg) }
+	var err error
+	if o.ClusterSecret, err = clusterSecret.resolve(flag.CommandLine, warn); err == nil {
+		o.SecretsKey, err = secretsKey.resolve(flag.CommandLine, warn)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cube-server:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := server.Run(ctx, o); err != nil {

@@ -80,7 +80,7 @@ func openStore(ctx context.Context, o Options, nodeName string, lost func(error)
 		return nil, fmt.Errorf("--store %q: want a postgres:// URL, or nothing for %s", o.Store, filepath.Join(o.DataDir, "state.db"))
 	}
 	if len(o.ClusterSecret) < 16 {
-		return nil, errors.New("--store postgres://… makes this server a node of a cluster: give every node the same --cluster-secret (or $CUBE_CLUSTER_SECRET) of at least 16 characters, e.g. from `openssl rand -hex 32`")
+		return nil, errors.New("--store postgres://… makes this server a node of a cluster: give every node the same cluster secret (--cluster-secret-file, or $CUBE_CLUSTER_SECRET) of at least 16 characters, e.g. from `openssl rand -hex 32`")
 	}
 	st, err := store.OpenPostgres(ctx, o.Store)
 	if err != nil {
