@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -21,7 +22,8 @@ const (
 
 // Event is one audit record: a web connection the Filter judged, or one
 // HTTP request it read (plain HTTP, or HTTPS to a host with rules). It
-// never holds a body, a query string or a header value.
+// never holds a body, a query string or a header value, and its fields
+// are bounded (MaxEventBytes).
 type Event struct {
 	Time     time.Time
 	Owner    string // Policy.Owner: the sandbox
@@ -40,6 +42,83 @@ type Event struct {
 	// BytesOut went to the destination, BytesIn came back.
 	BytesOut, BytesIn int64
 	Reason            string
+}
+
+// Bounds of an Event's fields, which the sandbox chooses (a Host header,
+// a path, an SNI), so that every event is a short line whatever it sends:
+// a Host of 64 KiB, repeated in a reason, would otherwise make a 130 KB
+// line of the sandbox's log, and a queue of events half a gigabyte. A
+// longer field is cut and ends with the truncated mark; a list of header
+// names ends with how many were left out. Owner comes from the node and
+// is kept whole.
+const (
+	maxEventName    = 256 // a DNS name has at most 253 bytes
+	maxEventPath    = 1 << 10
+	maxEventMethod  = 32
+	maxEventRule    = 256     // a rules key is a name too
+	maxEventHeaders = 1 << 10 // the header names a rule set, together
+	maxEventReason  = 1 << 10
+	// MaxEventBytes bounds Event.String of every event the Filter hands
+	// to Config.Audit, and so the line it makes in a log and what a queue
+	// of events holds (apart from each Event's own few words).
+	MaxEventBytes = 4 << 10
+)
+
+// truncated ends a field that was cut.
+const truncated = "…(truncated)"
+
+// bounded is e with every field the sandbox chooses cut to its bound.
+// Every string is a copy: a short path or method may be a slice of a
+// request line of 64 KiB, which a queued event would otherwise keep.
+func (e Event) bounded() Event {
+	e.Owner = strings.Clone(e.Owner)
+	e.Name = clip(e.Name, maxEventName)
+	e.Method = clip(e.Method, maxEventMethod)
+	e.Path = clip(e.Path, maxEventPath)
+	e.Rule = clip(e.Rule, maxEventRule)
+	e.Headers = clipNames(e.Headers, maxEventHeaders)
+	e.Reason = clip(e.Reason, maxEventReason)
+	return e
+}
+
+// clip copies s, cut to at most n bytes (the truncated mark included) on
+// a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return strings.Clone(s)
+	}
+	cut := n - len(truncated)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + truncated
+}
+
+// clipNames copies names, each cut as a host name is, keeping as many as
+// fit in n bytes joined by commas; the last then says how many were left
+// out.
+func clipNames(names []string, n int) []string {
+	if names == nil {
+		return nil
+	}
+	out := make([]string, 0, min(len(names), 64))
+	used := 0
+	// Room kept for the count of those left out, if any are.
+	room := len(",…(+ more)") + len(fmt.Sprint(len(names)))
+	for i, name := range names {
+		name = clip(name, maxEventName)
+		need := used + len(name)
+		if i > 0 {
+			need++ // the comma before it
+		}
+		if i < len(names)-1 && need+room > n || need > n {
+			out = append(out, fmt.Sprintf("…(+%d more)", len(names)-i))
+			break
+		}
+		out = append(out, name)
+		used = need
+	}
+	return out
 }
 
 // String is the event as one log line.
@@ -100,6 +179,7 @@ func (f *Filter) Collectors() []prometheus.Collector {
 
 // record counts e and hands it to the configured audit sink.
 func (f *Filter) record(kind string, e Event) {
+	e = e.bounded()
 	e.Time = time.Now()
 	f.metrics.requests.WithLabelValues(kind, string(e.Decision)).Inc()
 	if e.BytesOut > 0 {
