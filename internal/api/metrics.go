@@ -3,11 +3,14 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"cube/internal/cube"
 )
@@ -42,7 +45,7 @@ func newMetrics(reg *prometheus.Registry, perSandbox prometheus.Gatherer, b cube
 			Help:    "Time to answer a successful sandbox lifecycle operation (op: pause, resume, connect, snapshot, clone, fork, rollback, kill).",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}, []string{"op"}),
-		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		handler: promhttp.HandlerFor(summed{reg, privateLabels}, promhttp.HandlerOpts{}),
 		keyed:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}
 	if perSandbox != nil {
@@ -115,11 +118,115 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // promMetrics serves the Prometheus metrics: to anyone, without the
-// per-sandbox series; to a request with an API key, with them.
+// per-sandbox series and with the per-template ones summed (summed); to a
+// request with an API key, all of them.
 func (s *Server) promMetrics(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authorized(r); ok {
 		s.metrics.keyed.ServeHTTP(w, r)
 		return
 	}
 	s.metrics.handler.ServeHTTP(w, r)
+}
+
+// privateLabels are the labels whose values a scrape without the API key
+// does not see: they name templates and snapshots (the warm pools are by
+// template, and a snapshot is a template), whose IDs start sandboxes, and
+// sandboxes, should a series on the public registry ever carry one.
+var privateLabels = []string{"template", "snapshot", "sandbox"}
+
+// summed gathers g with the labels drop summed away: each family that
+// carries one keeps a series per combination of its other labels, so the
+// public exposition stays bounded and names no template however many
+// there are.
+type summed struct {
+	g    prometheus.Gatherer
+	drop []string
+}
+
+func (s summed) Gather() ([]*dto.MetricFamily, error) {
+	fams, err := s.g.Gather()
+	for _, f := range fams {
+		f.Metric = sumWithout(f.GetType(), f.Metric, s.drop)
+	}
+	return fams, err
+}
+
+// sumWithout merges the metrics that differ only in the labels drop, into
+// new metrics: the gathered ones may share their labels with the
+// registry's own. Counters, gauges and untyped values add up; histograms
+// add their counts, sums and buckets (one family's buckets are the same);
+// summaries keep their count and sum, since quantiles do not add.
+func sumWithout(typ dto.MetricType, ms []*dto.Metric, drop []string) []*dto.Metric {
+	dropped := func(l *dto.LabelPair) bool { return slices.Contains(drop, l.GetName()) }
+	if !slices.ContainsFunc(ms, func(m *dto.Metric) bool { return slices.ContainsFunc(m.Label, dropped) }) {
+		return ms
+	}
+	var out []*dto.Metric
+	byKey := map[string]*dto.Metric{}
+	for _, m := range ms {
+		var labels []*dto.LabelPair
+		var key strings.Builder
+		for _, l := range m.Label {
+			if !dropped(l) {
+				labels = append(labels, l)
+				key.WriteString(l.GetName() + "\x00" + l.GetValue() + "\x00")
+			}
+		}
+		into := byKey[key.String()]
+		if into == nil {
+			into = zeroMetric(typ, m, labels)
+			byKey[key.String()] = into
+			out = append(out, into)
+		}
+		addMetric(typ, into, m)
+	}
+	return out
+}
+
+// zeroMetric is a metric of typ with labels and nothing counted, shaped
+// like m (a histogram's buckets).
+func zeroMetric(typ dto.MetricType, m *dto.Metric, labels []*dto.LabelPair) *dto.Metric {
+	zero := func() *float64 { return new(float64) }
+	out := &dto.Metric{Label: labels}
+	switch typ {
+	case dto.MetricType_COUNTER:
+		out.Counter = &dto.Counter{Value: zero()}
+	case dto.MetricType_GAUGE:
+		out.Gauge = &dto.Gauge{Value: zero()}
+	case dto.MetricType_UNTYPED:
+		out.Untyped = &dto.Untyped{Value: zero()}
+	case dto.MetricType_SUMMARY:
+		out.Summary = &dto.Summary{SampleCount: new(uint64), SampleSum: zero()}
+	case dto.MetricType_HISTOGRAM:
+		out.Histogram = &dto.Histogram{SampleCount: new(uint64), SampleSum: zero()}
+		for _, b := range m.GetHistogram().GetBucket() {
+			out.Histogram.Bucket = append(out.Histogram.Bucket, &dto.Bucket{UpperBound: b.UpperBound, CumulativeCount: new(uint64)})
+		}
+	}
+	return out
+}
+
+func addMetric(typ dto.MetricType, into, m *dto.Metric) {
+	add := func(a *float64, b float64) { *a += b }
+	addU := func(a *uint64, b uint64) { *a += b }
+	switch typ {
+	case dto.MetricType_COUNTER:
+		add(into.Counter.Value, m.GetCounter().GetValue())
+	case dto.MetricType_GAUGE:
+		add(into.Gauge.Value, m.GetGauge().GetValue())
+	case dto.MetricType_UNTYPED:
+		add(into.Untyped.Value, m.GetUntyped().GetValue())
+	case dto.MetricType_SUMMARY:
+		addU(into.Summary.SampleCount, m.GetSummary().GetSampleCount())
+		add(into.Summary.SampleSum, m.GetSummary().GetSampleSum())
+	case dto.MetricType_HISTOGRAM:
+		h, o := into.Histogram, m.GetHistogram()
+		addU(h.SampleCount, o.GetSampleCount())
+		add(h.SampleSum, o.GetSampleSum())
+		for i, b := range h.Bucket {
+			if i < len(o.Bucket) && o.Bucket[i].GetUpperBound() == b.GetUpperBound() {
+				addU(b.CumulativeCount, o.Bucket[i].GetCumulativeCount())
+			}
+		}
+	}
 }
