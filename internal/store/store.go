@@ -14,6 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -35,6 +38,12 @@ type Store struct {
 	claim                *sql.Conn
 	stopClaim, claimDone chan struct{}
 	claimName            string
+
+	// The cap on each sandbox's log (AddEvent); zero: MaxEvents and
+	// eventTrimEvery. Tests set them lower.
+	maxEvents, eventTrimEvery int
+	trimMu                    sync.Mutex
+	added                     map[string]int // lines added per sandbox since its last trim
 }
 
 const schema = `
@@ -253,11 +262,126 @@ type Event struct {
 	Message string
 }
 
-// AddEvent appends a line to a sandbox's log.
+// MaxEvents caps the lines kept of one sandbox's log: a sandbox can make
+// lines without end (each connection the egress filter denies is one),
+// and the log lives on the data disk and is read whole for GET
+// /sandboxes/{id}/logs. The newest are kept; the first line then says how
+// many earlier ones were dropped (droppedNote).
+const MaxEvents = 10000
+
+// eventTrimEvery is how many lines a server adds to a sandbox's log between
+// two trims of it, which take it back to MaxEvents-eventTrimEvery lines: a
+// trim scans the log, a line added does not. The first line a server adds
+// after it starts trims too, so the log never holds more than MaxEvents
+// lines written by one server.
+const eventTrimEvery = 500
+
+// droppedNote follows the count of dropped lines in a log's first line.
+const droppedNote = " earlier events dropped: a sandbox's log keeps only its newest lines"
+
+// AddEvent appends a line to a sandbox's log, dropping its oldest beyond
+// MaxEvents.
 func (s *Store) AddEvent(ctx context.Context, sandboxID, level, msg string) error {
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO events(sandbox_id, ts, level, message) VALUES(?, ?, ?, ?)`),
 		sandboxID, time.Now().UnixNano(), level, msg)
-	return s.outage(err)
+	if err != nil {
+		return s.outage(err)
+	}
+	if s.trimDue(sandboxID) {
+		return s.trimEvents(ctx, sandboxID)
+	}
+	return nil
+}
+
+func (s *Store) eventCap() (maxLines, every int) {
+	maxLines, every = MaxEvents, eventTrimEvery
+	if s.maxEvents > 0 {
+		maxLines, every = s.maxEvents, s.eventTrimEvery
+	}
+	return maxLines, every
+}
+
+// trimDue counts a line added to a sandbox's log and reports whether the
+// log is to be trimmed now.
+func (s *Store) trimDue(sandboxID string) bool {
+	_, every := s.eventCap()
+	s.trimMu.Lock()
+	defer s.trimMu.Unlock()
+	n, seen := s.added[sandboxID]
+	if seen && n+1 < every {
+		s.added[sandboxID] = n + 1
+		return false
+	}
+	// One count per sandbox this server logged for lately: forgetting
+	// them all costs only a trim each at their next line.
+	if s.added == nil || len(s.added) >= 4*MaxEvents {
+		s.added = map[string]int{}
+	}
+	s.added[sandboxID] = 0
+	return true
+}
+
+// trimEvents takes a sandbox's log back to its newest maxLines-every lines, the
+// first of them replaced by the count of those dropped (added to the count
+// an earlier trim left there).
+func (s *Store) trimEvents(ctx context.Context, sandboxID string) error {
+	maxLines, every := s.eventCap()
+	keep := maxLines - every // lines kept, the note of those dropped included
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.outage(err)
+	}
+	defer tx.Rollback()
+	// The oldest of the keep-1 newest lines.
+	var cutoff int64
+	err = tx.QueryRowContext(ctx, s.q(`SELECT seq FROM events WHERE sandbox_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?`),
+		sandboxID, keep-2).Scan(&cutoff)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // shorter than that
+	}
+	if err != nil {
+		return s.outage(err)
+	}
+	// The oldest line becomes (or is) the note; the newest line dropped
+	// times it.
+	var first, lastTS int64
+	var msg string
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT seq, message FROM events WHERE sandbox_id = ? ORDER BY seq LIMIT 1`),
+		sandboxID).Scan(&first, &msg); err != nil {
+		return s.outage(err)
+	}
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT ts FROM events WHERE sandbox_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1`),
+		sandboxID, cutoff).Scan(&lastTS); err != nil {
+		return s.outage(err)
+	}
+	res, err := tx.ExecContext(ctx, s.q(`DELETE FROM events WHERE sandbox_id = ? AND seq > ? AND seq < ?`), sandboxID, first, cutoff)
+	if err != nil {
+		return s.outage(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return s.outage(err)
+	}
+	dropped, ok := droppedCount(msg)
+	if !ok {
+		dropped = 1 // the oldest line, which the note replaces
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE events SET level = ?, message = ?, ts = ? WHERE seq = ?`),
+		"warn", strconv.FormatInt(dropped+n, 10)+droppedNote, lastTS, first); err != nil {
+		return s.outage(err)
+	}
+	return s.outage(tx.Commit())
+}
+
+// droppedCount reads the count of a log's first line written by
+// trimEvents; false if it is another line.
+func droppedCount(msg string) (int64, bool) {
+	num, ok := strings.CutSuffix(msg, droppedNote)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	return n, err == nil
 }
 
 // Events returns up to limit log lines of a sandbox after sequence number after.
@@ -285,6 +409,9 @@ func (s *Store) Events(ctx context.Context, sandboxID string, after int64, limit
 // DeleteEvents removes a sandbox's log.
 func (s *Store) DeleteEvents(ctx context.Context, sandboxID string) error {
 	_, err := s.db.ExecContext(ctx, s.q(`DELETE FROM events WHERE sandbox_id = ?`), sandboxID)
+	s.trimMu.Lock()
+	delete(s.added, sandboxID)
+	s.trimMu.Unlock()
 	return s.outage(err)
 }
 

@@ -69,6 +69,7 @@ var suite = []struct {
 	{"SandboxRoundTripAndReopen", testSandboxRoundTripAndReopen},
 	{"ListFiltersByStateInOrder", testListFiltersByStateInOrder},
 	{"Events", testEvents},
+	{"EventsKeepTheNewest", testEventsKeepTheNewest},
 	{"InFlightWriteOutRoundTrips", testInFlightWriteOutRoundTrips},
 	{"UpdatesDoNotLoseEachOther", testUpdatesDoNotLoseEachOther},
 	{"OrphanEventsGo", testOrphanEventsGo},
@@ -161,6 +162,67 @@ func testEvents(t *testing.T, b backend) {
 	s.DeleteEvents(ctx, "sb1")
 	if ev, _ := s.Events(ctx, "sb1", 0, 10); len(ev) != 0 {
 		t.Fatalf("not deleted: %+v", ev)
+	}
+}
+
+// A sandbox's log keeps its newest lines, under a cap however many are
+// added (a sandbox looping over denied connections adds one each), and
+// its first line says how many earlier ones were dropped.
+func testEventsKeepTheNewest(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, reopen := b.open(t)
+	const max, every = 100, 10
+	s.maxEvents, s.eventTrimEvery = max, every
+	added := 0
+	add := func(s *Store, n int) {
+		t.Helper()
+		for range n {
+			if err := s.AddEvent(ctx, "sb1", "info", fmt.Sprintf("line %d", added)); err != nil {
+				t.Fatal(err)
+			}
+			added++
+			if added%37 == 0 {
+				if ev, err := s.Events(ctx, "sb1", 0, 10*max); err != nil || len(ev) > max {
+					t.Fatalf("after %d lines the log has %d (%v), want at most %d", added, len(ev), err, max)
+				}
+			}
+		}
+	}
+	// Another sandbox's log is not touched.
+	for i := range 3 {
+		s.AddEvent(ctx, "other", "info", fmt.Sprintf("other %d", i))
+	}
+	check := func(s *Store) {
+		t.Helper()
+		ev, err := s.Events(ctx, "sb1", 0, 10*max)
+		if err != nil || len(ev) > max || len(ev) < max-every {
+			t.Fatalf("after %d lines the log has %d (%v), want %d to %d", added, len(ev), err, max-every, max)
+		}
+		kept := len(ev) - 1
+		if want := fmt.Sprintf("%d%s", added-kept, droppedNote); ev[0].Message != want || ev[0].Level != "warn" {
+			t.Errorf("first line %s %q, want %q", ev[0].Level, ev[0].Message, want)
+		}
+		for i, e := range ev[1:] {
+			if want := fmt.Sprintf("line %d", added-kept+i); e.Message != want {
+				t.Fatalf("line %d of the log is %q, want %q (the newest, in order)", i+1, e.Message, want)
+			}
+		}
+		if ev[0].Time.After(ev[1].Time) {
+			t.Errorf("the dropped note is timed %v, after the first line kept (%v)", ev[0].Time, ev[1].Time)
+		}
+	}
+	add(s, 1000)
+	check(s)
+	// A restarted server (nothing counted yet) keeps to the cap too.
+	s.Close()
+	s = reopen()
+	s.maxEvents, s.eventTrimEvery = max, every
+	add(s, 1)
+	check(s)
+	add(s, 2*max+3)
+	check(s)
+	if ev, _ := s.Events(ctx, "other", 0, 10); len(ev) != 3 {
+		t.Errorf("another sandbox's log: %+v", ev)
 	}
 }
 
