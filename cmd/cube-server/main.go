@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's name in the nodes API (default: kept in <data-dir>/node-id, made from the host name at first start)")
 	flag.StringVar(&o.Advertise, "advertise", "", "base URL at which other nodes reach this node's API (default http://<listen address>, or https://<peer-listen address>)")
 	flag.StringVar(&o.PeerListen, "peer-listen", "", "in a cluster: address of the listener other nodes reach this one at over mutual TLS, each node's certificate trusted through the state database; signed requests are then taken only there")
+	flag.BoolVar(&o.ClusterInsecureTransport, "cluster-insecure-transport", false, "in a cluster: run without --peer-listen, peers reaching this node at a plain --advertise address and passing it clients' API keys and sandbox tokens in clear; for test clusters on one host only")
 	clusterSecret := &secret{name: "cluster-secret", env: "CUBE_CLUSTER_SECRET"}
 	clusterSecret.define(flag.CommandLine, "secret the nodes of a cluster (one --store shared by several servers) sign the requests they pass each other with: the same on every node")
 	flag.StringVar(&o.Store, "store", os.Getenv("CUBE_STORE"), "state database: empty for <data-dir>/state.db (SQLite), or postgres://user:password@host:port/db (default $CUBE_STORE, which keeps the password out of the process list)")

@@ -465,6 +465,9 @@ func (h *Handler) callAt(ctx context.Context, method, node, addr, path string) (
 	if err != nil {
 		return nil, fmt.Errorf("node %s's address %q: %w", node, addr, err)
 	}
+	if err := h.peerScheme(req.URL); err != nil {
+		return nil, err
+	}
 	sign(req, h.cfg.Peers.Self(), h.cfg.Secret, time.Now(), emptyBody)
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -492,6 +495,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
 		h.targets[addr] = u
 	}
 	h.mu.Unlock()
+	if err := h.peerScheme(u); err != nil {
+		api.WriteError(w, err)
+		return
+	}
 	// A body up to wholeBodyBytes long is read here and signed whole, so
 	// the peer checks it before acting on it; a longer one (an upload) is
 	// streamed, its digest after it.
@@ -514,6 +521,17 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
 		ctx = context.WithValue(ctx, readKey{}, true)
 	}
 	h.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// peerScheme refuses a peer's plain HTTP address on a node that talks to
+// its peers over mutual TLS: what it forwards carries clients' API keys
+// and sandbox tokens, which go between nodes only encrypted (a node
+// started with --cluster-insecure-transport has such an address).
+func (h *Handler) peerScheme(u *url.URL) error {
+	if !h.cfg.PeersOverTLS || u.Scheme == "https" {
+		return nil
+	}
+	return cube.Errorf(cube.Unavailable, "a peer's address %s is not https, and this node sends its peers requests only over mutual TLS: restart that node with --peer-listen", u.Redacted()).WithRetryAfter(10 * time.Second)
 }
 
 // dropCubeHeaders removes the nodes' own headers from h.

@@ -281,3 +281,30 @@ func TestStreamedBodiesOverHTTP2(t *testing.T) {
 		t.Fatalf("%d over HTTP/%d: node-b read %d bytes (%v)", w.Code, proto, len(got), readErr)
 	}
 }
+
+// A node that talks to its peers over mutual TLS sends nothing, and so no
+// client's key or token, to a peer whose address is plain HTTP.
+func TestNoPlainHTTPFromATLSNode(t *testing.T) {
+	arrived := 0
+	b := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { arrived++ }))
+	defer b.Close()
+	a := New(Config{Peers: nodeB{b.URL}, Secret: []byte("0123456789abcdef0123"), Local: http.NotFoundHandler(),
+		SandboxOf:    func(*http.Request) (string, bool) { return "abc", true },
+		Runs:         func(string) bool { return false },
+		SandboxNode:  func(context.Context, string) (string, error) { return "node-b", nil },
+		PeersOverTLS: true,
+	})
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "http://49983-abc.cube.localhost/files?path=/x", nil)
+	r.Header.Set("X-Access-Token", "the-sandbox-token")
+	a.ServeHTTP(w, r)
+	if w.Code != 503 || arrived != 0 {
+		t.Fatalf("sandbox traffic for a peer at %s: %d, %d requests arrived there", b.URL, w.Code, arrived)
+	}
+	if resp, err := a.Get(context.Background(), "node-b", InternalPrefix+"templates/t/files"); err == nil || arrived != 0 {
+		if err == nil {
+			resp.Body.Close()
+		}
+		t.Fatalf("a call on a peer at %s: %v, %d requests arrived there", b.URL, err, arrived)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"cube/internal/store"
@@ -45,5 +46,15 @@ func TestForwardingTakesTheAPIsCredentials(t *testing.T) {
 		if got := ok(r); got != c.want {
 			t.Errorf("%s %s with %s %q: %v, want %v", c.method, c.path, c.header, c.value, got, c.want)
 		}
+	}
+}
+
+// A node of a cluster passes clients' API keys and sandbox tokens on to
+// its peers: it does not start without mutual TLS between them.
+func TestClusterNeedsPeerTLS(t *testing.T) {
+	o := Options{DataDir: t.TempDir(), Store: "postgres://cube@127.0.0.1:1/cube", ClusterSecret: "0123456789abcdef0123"}
+	err := Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "--peer-listen") || !strings.Contains(err.Error(), "--cluster-insecure-transport") {
+		t.Fatalf("a node of a cluster without --peer-listen: %v", err)
 	}
 }

@@ -25,7 +25,8 @@ func TestServerOnPostgres(t *testing.T) {
 	n.Close()
 	prefix, cidr := nodetest.SlotRange()
 	addr := freeAddr(t)
-	cluster := []string{"--store", dsn, "--cluster-secret", clusterSecret, "--node-id", "pg-a"}
+	// One node on this host, which nothing reaches as a peer.
+	cluster := []string{"--store", dsn, "--cluster-secret", clusterSecret, "--node-id", "pg-a", "--cluster-insecure-transport"}
 	d := startDaemon(t, dataDir, prefix, cidr.String(), addr, cluster...)
 
 	code, body := d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny", "timeout": 300}, nil)
@@ -42,7 +43,8 @@ func TestServerOnPostgres(t *testing.T) {
 	}
 
 	// A second server on the same database under the same node name
-	// exits at once, saying why; so does one without the cluster secret.
+	// exits at once, saying why; so does one without the cluster secret,
+	// and one whose peers would pass it keys in clear.
 	other := t.TempDir()
 	os.Chmod(other, 0o700)
 	for _, c := range []struct {
@@ -50,7 +52,8 @@ func TestServerOnPostgres(t *testing.T) {
 		says string
 	}{
 		{cluster, "another cube-server uses this state database under the same node name"},
-		{[]string{"--store", dsn, "--node-id", "pg-b"}, "--cluster-secret"},
+		{[]string{"--store", dsn, "--node-id", "pg-b", "--cluster-insecure-transport"}, "--cluster-secret"},
+		{[]string{"--store", dsn, "--cluster-secret", clusterSecret, "--node-id", "pg-c"}, "--peer-listen"},
 	} {
 		cmd := exec.Command(testenv.Bin(t, "cube-server"), append([]string{"--data-dir", other, "--listen", "127.0.0.1:0", "--tls-listen", "",
 			"--slot-prefix", prefix + "x", "--host-cidr", cidr.String()}, c.args...)...)

@@ -56,8 +56,13 @@ type Options struct {
 	// PeerListen is the address of the listener other nodes reach this
 	// one at over mutual TLS (see peers.go); Advertise then defaults to
 	// https://<it>, and signed requests are taken only there. Empty: peers
-	// use Advertise as any client does, signed requests only.
+	// use Advertise as any client does, signed requests only, which a
+	// node takes only with ClusterInsecureTransport.
 	PeerListen string
+	// ClusterInsecureTransport lets a node of a cluster run without
+	// PeerListen: its peers then pass it clients' API keys and sandbox
+	// tokens in clear. For test clusters on one host only.
+	ClusterInsecureTransport bool
 	// Domain is the sandbox domain: <port>-<id>.<Domain> routes to a
 	// sandbox, api.<Domain> to the API. Default DefaultDomain.
 	Domain string
@@ -159,12 +164,32 @@ func (o *Options) Check() error {
 	return nil
 }
 
+// checkPeers refuses a node of a cluster whose peers would reach it in
+// clear: what they forward to it carries clients' API keys and sandbox
+// access tokens.
+func (o *Options) checkPeers() error {
+	switch {
+	case o.Store == "" && (o.PeerListen != "" || o.ClusterInsecureTransport):
+		return errors.New("--peer-listen and --cluster-insecure-transport are for the nodes of a cluster: give them a --store postgres://... to share")
+	case o.Store == "" || (o.PeerListen != "") != o.ClusterInsecureTransport:
+		return nil
+	case o.PeerListen != "":
+		return errors.New("--cluster-insecure-transport is for nodes without --peer-listen: give one or the other")
+	}
+	return errors.New("--store postgres://… makes this server a node of a cluster, and nodes pass each other clients' API keys and sandbox tokens: " +
+		"give it a --peer-listen address, where its peers reach it over mutual TLS (the --advertise address is then https://<it>), " +
+		"or --cluster-insecure-transport for a test cluster on one host only")
+}
+
 // Run serves until ctx ends, then shuts down cleanly. Running sandboxes
 // are left running and re-adopted by the next start.
 func Run(ctx context.Context, o Options) error {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if err := o.checkPeers(); err != nil {
+		return err
 	}
 	if err := o.Check(); err != nil {
 		return err
@@ -329,9 +354,6 @@ func Run(ctx context.Context, o Options) error {
 	var peer *peerTLS
 	var peerLns []net.Listener
 	if o.PeerListen != "" {
-		if o.Store == "" {
-			return errors.New("--peer-listen is for the nodes of a cluster: give them a --store postgres://... to share")
-		}
 		if peerLns, err = listen(o.PeerListen); err != nil {
 			return fmt.Errorf("listen on %s: %v: choose another address with --peer-listen", o.PeerListen, err)
 		}
