@@ -125,3 +125,157 @@ func BenchmarkExtract(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// tarOf is an archive of hdrs; regular files are empty.
+func tarOf(tb testing.TB, hdrs ...tar.Header) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range hdrs {
+		if err := tw.WriteHeader(&h); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// outsideFile makes a file beside the destination, for archives to aim at.
+func outsideFile(t *testing.T) (string, os.FileInfo) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, fi
+}
+
+// unchanged fails t when the file at p differs from before in mode,
+// owner, links or time.
+func unchanged(t *testing.T, p string, before os.FileInfo) {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := before.Sys().(*syscall.Stat_t), fi.Sys().(*syscall.Stat_t)
+	if fi.Mode() != before.Mode() || a.Uid != b.Uid || a.Gid != b.Gid || a.Nlink != b.Nlink || !fi.ModTime().Equal(before.ModTime()) {
+		t.Errorf("%s changed: mode %v → %v, owner %d:%d → %d:%d, links %d → %d, time %v → %v", p,
+			before.Mode(), fi.Mode(), a.Uid, a.Gid, b.Uid, b.Gid, a.Nlink, b.Nlink, before.ModTime(), fi.ModTime())
+	}
+}
+
+// A directory entry named like a symbolic link the archive made earlier
+// must not reach, through the link, the file outside it points at: its
+// mode (setuid, world-writable), owner and time stay as they were.
+func TestExtractDirOverSymlinkLeavesTargetAlone(t *testing.T) {
+	secret, before := outsideFile(t)
+	archive := tarOf(t,
+		tar.Header{Name: "rootfs/", Typeflag: tar.TypeDir, Mode: 0o755},
+		tar.Header{Name: "rootfs/x", Typeflag: tar.TypeSymlink, Linkname: secret},
+		tar.Header{Name: "rootfs/x/", Typeflag: tar.TypeDir, Mode: 0o4777, Uid: 1234, Gid: 1234, ModTime: time.Unix(1, 0)},
+	)
+	_, err := Extract(bytes.NewReader(archive), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "rootfs/x") {
+		t.Errorf("Extract = %v, want an error naming rootfs/x", err)
+	}
+	unchanged(t, secret, before)
+}
+
+// A hard link's target is found without following the archive's
+// symbolic links, so it cannot link (and then change) a file outside.
+func TestExtractHardLinkThroughSymlink(t *testing.T) {
+	secret, before := outsideFile(t)
+	archive := tarOf(t,
+		tar.Header{Name: "rootfs/out", Typeflag: tar.TypeSymlink, Linkname: filepath.Dir(secret)},
+		tar.Header{Name: "rootfs/h", Typeflag: tar.TypeLink, Linkname: "rootfs/out/secret"},
+		tar.Header{Name: "rootfs/h/", Typeflag: tar.TypeDir, Mode: 0o4777},
+	)
+	dst := t.TempDir()
+	_, err := Extract(bytes.NewReader(archive), dst)
+	if err == nil || !strings.Contains(err.Error(), "rootfs/h") {
+		t.Errorf("Extract = %v, want an error naming rootfs/h", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "rootfs/h")); err == nil {
+		t.Error("rootfs/h was linked to the file outside")
+	}
+	unchanged(t, secret, before)
+}
+
+// Entries below a symbolic link the archive made, at any depth, are
+// refused, and nothing appears in or changes about the directory the
+// link points at.
+func TestExtractThroughSymlinkedDir(t *testing.T) {
+	for name, entry := range map[string]tar.Header{
+		"file":       {Name: "rootfs/d/new", Typeflag: tar.TypeReg, Mode: 0o644},
+		"deep file":  {Name: "rootfs/d/a/b/new", Typeflag: tar.TypeReg, Mode: 0o644},
+		"dir":        {Name: "rootfs/d/new/", Typeflag: tar.TypeDir, Mode: 0o755},
+		"symlink":    {Name: "rootfs/d/new", Typeflag: tar.TypeSymlink, Linkname: "/"},
+		"fifo":       {Name: "rootfs/d/new", Typeflag: tar.TypeFifo, Mode: 0o666},
+		"hard link":  {Name: "rootfs/d/new", Typeflag: tar.TypeLink, Linkname: "rootfs/f"},
+		"dir itself": {Name: "rootfs/d/", Typeflag: tar.TypeDir, Mode: 0o777},
+	} {
+		t.Run(name, func(t *testing.T) {
+			secret, before := outsideFile(t)
+			outside := filepath.Dir(secret)
+			dirBefore, _ := os.Lstat(outside)
+			archive := tarOf(t,
+				tar.Header{Name: "rootfs/f", Typeflag: tar.TypeReg, Mode: 0o644},
+				tar.Header{Name: "rootfs/d", Typeflag: tar.TypeSymlink, Linkname: outside},
+				entry,
+			)
+			_, err := Extract(bytes.NewReader(archive), t.TempDir())
+			if err == nil || !strings.Contains(err.Error(), entry.Name) {
+				t.Errorf("Extract = %v, want an error naming %s", err, entry.Name)
+			}
+			if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+				t.Errorf("the directory outside holds %v", entries)
+			}
+			unchanged(t, secret, before)
+			unchanged(t, outside, dirBefore)
+		})
+	}
+}
+
+// Names and link targets that are absolute or climb with ".." are
+// refused, even where they would come back inside, with an error that
+// names the entry.
+func TestExtractRefusesDotDotAndAbsolute(t *testing.T) {
+	for _, h := range []tar.Header{
+		{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o644},
+		{Name: "rootfs/../../escape", Typeflag: tar.TypeReg, Mode: 0o644},
+		{Name: "rootfs/a/../b", Typeflag: tar.TypeReg, Mode: 0o644},
+		{Name: "/abs", Typeflag: tar.TypeReg, Mode: 0o644},
+		{Name: "../", Typeflag: tar.TypeDir, Mode: 0o777},
+		{Name: "rootfs/h", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"},
+		{Name: "rootfs/h", Typeflag: tar.TypeLink, Linkname: "rootfs/a/../f"},
+		{Name: "rootfs/h", Typeflag: tar.TypeLink, Linkname: "/etc/passwd"},
+	} {
+		base := t.TempDir()
+		dst := filepath.Join(base, "a", "dst")
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		archive := tarOf(t, tar.Header{Name: "rootfs/f", Typeflag: tar.TypeReg, Mode: 0o644}, h)
+		_, err := Extract(bytes.NewReader(archive), dst)
+		if err == nil || !strings.Contains(err.Error(), h.Name) {
+			t.Errorf("%s → %q: Extract = %v, want an error naming it", h.Name, h.Linkname, err)
+		}
+		if entries, _ := os.ReadDir(filepath.Join(base, "a")); len(entries) != 1 {
+			t.Errorf("%s: wrote beside the destination: %v", h.Name, entries)
+		}
+		if fi, _ := os.Stat(filepath.Join(base, "a")); fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: the destination's parent is now %v", h.Name, fi.Mode())
+		}
+	}
+}
