@@ -187,11 +187,36 @@ func detachLoops(image string) error {
 		if !ok {
 			continue
 		}
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			return fmt.Errorf("losetup -d %s: %w: %s", dev, err, bytes.TrimSpace(out))
+		if err := detachLoop(dev); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// detachLoop lets go of loop device dev, as losetup -d does, and counts
+// a device already let go of as done: a device mount set up with
+// autoclear is released by the kernel on its last close, which can fall
+// between losetup -j naming it and this call. The ioctl is made here,
+// not by losetup, so that case is an errno rather than a message to
+// parse.
+func detachLoop(dev string) error {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		err = unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0)
+		unix.Close(fd)
+	}
+	if err != nil && !loopGone(err) {
+		return fmt.Errorf("detach loop device %s: %w", dev, err)
+	}
+	return nil
+}
+
+// loopGone reports whether err, from opening or detaching a loop device,
+// says there is nothing left to detach: no device node (ENOENT), or a
+// device bound to no file (ENXIO).
+func loopGone(err error) bool {
+	return errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT)
 }
 
 // mountPoints returns the mount points of this mount namespace.
