@@ -15,7 +15,7 @@ TEST_PACKAGES := postgresql openjdk-17-jdk-headless
 
 GO_BINS := cube-server cubemastercli cube-bench
 
-.PHONY: all build run test deps test-deps install template bench e2e proto clean console-assets
+.PHONY: all build run test deps test-deps install template bench e2e stress soak proto clean console-assets
 
 all: build
 
@@ -108,6 +108,21 @@ test: test-deps build
 ## e2e: the end-to-end suite alone (official SDKs against a private server).
 e2e: deps build
 	./scripts/e2e.sh
+
+## soak: kill the server at random moments of pauses, write-outs,
+## resumes, snapshots, deletes and creates, SOAK times (default 200), and
+## check nothing acknowledged is lost and nothing is leaked.
+SOAK ?= 200
+soak: test-deps build
+	GOFLAGS=-mod=mod go test -c -o bin/server.test ./internal/server/
+	cd internal/server && env -u E2B_API_KEY CUBE_BIN_DIR=$(CURDIR)/bin CUBE_SOAK_ITERATIONS=$(SOAK) \
+		$(CURDIR)/bin/server.test -test.run '^TestSoakRandomKills$$' -test.timeout 0
+
+## stress: the end-to-end suite, then a burst of 200 mixed sandbox
+## operations (test/e2e/stress.mjs), each against a private server, while a
+## busy loop per core keeps every CPU busy. Not part of make test.
+stress: deps build
+	./scripts/stress.sh
 
 ## bench: every table of the CubeSandbox report against a running server,
 ## with the raw runsc baseline, into docs/BENCHMARKS.md.
