@@ -69,19 +69,19 @@ func (t *tracker) save() {
 // run builds tpl in the background and records the outcome.
 func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req cube.BuildRequest) {
 	defer b.wg.Done()
-	if b.isUpload(src.Path) {
-		// An upload serves the one build it was sent for.
-		defer func() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			if b.uploadsInUse[src.Path]--; b.uploadsInUse[src.Path] <= 0 {
-				delete(b.uploadsInUse, src.Path)
-				os.Remove(src.Path)
-			}
-		}()
-	}
 	t := &tracker{b: b, job: job}
 	err := b.build(b.ctx, t, tpl, src, req)
+	if b.isUpload(src.Path) {
+		// An upload serves the one build it was sent for, and is gone
+		// before the build's outcome is recorded: whoever sees the job
+		// end sees its upload gone too.
+		b.mu.Lock()
+		if b.uploadsInUse[src.Path]--; b.uploadsInUse[src.Path] <= 0 {
+			delete(b.uploadsInUse, src.Path)
+			os.Remove(src.Path)
+		}
+		b.mu.Unlock()
+	}
 	defer func() { buildEnded(job.CreatedAt, err) }()
 	ctx := context.Background()
 	now := time.Now().UTC()
