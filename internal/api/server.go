@@ -97,6 +97,8 @@ type Server struct {
 	limiter *ratelimit.Keyed[[sha256.Size]byte]
 	public  map[string]bool // mux pattern → served without an API key
 	log     *slog.Logger
+	// uploads are the build file upload links in use or spent.
+	uploads uploadLinks
 }
 
 // NewServer returns the control plane answering through b.

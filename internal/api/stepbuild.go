@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"cube/internal/api/wire"
@@ -40,8 +41,9 @@ const (
 // UploadPath is the route of build file uploads. It is served without the
 // API key: the SDK PUTs to the link GET /templates/{templateID}/files/{hash}
 // answered, sending only the headers that answer names, so the link carries
-// its own authority: ?expires=UNIX&signature=HEX, an HMAC-SHA256 under
-// Config.UploadSecret (uploadSignature).
+// its own authority: ?expires=UNIX&signature=HEX[&verify=archive], an
+// HMAC-SHA256 under Config.UploadSecret (uploadSignature). A link stores
+// files once (uploadLinks): a copy of it that leaks later is spent.
 const UploadPath = "/templates/{templateID}/files/{hash}/upload"
 
 // logTimeLayout is RFC 3339 with milliseconds, as E2B's build logs carry.
@@ -172,6 +174,11 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	verify, err := uploadVerify(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	b, ok := s.stepBuilder(w)
 	if !ok {
 		return
@@ -185,13 +192,22 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, wire.TemplateBuildFileUpload{Present: true})
 		return
 	}
-	link := s.uploadURL(r, tid, hash, time.Now().Add(UploadLinkTTL))
+	link := s.uploadURL(r, tid, hash, time.Now().Add(UploadLinkTTL), verify)
 	writeJSON(w, http.StatusCreated, wire.TemplateBuildFileUpload{URL: link})
+}
+
+// uploadVerify reads ?verify=, "" or wire.VerifyArchive.
+func uploadVerify(r *http.Request) (string, error) {
+	v := r.URL.Query().Get("verify")
+	if v != "" && v != wire.VerifyArchive {
+		return "", badRequest("verify must be %q ({hash} is the SHA-256 of the tar archive) or absent, got %q", wire.VerifyArchive, v)
+	}
+	return v, nil
 }
 
 // uploadURL is the absolute upload link of a COPY step's files on the
 // server r reached, valid until expires.
-func (s *Server) uploadURL(r *http.Request, templateID, hash string, expires time.Time) string {
+func (s *Server) uploadURL(r *http.Request, templateID, hash string, expires time.Time, verify string) string {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -199,34 +215,97 @@ func (s *Server) uploadURL(r *http.Request, templateID, hash string, expires tim
 	unix := expires.Unix()
 	q := url.Values{
 		"expires":   {strconv.FormatInt(unix, 10)},
-		"signature": {s.uploadSignature(templateID, hash, unix)},
+		"signature": {s.uploadSignature(templateID, hash, unix, verify)},
+	}
+	if verify != "" {
+		q.Set("verify", verify)
 	}
 	path := strings.NewReplacer("{templateID}", url.PathEscape(templateID), "{hash}", hash).Replace(UploadPath)
 	return scheme + "://" + r.Host + path + "?" + q.Encode()
 }
 
 // uploadSignature is the hex HMAC-SHA256 that authorizes uploading the
-// files named hash of template templateID until the Unix time expires.
-func (s *Server) uploadSignature(templateID, hash string, expires int64) string {
+// files named hash of template templateID until the Unix time expires,
+// checked as verify says.
+func (s *Server) uploadSignature(templateID, hash string, expires int64, verify string) string {
 	mac := hmac.New(sha256.New, s.cfg.UploadSecret)
-	fmt.Fprintf(mac, "%s\n%s\n%d", templateID, hash, expires)
+	fmt.Fprintf(mac, "%s\n%s\n%d\n%s", templateID, hash, expires, verify)
 	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// signedLink is a signed upload link as a request presents it.
+type signedLink struct {
+	// key names the link whatever its spelling (the signature's bytes;
+	// hex digits may come in either case).
+	key     string
+	expires int64
+	verify  bool
 }
 
 // checkUploadSignature answers 403 unless the request carries a valid,
 // unexpired signature for templateID and hash.
-func (s *Server) checkUploadSignature(r *http.Request, templateID, hash string) error {
+func (s *Server) checkUploadSignature(r *http.Request, templateID, hash string) (signedLink, error) {
 	q := r.URL.Query()
 	expires, err := strconv.ParseInt(q.Get("expires"), 10, 64)
 	got, hexErr := hex.DecodeString(q.Get("signature"))
-	want, _ := hex.DecodeString(s.uploadSignature(templateID, hash, expires))
+	verify := q.Get("verify")
+	want, _ := hex.DecodeString(s.uploadSignature(templateID, hash, expires, verify))
 	if err != nil || hexErr != nil || !hmac.Equal(got, want) {
-		return Errorf(http.StatusForbidden, "invalid upload signature: ask GET /templates/{templateID}/files/{hash} for a link")
+		return signedLink{}, Errorf(http.StatusForbidden, "invalid upload signature: ask GET /templates/{templateID}/files/{hash} for a link")
 	}
 	if time.Now().Unix() > expires {
-		return Errorf(http.StatusForbidden, "upload link expired at %s: ask GET /templates/{templateID}/files/{hash} for a new one", time.Unix(expires, 0).UTC().Format(time.RFC3339))
+		return signedLink{}, Errorf(http.StatusForbidden, "upload link expired at %s: ask GET /templates/{templateID}/files/{hash} for a new one", time.Unix(expires, 0).UTC().Format(time.RFC3339))
 	}
+	return signedLink{key: string(got), expires: expires, verify: verify == wire.VerifyArchive}, nil
+}
+
+// uploadLinks remembers the links that are storing files or have stored
+// them, until they expire: a link stores files once, so one copied from a
+// log or a proxy after its upload is spent, and two uploads through one
+// link never race. An upload that fails frees its link for a retry.
+// Links die with the process, as the upload secret does by default.
+type uploadLinks struct {
+	mu    sync.Mutex
+	links map[string]linkState
+}
+
+type linkState struct {
+	expires int64
+	spent   bool // false: an upload through it is under way
+}
+
+// claim takes link for one upload, or says why it cannot be used.
+func (l *uploadLinks) claim(link signedLink) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now().Unix()
+	for k, st := range l.links {
+		if st.expires < now {
+			delete(l.links, k)
+		}
+	}
+	if st, ok := l.links[link.key]; ok {
+		if st.spent {
+			return Errorf(http.StatusForbidden, "upload link already used: a link stores files once; ask GET /templates/{templateID}/files/{hash} for a new one")
+		}
+		return Errorf(http.StatusConflict, "another upload through this link is under way")
+	}
+	if l.links == nil {
+		l.links = map[string]linkState{}
+	}
+	l.links[link.key] = linkState{expires: link.expires}
 	return nil
+}
+
+// release ends the upload claim started: a stored one spends the link.
+func (l *uploadLinks) release(link signedLink, stored bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if stored {
+		l.links[link.key] = linkState{expires: link.expires, spent: true}
+	} else {
+		delete(l.links, link.key)
+	}
 }
 
 // uploadFiles serves PUT UploadPath: a COPY step's tar archive, streamed
@@ -243,7 +322,8 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.checkUploadSignature(r, tid, hash); err != nil {
+	link, err := s.checkUploadSignature(r, tid, hash)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -256,7 +336,13 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Errorf(http.StatusRequestEntityTooLarge, "%s: the upload has %d", tooLarge, r.ContentLength))
 		return
 	}
-	if err := b.PutFiles(r.Context(), tid, hash, tooLargeAsKind{r.Body, tooLarge}); err != nil {
+	if err := s.uploads.claim(link); err != nil {
+		writeError(w, err)
+		return
+	}
+	err = b.PutFiles(r.Context(), tid, hash, tooLargeAsKind{r.Body, tooLarge}, link.verify)
+	s.uploads.release(link, err == nil)
+	if err != nil {
 		writeError(w, err)
 		return
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -91,9 +92,19 @@ func (b *fakeStepBuilder) FilesPresent(ctx context.Context, templateID, hash str
 	return ok, nil
 }
 
-func (b *fakeStepBuilder) PutFiles(ctx context.Context, templateID, hash string, body io.Reader) error {
+func (b *fakeStepBuilder) PutFiles(ctx context.Context, templateID, hash string, body io.Reader, verify bool) error {
 	if err := b.known(templateID); err != nil {
 		return err
+	}
+	if verify {
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return err
+		}
+		if got := sha(string(data)); got != hash {
+			return cube.Errorf(cube.Invalid, "the files' SHA-256 is %s, which does not match %s", got, hash)
+		}
+		body = bytes.NewReader(data)
 	}
 	var got []byte
 	if b.firstRead != nil {
@@ -316,7 +327,7 @@ func TestUploadSignature(t *testing.T) {
 	}
 	srv := serve(t, s, b.fakeBackend, proxy.Config{})
 	past := time.Now().Add(-time.Minute).Unix()
-	expired := fmt.Sprintf("%s/templates/base/files/%s/upload?expires=%d&signature=%s", srv.URL, hash, past, s.uploadSignature("base", hash, past))
+	expired := fmt.Sprintf("%s/templates/base/files/%s/upload?expires=%d&signature=%s", srv.URL, hash, past, s.uploadSignature("base", hash, past, ""))
 	put(t, expired, strings.NewReader("x")).wantError(t, http.StatusForbidden, "expired")
 	if len(b.files) != 0 {
 		t.Errorf("refused uploads stored %d files", len(b.files))
@@ -545,4 +556,54 @@ func TestUpdateTemplateAndV2List(t *testing.T) {
 	if len(v2) != 1 || fmt.Sprint(v1) != fmt.Sprint(v2) {
 		t.Errorf("v2 list %+v, v1 %+v", v2, v1)
 	}
+}
+
+// TestUploadLinkSingleUse: the first complete upload spends its link, so
+// a link that leaks afterwards cannot replace the files; an upload that
+// failed leaves it usable.
+func TestUploadLinkSingleUse(t *testing.T) {
+	e, b := newStepEnv(t)
+	b.maxFiles = 1 << 10
+	hash := sha("once")
+	link := uploadLink(t, e, "base", hash)
+	put(t, link, strings.NewReader(strings.Repeat("x", 1<<10+1))).wantError(t, http.StatusRequestEntityTooLarge, "larger")
+	if r := put(t, link, strings.NewReader("first")); r.status != http.StatusNoContent {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	put(t, link, strings.NewReader("swapped")).wantError(t, http.StatusForbidden, "already used")
+	// The same link spelled otherwise is the same link.
+	u, _ := url.Parse(link)
+	q := u.Query()
+	q.Set("signature", strings.ToUpper(q.Get("signature")))
+	q.Set("expires", "0"+q.Get("expires"))
+	u.RawQuery = q.Encode()
+	put(t, u.String(), strings.NewReader("swapped")).wantError(t, http.StatusForbidden, "already used")
+	if got := string(b.files[hash]); got != "first" {
+		t.Errorf("stored %q after the link was used again", got)
+	}
+}
+
+// TestUploadVerified: a link asked for with verify=archive takes only an
+// archive whose SHA-256 is the hash it names; another is refused with 400
+// naming both, and the link stays usable for the right one.
+func TestUploadVerified(t *testing.T) {
+	e, b := newStepEnv(t)
+	content := "the archive"
+	hash := sha(content)
+	var up wire.TemplateBuildFileUpload
+	e.do("GET", "/templates/base/files/"+hash+"?verify=archive", nil).decode(t, http.StatusCreated, &up)
+	if !strings.Contains(up.URL, "verify=archive") {
+		t.Fatalf("link %q does not carry verify=archive", up.URL)
+	}
+	put(t, up.URL, strings.NewReader("another archive")).wantError(t, http.StatusBadRequest, "does not match "+hash)
+	if _, ok := b.files[hash]; ok {
+		t.Error("a mismatched upload was stored")
+	}
+	// The mode is signed with the link: dropping it is a bad signature.
+	unverified := strings.Replace(up.URL, "&verify=archive", "", 1)
+	put(t, unverified, strings.NewReader("another archive")).wantError(t, http.StatusForbidden, "invalid upload signature")
+	if r := put(t, up.URL, strings.NewReader(content)); r.status != http.StatusNoContent {
+		t.Fatalf("the matching upload: %d %s", r.status, r.body)
+	}
+	e.do("GET", "/templates/base/files/"+hash+"?verify=zip", nil).wantError(t, http.StatusBadRequest, "verify")
 }

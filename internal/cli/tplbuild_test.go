@@ -30,7 +30,8 @@ type stepServer struct {
 	logs      []wire.BuildLogEntry
 	reason    *wire.BuildStatusReason
 	polls     int
-	badPut    string // why an upload was refused, if one was
+	badPut    string            // why an upload was refused, if one was
+	verify    map[string]string // ?verify= of each link asked for, by hash
 }
 
 func (s *stepServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -50,6 +51,7 @@ func (s *stepServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(202, wire.TemplateRequestResponseV3{TemplateID: "tpl1", BuildID: "b1", Names: []string{"app"}, Aliases: []string{"app"}, Tags: []string{}})
 	case r.Method == "GET" && strings.HasPrefix(r.URL.Path, files):
 		hash := strings.TrimPrefix(r.URL.Path, files)
+		s.verify[hash] = r.URL.Query().Get("verify")
 		if _, ok := s.files[hash]; ok {
 			reply(201, wire.TemplateBuildFileUpload{Present: true})
 			return
@@ -92,7 +94,7 @@ func (s *stepServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func stepSetup(t *testing.T) *stepServer {
-	s := &stepServer{files: map[string][]byte{}, logs: []wire.BuildLogEntry{
+	s := &stepServer{files: map[string][]byte{}, verify: map[string]string{}, logs: []wire.BuildLogEntry{
 		{Timestamp: "2026-03-04T05:06:07.000Z", Level: "info", Message: "FROM python:3.12", Step: "base"},
 		{Timestamp: "2026-03-04T05:06:08.500Z", Level: "info", Message: "RUN pip install flask", Step: "1"},
 	}}
@@ -170,6 +172,11 @@ func TestTplBuild(t *testing.T) {
 	}
 	if sum := sha256.Sum256(archive); hex.EncodeToString(sum[:]) != copyHash {
 		t.Errorf("hash %s is not the SHA-256 of the uploaded tar", copyHash)
+	}
+	// The server checks an upload named by its tar's hash; the hash the
+	// template file gave (the SDK's) it cannot check.
+	if s.verify[copyHash] != "archive" || s.verify[strings.Repeat("ab", 32)] != "" {
+		t.Errorf("links asked for with verify %v, want archive for the tar's hash only", s.verify)
 	}
 	names := tarNames(t, archive)
 	if names["src/app.py"] != 0o755 || names["src/sub/data"] != 0o644 || len(names) != 4 {

@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,10 +31,14 @@ func (c *Client) RequestBuild(ctx context.Context, req wire.TemplateBuildRequest
 }
 
 // FileUploadLink asks whether the files named hash are stored, and where
-// to upload them if not.
-func (c *Client) FileUploadLink(ctx context.Context, templateID, hash string) (*wire.TemplateBuildFileUpload, error) {
+// to upload them if not. With verify, hash is the SHA-256 of the tar
+// archive, and the link stores only an archive with that hash.
+func (c *Client) FileUploadLink(ctx context.Context, templateID, hash string, verify bool) (*wire.TemplateBuildFileUpload, error) {
 	var out wire.TemplateBuildFileUpload
 	path := "/templates/" + url.PathEscape(templateID) + "/files/" + url.PathEscape(hash)
+	if verify {
+		path += "?verify=" + wire.VerifyArchive
+	}
 	if _, err := c.Do(ctx, http.MethodGet, path, nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -41,9 +47,12 @@ func (c *Client) FileUploadLink(ctx context.Context, templateID, hash string) (*
 
 // UploadFiles stores a COPY step's tar archive under its hash, as the SDK
 // does: ask for a link, and PUT the archive to it unless the server has
-// it already. It reports whether it uploaded.
+// it already. A hash that is the archive's SHA-256 is asked to be checked,
+// so the link is no use for any other archive. It reports whether it
+// uploaded.
 func (c *Client) UploadFiles(ctx context.Context, templateID, hash string, archive []byte) (uploaded bool, err error) {
-	link, err := c.FileUploadLink(ctx, templateID, hash)
+	sum := sha256.Sum256(archive)
+	link, err := c.FileUploadLink(ctx, templateID, hash, hex.EncodeToString(sum[:]) == hash)
 	if err != nil {
 		return false, err
 	}

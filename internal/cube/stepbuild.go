@@ -23,7 +23,13 @@ type StepBuilder interface {
 	FilesPresent(ctx context.Context, templateID, hash string) (bool, error)
 	// PutFiles stores a COPY step's files: a tar archive, gzipped or not.
 	// Larger than MaxFilesBytes → TooLarge; not a tar archive → Invalid.
-	PutFiles(ctx context.Context, templateID, hash string, body io.Reader) error
+	// With verify, hash is the SHA-256 of the tar (ungzipped), as
+	// cubemastercli names files; another archive → Invalid, and nothing is
+	// stored. (The SDKs' hash covers the step's source and destination and
+	// the stat data of the source tree, which no upload carries, so their
+	// uploads cannot be checked.) Files already stored under hash are kept
+	// and the upload discarded.
+	PutFiles(ctx context.Context, templateID, hash string, body io.Reader, verify bool) error
 	MaxFilesBytes() int64
 	// StartBuild runs a requested build in the background. Unknown
 	// template or build → NotFound; a build already started → Conflict;

@@ -5,9 +5,12 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -208,8 +211,11 @@ func (b *Builder) MaxFilesBytes() int64 { return b.cfg.MaxFilesBytes }
 
 // PutFiles implements cube.StepBuilder. The archive is stored as a plain
 // tar (a gzipped one is unpacked on the way in), checked entry by entry,
-// and published under its hash only once complete.
-func (b *Builder) PutFiles(ctx context.Context, templateID, hash string, body io.Reader) error {
+// and published under its hash only once complete (and, with verify, only
+// if the tar's SHA-256 is the hash). Files already published under the
+// hash stay: the first complete upload is the one builds use, so a later
+// upload under the same name, from whatever link, cannot swap them.
+func (b *Builder) PutFiles(ctx context.Context, templateID, hash string, body io.Reader, verify bool) error {
 	if _, err := b.FilesPresent(ctx, templateID, hash); err != nil {
 		return err
 	}
@@ -233,7 +239,8 @@ func (b *Builder) PutFiles(ctx context.Context, templateID, hash string, body io
 		src = zr
 	}
 	limited := &io.LimitedReader{R: src, N: b.cfg.MaxFilesBytes + 1}
-	tee := io.TeeReader(limited, tmp)
+	sum := sha256.New()
+	tee := io.TeeReader(limited, io.MultiWriter(tmp, sum))
 	tr := tar.NewReader(tee)
 	for {
 		_, err := tr.Next()
@@ -253,10 +260,18 @@ func (b *Builder) PutFiles(ctx context.Context, templateID, hash string, body io
 	if limited.N <= 0 {
 		return cube.Errorf(cube.TooLarge, "the files are larger than %s unpacked, the most a copy step takes", oci.HumanBytes(b.cfg.MaxFilesBytes))
 	}
+	if got := hex.EncodeToString(sum.Sum(nil)); verify && got != strings.ToLower(hash) {
+		return cube.Errorf(cube.Invalid, "the files' SHA-256 is %s, which does not match %s, the hash the upload link names: the upload is discarded", got, hash)
+	}
 	if err := tmp.Sync(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), b.filesPath(templateID, hash))
+	// A hard link publishes the files only where none are: unlike a
+	// rename, it never replaces what an earlier upload stored.
+	if err := os.Link(tmp.Name(), b.filesPath(templateID, hash)); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // StartBuild implements cube.StepBuilder.

@@ -84,7 +84,7 @@ func (r *realNode) stepBuildRun(t *testing.T, name string, spec cube.BuildSpec, 
 		t.Fatal(err)
 	}
 	for hash, body := range uploads {
-		if err := r.b.PutFiles(ctx, tk.TemplateID, hash, bytes.NewReader(body)); err != nil {
+		if err := r.b.PutFiles(ctx, tk.TemplateID, hash, bytes.NewReader(body), false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,7 +149,7 @@ func TestPutFiles(t *testing.T) {
 	if present, err := b.FilesPresent(ctx, tk.TemplateID, hash); err != nil || present {
 		t.Fatalf("before upload: %v %v", present, err)
 	}
-	if err := b.PutFiles(ctx, tk.TemplateID, hash, bytes.NewReader(tarOf(t, true, map[string]string{"a.txt": "hi"}))); err != nil {
+	if err := b.PutFiles(ctx, tk.TemplateID, hash, bytes.NewReader(tarOf(t, true, map[string]string{"a.txt": "hi"})), false); err != nil {
 		t.Fatal(err)
 	}
 	if present, err := b.FilesPresent(ctx, tk.TemplateID, hash); err != nil || !present {
@@ -160,11 +162,11 @@ func TestPutFiles(t *testing.T) {
 	}
 
 	other := strings.Repeat("cd", 32)
-	if err := b.PutFiles(ctx, tk.TemplateID, other, strings.NewReader("not a tar archive at all, just text")); cube.KindOf(err) != cube.Invalid {
+	if err := b.PutFiles(ctx, tk.TemplateID, other, strings.NewReader("not a tar archive at all, just text"), false); cube.KindOf(err) != cube.Invalid {
 		t.Errorf("not a tar: %v", err)
 	}
 	b.cfg.MaxFilesBytes = 1024
-	if err := b.PutFiles(ctx, tk.TemplateID, other, bytes.NewReader(tarOf(t, true, map[string]string{"big": strings.Repeat("x", 4096)}))); cube.KindOf(err) != cube.TooLarge {
+	if err := b.PutFiles(ctx, tk.TemplateID, other, bytes.NewReader(tarOf(t, true, map[string]string{"big": strings.Repeat("x", 4096)})), false); cube.KindOf(err) != cube.TooLarge {
 		t.Errorf("over the limit unpacked: %v", err)
 	}
 	if present, _ := b.FilesPresent(ctx, tk.TemplateID, other); present {
@@ -247,4 +249,40 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("condition not met within 5s")
+}
+
+// TestPutFilesVerifiedAndKept: with verify, the hash must be the SHA-256
+// of the (ungzipped) tar or nothing is stored; and files stored under a
+// hash are never replaced by a later upload under it.
+func TestPutFilesVerifiedAndKept(t *testing.T) {
+	b, tk := stepFixture(t)
+	ctx := context.Background()
+	plain := tarOf(t, false, map[string]string{"a.txt": "hi"})
+	sum := sha256.Sum256(plain)
+	hash := hex.EncodeToString(sum[:])
+
+	wrong := strings.Repeat("cd", 32)
+	err := b.PutFiles(ctx, tk.TemplateID, wrong, bytes.NewReader(plain), true)
+	if cube.KindOf(err) != cube.Invalid || !strings.Contains(err.Error(), hash) || !strings.Contains(err.Error(), wrong) {
+		t.Errorf("a mismatched upload: %v", err)
+	}
+	if present, _ := b.FilesPresent(ctx, tk.TemplateID, wrong); present {
+		t.Error("a mismatched upload is present")
+	}
+	// Gzipped on the wire, the hash is still the tar's.
+	if err := b.PutFiles(ctx, tk.TemplateID, hash, bytes.NewReader(tarOf(t, true, map[string]string{"a.txt": "hi"})), true); err != nil {
+		t.Fatalf("a matching upload: %v", err)
+	}
+
+	// A second upload under a stored hash, verified or not, changes nothing.
+	if err := b.PutFiles(ctx, tk.TemplateID, hash, bytes.NewReader(tarOf(t, false, map[string]string{"evil.sh": "rm -rf /"})), false); err != nil {
+		t.Errorf("a second upload: %v", err)
+	}
+	if data, _ := os.ReadFile(b.filesPath(tk.TemplateID, hash)); !bytes.Equal(data, plain) {
+		t.Error("a second upload replaced the stored files")
+	}
+	ents, _ := os.ReadDir(filepath.Dir(b.filesPath(tk.TemplateID, hash)))
+	if len(ents) != 1 {
+		t.Errorf("files directory holds %d entries, want the one upload", len(ents))
+	}
 }

@@ -29,6 +29,14 @@ type TemplateRequestResponseV3 struct {
 	Public  bool     `json:"public"`
 }
 
+// VerifyArchive, as ?verify= of GET /templates/{templateID}/files/{hash},
+// says that {hash} is the SHA-256 of the tar archive (before any gzip):
+// the link it answers then stores only an archive with that hash.
+// cubemastercli names files so; the SDKs' hash is of the source tree's
+// paths, stat data and contents with the step's arguments, which the
+// server cannot recompute from an upload, so their links go without.
+const VerifyArchive = "archive"
+
 // TemplateBuildFileUpload is the answer to GET
 // /templates/{templateID}/files/{hash}: either the files are present, or
 // URL is where to PUT their tar archive.
