@@ -52,6 +52,7 @@ type Kernel struct {
 	tmpDir  string
 	cmd     *exec.Cmd
 	output  *tail
+	copied  chan struct{} // closed once the output pipe has been read to its end
 	waitFn  func() error
 
 	// sockCtx ends when the process exits or the kernel is closed; it stops
@@ -154,9 +155,11 @@ func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err er
 		pr.Close()
 		return nil, fmt.Errorf("start kernel %s: %w", spec.Name, err)
 	}
+	copied := make(chan struct{})
 	go func() {
 		io.Copy(out, pr)
 		pr.Close()
+		close(copied)
 	}()
 
 	sockCtx, sockCancel := context.WithCancel(context.Background())
@@ -168,6 +171,7 @@ func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err er
 		tmpDir:     tmpDir,
 		cmd:        cmd,
 		output:     out,
+		copied:     copied,
 		waitFn:     waitFn,
 		sockCtx:    sockCtx,
 		sockCancel: sockCancel,
@@ -201,6 +205,13 @@ func Start(ctx context.Context, spec Spec, opts StartOptions) (_ *Kernel, err er
 func (k *Kernel) startError(ctx context.Context, err error) error {
 	select {
 	case <-k.done:
+		// The process has exited, but what it printed last may still be
+		// in the pipe; the pipe ends when every process holding it has
+		// exited, which a child left behind could delay.
+		select {
+		case <-k.copied:
+		case <-time.After(time.Second):
+		}
 		return fmt.Errorf("kernel %s exited during startup (%v): %s", k.spec.Name, k.exitErr, k.output.String())
 	default:
 	}

@@ -128,3 +128,14 @@ func TestStartFailureExplains(t *testing.T) {
 		t.Fatalf("start error %v does not carry the kernel's output", err)
 	}
 }
+
+// What a kernel printed reaches the start error even when the pipe is
+// read after the exit is seen: a busy machine schedules the reader late,
+// which this stands for with a child that writes after its parent exited.
+func TestStartFailureWaitsForTheLastOutput(t *testing.T) {
+	spec := jupyter.Spec{Name: "broken", Argv: []string{"/bin/sh", "-c", "(sleep 0.3; echo 'printed late' >&2) & exit 3"}}
+	_, err := jupyter.Start(context.Background(), spec, jupyter.StartOptions{})
+	if err == nil || !strings.Contains(err.Error(), "printed late") {
+		t.Fatalf("start error %v does not carry the kernel's output", err)
+	}
+}
