@@ -8,12 +8,11 @@ import (
 	"cube/internal/cube"
 )
 
-// maxNonces bounds the nonces a node remembers: each is kept until its
-// signature is too old to be taken (maxSkew after its time), so this many
-// signed requests a node takes within about a minute, some 4,000 a second
-// (about 64 bytes each, 16 MB when full). Beyond that it answers 503 until
-// the oldest expire, rather than forget one whose request could then be
-// replayed.
+// maxNonces bounds the nonces a node remembers (some 19 MB when full).
+// Each is kept until its signature is too old to be taken, about a
+// minute, so a node takes up to some 4,000 signed requests a second;
+// beyond that it answers 503 until the oldest expire, rather than forget
+// a nonce whose request could then be replayed.
 const maxNonces = 1 << 18
 
 // nonces are those of the signed requests a node took, each until its
