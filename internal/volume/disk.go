@@ -5,13 +5,17 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"cube/internal/cube"
 	"cube/internal/id"
 )
 
@@ -28,6 +32,12 @@ const MinBytes = 8 << 20
 // loop-mounted on <dir>/<id>/mnt.
 type Disks struct {
 	dir string
+	// mu makes Create one at a time: its room check counts the images on
+	// disk, so no create may check before the one ahead has sized its.
+	mu sync.Mutex
+	// free is the space left to unprivileged writers on dir's
+	// filesystem; tests replace it.
+	free func(dir string) (int64, error)
 }
 
 // NewDisks returns the disks under dir, creating it.
@@ -35,7 +45,7 @@ func NewDisks(dir string) (*Disks, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	return &Disks{dir: dir}, nil
+	return &Disks{dir: dir, free: freeBytes}, nil
 }
 
 // NewID returns a fresh volume ID.
@@ -48,11 +58,17 @@ func (d *Disks) image(id string) string { return filepath.Join(d.dir, id, "disk.
 func (d *Disks) Path(id string) string { return filepath.Join(d.dir, id, "mnt") }
 
 // Create makes volume id's disk: a sparse file of sizeBytes, formatted
-// ext4 with its root owned by the sandboxes' user, and mounts it. On
-// failure nothing of it remains.
+// ext4 with its root owned by the sandboxes' user, and mounts it. A disk
+// that would not fit beside what the other volumes are promised is a
+// cube.DiskFull error. On failure nothing of it remains.
 func (d *Disks) Create(id string, sizeBytes int64) (err error) {
 	if !ValidID(id) {
 		return fmt.Errorf("volume id %q is malformed", id)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.room(sizeBytes); err != nil {
+		return err
 	}
 	dir := filepath.Join(d.dir, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -170,6 +186,62 @@ func (d *Disks) Usage(id string) (used, total int64, err error) {
 	}
 	total = int64(st.Blocks) * st.Bsize
 	return total - int64(st.Bfree)*st.Bsize, total, nil
+}
+
+// room returns a cube.DiskFull error unless a disk of sizeBytes fits
+// on the data directory's filesystem beside the existing volumes. Their
+// images are sparse: each holds only the blocks written to it so far,
+// and the rest of its size is promised, space the filesystem must keep
+// for it or a full host disk ends up inside a sandbox's volume. Without
+// counting the promise, volumes created one after another would each
+// see the same free space and together overcommit the disk.
+func (d *Disks) room(sizeBytes int64) error {
+	free, err := d.free(d.dir)
+	if err != nil {
+		return fmt.Errorf("free space under %s: %w", d.dir, err)
+	}
+	promised, err := d.promised()
+	if err != nil {
+		return err
+	}
+	if sizeBytes > free-promised {
+		return cube.Errorf(cube.DiskFull, "a volume of %d MiB does not fit: the data directory's disk has %d MiB free, of which %d MiB is promised to existing volumes (their disk images are sparse and take space as they fill); ask for less (sizeMB), delete volumes or free space",
+			sizeBytes>>20, free>>20, promised>>20)
+	}
+	return nil
+}
+
+// promised is the space the volumes' images may still take: each one's
+// size less its allocated blocks.
+func (d *Disks) promised() (int64, error) {
+	ids, err := d.List()
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, id := range ids {
+		fi, err := os.Stat(d.image(id))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a create or remove half done
+		}
+		if err != nil {
+			return 0, err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			sum += max(0, fi.Size()-st.Blocks*512)
+		}
+	}
+	return sum, nil
+}
+
+// freeBytes is the space left to unprivileged writers on dir's
+// filesystem.
+func freeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
 }
 
 // detachLoops releases any loop device still backed by image: one that
