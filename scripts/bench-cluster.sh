@@ -46,11 +46,13 @@ dsn="postgres://postgres@127.0.0.1:$port/cube?sslmode=disable"
 export CUBE_API_KEY="e2b_$(openssl rand -hex 20)" E2B_API_KEY=
 secret=$(openssl rand -hex 32)
 
-# node NAME PORT SLOT-PREFIX HOST-CIDR: a cube-server of the cluster.
+# node NAME PORT SLOT-PREFIX HOST-CIDR: a cube-server of the cluster. Both
+# nodes are on this host, so their traffic stays on loopback: plain signed
+# HTTP between them (--cluster-insecure-transport) is what is measured.
 node() {
 	mkdir -m 700 "$work/$1"
 	CUBE_CLUSTER_SECRET="$secret" ./bin/cube-server --data-dir "$work/$1" --listen "127.0.0.1:$2" --tls-listen 127.0.0.1:0 \
-		--store "$dsn" --node-id "$1" --advertise "http://127.0.0.1:$2" \
+		--store "$dsn" --node-id "$1" --advertise "http://127.0.0.1:$2" --cluster-insecure-transport \
 		--slot-prefix "$3" --host-cidr "$4" >"$work/$1.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 1 150); do
