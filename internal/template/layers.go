@@ -126,20 +126,6 @@ func unmountStale(dir string) {
 	}
 }
 
-// treeBytes is what the files under dir take, by their sizes.
-func treeBytes(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil
-	})
-	return n
-}
-
 // finishLayer records the layer in tmp as key: its meta written last, then
 // renamed into place. A layer of the same key that another build finished
 // meanwhile is kept (builds may be using it) and tmp is dropped.

@@ -267,11 +267,11 @@ func (b *Builder) fsStep(ctx context.Context, runner StepRunner, sb *stepBuild, 
 	}
 	defer ov.unmount()
 
-	// The layer may not grow past its cap; a watcher ends the step when
-	// it does, rather than let it fill the disk.
+	// The layer may not grow past its caps; a watcher ends the step when
+	// it does, rather than let it fill the disk or use up its inodes.
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go b.watchLayer(sctx, cancel, upper, name)
+	go watchLayer(sctx, cancel, upper, b.layerLimits())
 
 	out := &lineWriter{log: sb.log, step: name, level: "info"}
 	err = runner.WithBuildBox(sctx, node.BuildBox{Rootfs: ov.root, Env: st.env, CPUCount: sb.cpu, MemoryMB: sb.mem}, func(ctx context.Context, addr netip.Addr) error {
@@ -291,9 +291,9 @@ func (b *Builder) fsStep(ctx context.Context, runner StepRunner, sb *stepBuild, 
 		return &stepError{name, err}
 	}
 	os.RemoveAll(filepath.Join(upper, ".cube-copy"))
-	bytes := treeBytes(upper)
-	if bytes > b.cfg.MaxLayerBytes {
-		return &stepError{name, layerTooBig(b.cfg.MaxLayerBytes)}
+	bytes, _, err := measureLayer(upper, b.layerLimits())
+	if err != nil {
+		return &stepError{name, err}
 	}
 	if err := b.finishLayer(tmp, key, label, bytes); err != nil {
 		return &stepError{name, fmt.Errorf("keep the layer: %w", err)}
@@ -308,28 +308,6 @@ func (st *stepState) push(b *Builder, key string) {
 	st.key = key
 	st.lower = append([]string{filepath.Join(b.layerDir(key), "fs")}, st.lower...)
 	st.layers = append(st.layers, key)
-}
-
-func layerTooBig(max int64) error {
-	return fmt.Errorf("the step wrote more than %s to the filesystem, the most one build step may (raise it with cube-server %s)", oci.HumanBytes(max), FlagMaxLayerBytes)
-}
-
-// watchLayer ends the step (through cancel) once upper holds more than
-// the layer cap.
-func (b *Builder) watchLayer(ctx context.Context, cancel context.CancelCauseFunc, upper, name string) {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if treeBytes(upper) > b.cfg.MaxLayerBytes {
-				cancel(layerTooBig(b.cfg.MaxLayerBytes))
-				return
-			}
-		}
-	}
 }
 
 // stageFiles puts a COPY step's uploaded tar where copyScript finds it.
