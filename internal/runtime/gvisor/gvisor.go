@@ -19,6 +19,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -358,13 +359,23 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return strings.Fields(string(out)), nil
+	ids := strings.Fields(string(out))
+	// Containers runsc has no state for but whose processes run (see
+	// strays.go) are listed too, so they are adopted or removed.
+	for _, id := range strayIDs(r.cfg.Root) {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }
 
 // Remove deletes a container by ID whether or not a handle exists, and its
 // bundle: the reconciler's tool for leftovers.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
+	// What runsc did not know of, or left behind, goes too.
+	killStrays(r.cfg.Root, id)
 	waitKeeper(filepath.Join(r.cfg.Bundles, id))
 	os.RemoveAll(filepath.Join(r.cfg.Bundles, id))
 	if err != nil && strings.Contains(err.Error(), "does not exist") {

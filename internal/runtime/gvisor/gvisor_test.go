@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -387,4 +389,82 @@ func TestRestoreIntoPreparedContainer(t *testing.T) {
 		t.Fatalf("Kill left the prepared container: %v", ids)
 	}
 	a.Kill(c)
+}
+
+// A container whose sandbox and gofer run but whose state runsc lost (a
+// create or restore that a crash of the server cut short) is listed, so
+// the reconciler sees it, and Remove ends its processes.
+func TestStrayContainerIsListedAndRemoved(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	sb, err := f.rt.Boot(c, f.spec("ctstray"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token(t, sb)
+	if len(rootProcesses(f.rt.cfg.Root)) == 0 {
+		t.Fatal("no sandbox processes found for the root")
+	}
+	// What a cut-short create leaves: processes, no state runsc reads.
+	states, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, "*ctstray*"))
+	if len(states) == 0 {
+		t.Fatalf("no runsc state for the container in %s", f.rt.cfg.Root)
+	}
+	for _, s := range states {
+		os.RemoveAll(s)
+	}
+	ids, err := f.rt.List(c)
+	if err != nil || !slices.Contains(ids, "ctstray") {
+		t.Fatalf("List = %v, %v; want the stray container listed", ids, err)
+	}
+	if err := f.rt.Remove(c, "ctstray"); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if left := rootProcesses(f.rt.cfg.Root); len(left) > 0 {
+		t.Fatalf("processes left after Remove: %v", left)
+	}
+	if ids, _ := f.rt.List(c); slices.Contains(ids, "ctstray") {
+		t.Fatalf("still listed after Remove: %v", ids)
+	}
+}
+
+// A runsc command dies with the process that ran it, so none goes on
+// after a crash of the server changing containers behind the next start.
+func TestRunscCommandsDieWithTheServer(t *testing.T) {
+	if script := os.Getenv("CUBE_TEST_RUNSC_CHILD"); script != "" {
+		// The server: start a "runsc" command, say its PID, wait to die.
+		cmd := Runsc{Path: script}.Command(context.Background(), nil, "state")
+		if err := cmd.Start(); err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println(cmd.Process.Pid)
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
+	script := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	server := exec.Command(os.Args[0], "-test.run=^TestRunscCommandsDieWithTheServer$")
+	server.Env = append(os.Environ(), "CUBE_TEST_RUNSC_CHILD="+script)
+	out, _ := server.StdoutPipe()
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscan(out, &pid); err != nil || pid <= 0 {
+		server.Process.Kill()
+		t.Fatalf("the server did not start its command: %v", err)
+	}
+	server.Process.Kill()
+	server.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the runsc command (pid %d) outlived the server that ran it", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

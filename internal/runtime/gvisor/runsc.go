@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"cube/internal/runtime"
 )
@@ -58,8 +59,15 @@ func (r Runsc) Flags(spec *runtime.Spec) []string {
 // its streams; a command that leaves a sandbox behind (run or restore
 // with --detach) needs files there, since the sandbox inherits them and a
 // pipe that exec copies from would never reach EOF while it lives.
+//
+// A command dies with the server (Pdeathsig): one left running after a
+// crash would go on changing containers behind the next start's
+// reconciliation. The sandbox and gofer processes it starts do not
+// inherit this, so sandboxes still outlive the server.
 func (r Runsc) Command(ctx context.Context, spec *runtime.Spec, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, r.Path, append(r.Flags(spec), args...)...)
+	cmd := exec.CommandContext(ctx, r.Path, append(r.Flags(spec), args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
 }
 
 // Run runs one runsc command and returns its stdout; a failure carries
