@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"cube/internal/node"
 	"cube/internal/oci"
 	"cube/internal/secrets"
 	"cube/internal/server"
@@ -45,6 +46,7 @@ func main() {
 	secretsKey := &secret{name: "secrets-key", env: secrets.KeyEnv}
 	secretsKey.define(flag.CommandLine, "key sealing secrets at rest: 32 bytes, base64 or hex; without one, <data-dir>/secrets.key, made on first start")
 	flag.IntVar(&o.MaxSandboxes, "max-sandboxes", 200, "most sandboxes (running and paused) at once")
+	flag.IntVar(&o.DiskReserveMB, "disk-reserve-mb", node.DefaultDiskReserveMB, "free space (MB) in the data directory that snapshots leave for pauses to be written to disk; -1 keeps none")
 	flag.IntVar(&o.PoolSize, "pool-size", 2, "warm sandboxes kept ready per template (0: none)")
 	flag.IntVar(&o.PreparedPerKey, "prepared-pool", 2, "containers made ahead of cold restores, per kind of restore asked for in the last 10 minutes (0: none)")
 	flag.Int64Var(&o.VolumeMB, "volume-size", 1024, "size in MiB of a persistent volume created without sizeMB")

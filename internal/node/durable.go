@@ -11,6 +11,9 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"cube/internal/cube"
 	"cube/internal/runtime"
 )
 
@@ -171,4 +174,27 @@ func (n *Node) removeDir(dir string) {
 	if err := os.RemoveAll(dir); err != nil {
 		n.log.Warn("remove directory", "dir", dir, "err", err)
 	}
+}
+
+// DefaultDiskReserveMB is Config.DiskReserveMB's default.
+const DefaultDiskReserveMB = 512
+
+// checkReserve refuses an operation that adds an image to the data
+// directory (op names it) while less than the configured reserve is free.
+func (n *Node) checkReserve(op string) error {
+	reserve := int64(n.cfg.DiskReserveMB)
+	if reserve == 0 {
+		reserve = DefaultDiskReserveMB
+	}
+	if reserve < 0 {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(n.cfg.DataDir, &st); err != nil {
+		return nil // the write itself reports what is wrong with the disk
+	}
+	if free := int64(st.Bavail) * st.Bsize >> 20; free < reserve {
+		return cube.Errorf(cube.DiskFull, "%s: the data directory has %d MB free, less than the %d MB kept free so that paused sandboxes can be written to disk: delete snapshots or templates, or free space on the host", op, free, reserve)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -117,6 +118,25 @@ func TestFakeSnapshotOnFullDisk(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(filepath.Join(n.DataDir, "snapshots")); len(left) != 0 {
 		t.Fatalf("the failed snapshot left files: %v", left)
+	}
+	wantState(t, n, a.ID, cube.StateRunning)
+}
+
+// A snapshot is refused before anything is written while the data
+// directory has less than the reserve free, which pauses to disk need.
+func TestFakeSnapshotKeepsTheDiskReserve(t *testing.T) {
+	n := newFake(t, nodefake.Options{DiskReserveMB: 1 << 40})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	_, err := n.CreateSnapshot(fctx(t), a.ID, "reserve")
+	wantKind(t, "snapshot below the disk reserve", err, cube.DiskFull)
+	if err == nil || !strings.Contains(err.Error(), "kept free") {
+		t.Fatalf("the error does not say why: %v", err)
+	}
+	if list, _ := n.ListSnapshots(fctx(t), cube.SnapshotFilter{}); len(list) != 0 {
+		t.Fatalf("snapshots after a refused one: %+v", list)
+	}
+	if left, _ := os.ReadDir(filepath.Join(n.DataDir, "snapshots")); len(left) != 0 {
+		t.Fatalf("the refused snapshot left files: %v", left)
 	}
 	wantState(t, n, a.ID, cube.StateRunning)
 }

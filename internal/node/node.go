@@ -73,6 +73,11 @@ type Config struct {
 	AgentAt func(host netip.Addr) Agent
 	// MaxSandboxes bounds running plus paused sandboxes (0 = 100).
 	MaxSandboxes int
+	// DiskReserveMB is free space in the data directory that snapshots
+	// leave alone (0 = DefaultDiskReserveMB, negative = none), so that a
+	// run of snapshots cannot take the room the pauses of running
+	// sandboxes need to be written out.
+	DiskReserveMB int
 	// NodeID names this node among the nodes sharing Store: its sandboxes
 	// and snapshots record it, and it reconciles, reaps and counts only
 	// the sandboxes that do.

@@ -28,7 +28,8 @@ func snapshotTemplate(rec *store.Sandbox, snapID, dir string, names []string) *s
 }
 
 // CreateSnapshot checkpoints a running sandbox, which keeps running, into
-// a snapshot usable as a template. The snapshot is recorded (building,
+// a snapshot usable as a template, with the manifest of its files (its
+// template's rootfs and agent, its own checkpoint). The snapshot is recorded (building,
 // naming its directory) before the checkpoint, its checksum once the image
 // is written, and it is ready once the image is durable under its final
 // name; the reconciler finishes or drops one a crash interrupted.
@@ -51,6 +52,9 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 	if err := inst.requireState("snapshot", stateRunning); err != nil {
 		return nil, err
 	}
+	if err := n.checkReserve("snapshot"); err != nil {
+		return nil, err
+	}
 	box := inst.box
 	snapID := id.New("snap-", 16)
 	dir := filepath.Join(n.cfg.DataDir, "snapshots", snapID)
@@ -69,7 +73,21 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 	})
 	fault.Point(fault.SnapshotAfterIntent)
 	start := time.Now()
-	tmp, sum, err := n.writeImage(ctx, box.sb, dir, true, "snapshot")
+	// The snapshot's manifest, like a build's, is in the image before its
+	// checksum is taken; the sandbox runs on meanwhile.
+	tmp, sum, err := n.writeImageWith(ctx, dir, "snapshot", func(tmp string) error {
+		if err := box.sb.Checkpoint(ctx, tmp, true); err != nil {
+			return err
+		}
+		listed, err := writeSnapshotManifest(tmp, rec.Boot)
+		if err != nil {
+			return err
+		}
+		if !listed {
+			n.log.Info("snapshot without a manifest: its template was built before manifests, so copies of it are checked by the checkpoint's checksum only", "sandbox", sandboxID, "snapshot", snapID, "template", rec.Boot.ID)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,10 @@ type Options struct {
 	// beside the executable, and when none is there cube-server itself.
 	Console      string
 	MaxSandboxes int
-	PoolSize     int
+	// DiskReserveMB is free space snapshots leave in the data directory
+	// (node.Config.DiskReserveMB).
+	DiskReserveMB int
+	PoolSize      int
 	// PreparedPerKey is how many containers are made ahead of cold
 	// restores per kind of restore in demand (node.Config.PreparedPerKey).
 	PreparedPerKey int
@@ -298,7 +301,7 @@ func Run(ctx context.Context, o Options) error {
 
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
-		MaxSandboxes: o.MaxSandboxes, NodeID: name,
+		MaxSandboxes: o.MaxSandboxes, DiskReserveMB: o.DiskReserveMB, NodeID: name,
 		PeerAlive: func(id string) bool { r := peers.Load(); return r == nil || r.Alive(id) }, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,

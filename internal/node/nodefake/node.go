@@ -1,6 +1,7 @@
 package nodefake
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -34,7 +35,10 @@ type Node struct {
 // Options tune New.
 type Options struct {
 	MaxSandboxes int
-	PoolSize     int
+	// DiskReserveMB is node.Config's; 0 keeps none, so that fake nodes
+	// do not depend on the free space of the host they run on.
+	DiskReserveMB int
+	PoolSize      int
 	// Slots is the size of the slot pool (0 = 8).
 	Slots int
 	// PauseWriteDelay is how long a paused sandbox stays in memory before
@@ -90,7 +94,7 @@ func (n *Node) start(t testing.TB) {
 		delay = time.Hour
 	}
 	nn, err := node.New(node.Config{DataDir: n.DataDir, Envd: n.envd, Runtime: n.Runtime, Slots: n.Slots,
-		Store: n.Store, Logger: logger(), MaxSandboxes: n.opts.MaxSandboxes, PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
+		Store: n.Store, Logger: logger(), MaxSandboxes: n.opts.MaxSandboxes, DiskReserveMB: cmp.Or(n.opts.DiskReserveMB, -1), PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
 		EnvdVersion: protocol.Version, PauseWriteDelay: delay, AgentAt: n.Agents.At,
 		NodeID: n.opts.NodeID, FetchTemplate: n.opts.FetchTemplate,
 		FetchSandbox: n.opts.FetchSandbox, SandboxMoved: n.opts.SandboxMoved, FetchForkImage: n.opts.FetchForkImage})
@@ -125,13 +129,22 @@ func (n *Node) Restart(t testing.TB) *Node {
 	return next
 }
 
+// Rootfs is the directory AddTemplate builds tplID from. A test fills it
+// before AddTemplate: the build lists the files in the template's
+// manifest, and a copy of the template on another node must match it.
+func (n *Node) Rootfs(tplID string) string { return filepath.Join(n.DataDir, "rootfs-"+tplID) }
+
 // AddTemplate builds a READY template through the node's own build path
-// (a boot in a slot, a checkpoint) and stores it.
+// (a boot in a slot, a checkpoint and the manifest of its files) and
+// stores it. Its rootfs is Rootfs(tplID), made empty unless it exists.
 func (n *Node) AddTemplate(t testing.TB, tplID string, aliases ...string) *store.Template {
 	t.Helper()
 	tpl := &store.Template{ID: tplID, Aliases: aliases, Status: store.TemplateBuilding, Node: n.opts.NodeID,
-		Rootfs: filepath.Join(n.DataDir, "rootfs-"+tplID), DiskSizeMB: 64, MemoryMB: 512, CPUCount: 1,
+		Rootfs: n.Rootfs(tplID), DiskSizeMB: 64, MemoryMB: 512, CPUCount: 1,
 		CreatedAt: time.Now().UTC()}
+	if err := os.MkdirAll(tpl.Rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	probe := func(context.Context, netip.Addr) error { return nil }
