@@ -154,5 +154,10 @@ func (c *Client) Metrics(ctx context.Context, token string) (*protocol.Metrics, 
 		return nil, fmt.Errorf("envd /metrics: %s", resp.Status)
 	}
 	var m protocol.Metrics
-	return &m, json.NewDecoder(resp.Body).Decode(&m)
+	// The sample is a few hundred bytes; whatever answers on envd's port
+	// is the sandbox's to choose, so the server reads no more than this.
+	return &m, json.NewDecoder(io.LimitReader(resp.Body, maxMetricsBytes)).Decode(&m)
 }
+
+// maxMetricsBytes bounds what Metrics reads of an answer.
+const maxMetricsBytes = 64 << 10

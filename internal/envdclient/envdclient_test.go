@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -242,4 +243,29 @@ func listenRetry(addr string) (net.Listener, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil, err
+}
+
+// An agent answering /metrics without end (sandbox code can stand in for
+// envd on its port) gets an error, not the server's memory.
+func TestMetricsAnswerIsBounded(t *testing.T) {
+	c := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"memCache":"`))
+		chunk := []byte(strings.Repeat("a", 64<<10))
+		for range (1 << 30) / len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := c.Metrics(context.Background(), "tok")
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		t.Fatal("an endless /metrics answer was accepted")
+	}
+	if grew := int64(after.TotalAlloc - before.TotalAlloc); grew > 64<<20 {
+		t.Fatalf("reading an endless /metrics answer allocated %d MB", grew>>20)
+	}
 }
