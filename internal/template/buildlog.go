@@ -20,14 +20,20 @@ type buildLog struct {
 	mu      sync.Mutex
 	entries []cube.BuildLogEntry
 	f       *os.File
-	// output counts the lines of step output; past maxOutputLines they
-	// are dropped, so a step that prints without end cannot exhaust the
-	// server's memory or disk.
-	output int
+	// output and outputBytes count the lines and bytes of step output;
+	// past maxOutputLines or maxOutputBytes they are dropped, so a step
+	// that prints without end cannot exhaust the server's memory or disk.
+	output      int
+	outputBytes int
+	capped      bool
 }
 
-// maxOutputLines bounds the step output one build's log keeps.
-const maxOutputLines = 20000
+// maxOutputLines and maxOutputBytes bound the step output one build's
+// log keeps (a line is at most 8 KiB, see lineWriter).
+const (
+	maxOutputLines = 20000
+	maxOutputBytes = 16 << 20
+)
 
 // logLevels orders the levels a query filters by.
 var logLevels = map[string]int{"debug": 0, "info": 1, "warn": 2, "error": 3}
@@ -157,12 +163,15 @@ func (w *lineWriter) flush() {
 func (l *buildLog) addOutput(level, step, line string) {
 	l.mu.Lock()
 	l.output++
-	n := l.output
+	l.outputBytes += len(line)
+	keep := !l.capped && l.output <= maxOutputLines && l.outputBytes <= maxOutputBytes
+	notice := !keep && !l.capped
+	l.capped = l.capped || !keep
 	l.mu.Unlock()
 	switch {
-	case n <= maxOutputLines:
+	case keep:
 		l.add(level, step, line)
-	case n == maxOutputLines+1:
-		l.add("warn", step, "the build's output passed "+strconv.Itoa(maxOutputLines)+" lines: the rest is not kept")
+	case notice:
+		l.add("warn", step, "the build's output passed "+strconv.Itoa(maxOutputLines)+" lines or "+strconv.Itoa(maxOutputBytes>>20)+" MB: the rest is not kept")
 	}
 }

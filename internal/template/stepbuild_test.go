@@ -286,3 +286,27 @@ func TestPutFilesVerifiedAndKept(t *testing.T) {
 		t.Errorf("files directory holds %d entries, want the one upload", len(ents))
 	}
 }
+
+// A step printing long lines without end keeps at most maxOutputBytes of
+// them, in memory and in the log file, however many lines that is.
+func TestBuildLogCapsStepOutputBytes(t *testing.T) {
+	b, _ := stepFixture(t)
+	l := b.newBuildLog("bytes")
+	defer l.close()
+	w := &lineWriter{log: l, step: "1", level: "info"}
+	line := []byte(strings.Repeat("x", 8<<10-1) + "\n")
+	for range maxOutputLines {
+		w.Write(line)
+	}
+	var kept int
+	for _, e := range l.snapshot() {
+		kept += len(e.Message)
+	}
+	if kept > maxOutputBytes+1<<10 {
+		t.Fatalf("the log kept %d MB of output, the cap is %d MB", kept>>20, maxOutputBytes>>20)
+	}
+	got := l.snapshot()
+	if last := got[len(got)-1]; last.Level != "warn" || !strings.Contains(last.Message, "not kept") {
+		t.Errorf("no notice of the cap: %+v", last)
+	}
+}
