@@ -10,6 +10,7 @@
 package gvisor
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -192,7 +193,7 @@ func (r *Runtime) runDetached(ctx context.Context, spec runtime.Spec, dir string
 	full := append(append([]string(nil), args...), "--bundle", dir, spec.ID)
 	cmd := r.runscFor(spec.ID).Command(ctx, &spec, full...)
 	cmd.Stdout, cmd.Stderr = w, w
-	return cmd.Run()
+	return runTied(cmd)
 }
 
 // failed removes what a failed run, restore or create may have left
@@ -446,7 +447,10 @@ func (s *sandbox) Kill(ctx context.Context) error {
 
 func (s *sandbox) Exec(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := s.r.runscFor(s.id).Command(ctx, nil, append([]string{"exec", s.id}, args...)...)
-	return cmd.CombinedOutput()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := runTied(cmd)
+	return out.Bytes(), err
 }
 
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -434,7 +435,7 @@ func TestRunscCommandsDieWithTheServer(t *testing.T) {
 	if script := os.Getenv("CUBE_TEST_RUNSC_CHILD"); script != "" {
 		// The server: start a "runsc" command, say its PID, wait to die.
 		cmd := Runsc{Path: script}.Command(context.Background(), nil, "state")
-		if err := cmd.Start(); err != nil {
+		if err := startTied(cmd); err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)
 		}
@@ -466,5 +467,37 @@ func TestRunscCommandsDieWithTheServer(t *testing.T) {
 			t.Fatalf("the runsc command (pid %d) outlived the server that ran it", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A tied command outlives the thread that asked for it: network namespace
+// work ends its locked threads on purpose, and a command forked from such
+// a thread with Pdeathsig was killed with it ("runsc restore: signal:
+// killed" on creates). Several goroutines, so that some run on threads
+// other than the main one, which Go never ends.
+func TestTiedCommandOutlivesItsCallersThread(t *testing.T) {
+	var cmds []*exec.Cmd
+	for range 8 {
+		cmd := exec.Command("/bin/sleep", "30")
+		started := make(chan error, 1)
+		go func() {
+			// Locked and never unlocked: the thread ends with the goroutine.
+			goruntime.LockOSThread()
+			started <- startTied(cmd)
+		}()
+		if err := <-started; err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for _, cmd := range cmds {
+		var ws syscall.WaitStatus
+		if pid, _ := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid == cmd.Process.Pid {
+			t.Errorf("a command died with the thread of the goroutine that started it: %v", ws.Signal())
+			continue
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
 	}
 }
