@@ -382,7 +382,28 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if err != nil && strings.Contains(err.Error(), "does not exist") {
 		return nil
 	}
+	if err != nil && strings.Contains(err.Error(), "reading container metadata file") {
+		// A state file runsc began and never finished (its command was
+		// killed with the server): runsc cannot read it, so it cannot
+		// delete it either, and the container's processes are gone now.
+		return removeState(r.cfg.Root, id)
+	}
 	return err
+}
+
+// removeState removes runsc's state files of container id under root.
+func removeState(root, id string) error {
+	files, err := filepath.Glob(filepath.Join(root, id+"_sandbox:*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 type sandbox struct {

@@ -501,3 +501,35 @@ func TestTiedCommandOutlivesItsCallersThread(t *testing.T) {
 		cmd.Wait()
 	}
 }
+
+// A state file runsc began and never finished (a create killed with the
+// server) does not keep its container listed for ever: Remove ends the
+// processes and the state runsc cannot read.
+func TestHalfWrittenStateIsRemoved(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	sb, err := f.rt.Boot(c, f.spec("cthalf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token(t, sb)
+	states, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, "cthalf_sandbox:*.state"))
+	if len(states) != 1 {
+		t.Fatalf("runsc state files: %v", states)
+	}
+	if err := os.Truncate(states[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := f.rt.List(c); err != nil || !slices.Contains(ids, "cthalf") {
+		t.Fatalf("List = %v, %v; want the container listed", ids, err)
+	}
+	if err := f.rt.Remove(c, "cthalf"); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if ids, _ := f.rt.List(c); slices.Contains(ids, "cthalf") {
+		t.Fatalf("still listed after Remove: %v", ids)
+	}
+	if left := rootProcesses(f.rt.cfg.Root); len(left) > 0 {
+		t.Fatalf("processes left: %v", left)
+	}
+}
