@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPointKillsOnlyWhenArmed runs a child process that arms one point and
@@ -51,4 +52,39 @@ func TestArmRejectsUnknownPoints(t *testing.T) {
 	}
 	Arm("")
 	Point(BuildAfterReady) // disarmed: returns
+}
+
+// TestHangStopsTheGoroutine: a point armed by Hang stops the goroutine
+// that reaches it, before anything after it (defers included) runs, and
+// says so; another point passes.
+func TestHangStopsTheGoroutine(t *testing.T) {
+	defer Arm("")
+	if _, err := Hang("pause.after-typo"); err == nil {
+		t.Fatal("an unknown point was armed")
+	}
+	reached, err := Hang(RollbackAfterRecord)
+	if err != nil || Armed() != RollbackAfterRecord {
+		t.Fatalf("Hang: %v, armed %q", err, Armed())
+	}
+	after := make(chan string, 2)
+	go func() {
+		defer func() { after <- "deferred" }()
+		Point(RollbackAfterRestore)
+		after <- "passed the unarmed point"
+		Point(RollbackAfterRecord)
+		after <- "passed the armed point"
+	}()
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the armed point was not reached")
+	}
+	if got := <-after; got != "passed the unarmed point" {
+		t.Fatalf("first step: %q", got)
+	}
+	select {
+	case got := <-after:
+		t.Fatalf("the goroutine went on past the armed point: %q", got)
+	case <-time.After(50 * time.Millisecond):
+	}
 }

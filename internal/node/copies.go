@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cube/internal/cube"
+	"cube/internal/fault"
 	"cube/internal/store"
 	"cube/internal/treecopy"
 )
@@ -135,6 +136,7 @@ func (n *Node) pullFrom(ctx context.Context, tpl *store.Template, src string) er
 	if err != nil {
 		return err
 	}
+	fault.Point(fault.TemplateCopyAfterExtract)
 	if err := n.keepCopy(ctx, tmp, tpl); err != nil {
 		return err
 	}
@@ -172,6 +174,7 @@ func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) er
 	if err := fsyncPath(n.copiesDir()); err != nil {
 		return err
 	}
+	fault.Point(fault.TemplateCopyAfterRename)
 	err := n.store.Templates().Update(ctx, tpl.ID, func(t *store.Template) error {
 		if t.Checksum == tpl.Checksum && !slices.Contains(t.Copies, n.cfg.NodeID) {
 			t.Copies = append(t.Copies, n.cfg.NodeID)
@@ -180,6 +183,9 @@ func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) er
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // a sandbox's boot template, deleted since
+	}
+	if err == nil {
+		fault.Point(fault.TemplateCopyAfterRecord)
 	}
 	return err
 }

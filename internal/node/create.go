@@ -12,6 +12,7 @@ import (
 
 	"cube/internal/cube"
 	"cube/internal/envd/protocol"
+	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/netslot"
 	"cube/internal/store"
@@ -89,11 +90,13 @@ func (n *Node) start(ctx context.Context, inst *instance, rec *store.Sandbox, tp
 		return err
 	}
 	c.Add(func() error { return n.store.Sandboxes().Delete(context.WithoutCancel(ctx), rec.ID) })
+	fault.Point(fault.SandboxCreateAfterIntent)
 	box, err := n.launch(ctx, rec, tpl, image, oldToken)
 	if err != nil {
 		return err
 	}
 	c.Add(func() error { return n.retire(box) })
+	fault.Point(fault.SandboxCreateAfterLaunch)
 	if err := n.attach(ctx, inst, rec, box); err != nil {
 		return err
 	}

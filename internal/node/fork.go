@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/store"
 )
@@ -26,6 +27,7 @@ func (n *Node) ForkSandbox(ctx context.Context, sandboxID string, req cube.ForkR
 		}
 	}()
 	results := n.startChildren(ctx, rec, dir, req)
+	fault.Point(fault.ForkAfterChildren)
 	n.event(sandboxID, "info", "forked into %d sandboxes", req.Count)
 	return results, nil
 }
@@ -74,6 +76,7 @@ func (n *Node) checkpointForFork(ctx context.Context, sandboxID string) (*store.
 		return nil, "", diskError("fork", err)
 	}
 	n.tel.phase("clone", "checkpoint", start)
+	fault.Point(fault.ForkAfterCheckpoint)
 	return rec, dir, nil
 }
 

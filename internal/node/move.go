@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/fault"
 	"cube/internal/store"
 	"cube/internal/treecopy"
 )
@@ -149,6 +150,7 @@ func (n *Node) adoptMoved(ctx context.Context, sandboxID, from string) error {
 	if _, err := io.Copy(io.Discard, body); err != nil {
 		return fmt.Errorf("move sandbox %s from node %s: %w", sandboxID, from, err)
 	}
+	fault.Point(fault.SandboxMoveAfterExtract)
 	if !haveTemplate {
 		if err := n.keepCopy(ctx, filepath.Join(tmp, "template"), rec.Boot); err != nil {
 			return fmt.Errorf("move sandbox %s from node %s: its template: %w", sandboxID, from, err)
@@ -172,6 +174,7 @@ func (n *Node) adoptMoved(ctx context.Context, sandboxID, from string) error {
 	if err := syncFS(image); err != nil {
 		return err
 	}
+	fault.Point(fault.SandboxMoveAfterRename)
 	err = n.store.Sandboxes().Update(ctx, sandboxID, func(r *store.Sandbox) error {
 		if r.Node != from || r.State != store.Paused || r.PauseImage != rec.PauseImage {
 			return errNotMovable
@@ -186,6 +189,7 @@ func (n *Node) adoptMoved(ctx context.Context, sandboxID, from string) error {
 		os.RemoveAll(image)
 		return fmt.Errorf("move sandbox %s from node %s: %w", sandboxID, from, err)
 	}
+	fault.Point(fault.SandboxMoveAfterRecord)
 	n.trackOnDisk(sandboxID)
 	n.event(sandboxID, "info", "moved from node %s, paused on disk", from)
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"cube/internal/cube"
+	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/store"
 )
@@ -39,11 +40,13 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 	var c cleanup
 	defer n.cleanUp(&c, "rollback", "sandbox", sandboxID)
 	c.Add(func() error { return n.retire(box) })
+	fault.Point(fault.RollbackAfterRestore)
 	old := inst.box
 	if err := n.attach(ctx, inst, rec, box); err != nil {
 		return nil, err
 	}
 	c.Release()
+	fault.Point(fault.RollbackAfterRecord)
 	if old != nil {
 		n.discard(old, sandboxID)
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cube/internal/cube"
+	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/runtime"
 	"cube/internal/store"
@@ -188,9 +189,11 @@ func (n *Node) DeleteVolume(ctx context.Context, volumeID string) error {
 	if err := n.store.Volumes().Put(ctx, rec); err != nil {
 		return err
 	}
+	fault.Point(fault.VolumeDeleteAfterIntent)
 	if err := disks.Remove(rec.ID); err != nil {
 		return fmt.Errorf("remove volume %s: %w", rec.ID, err)
 	}
+	fault.Point(fault.VolumeDeleteAfterRemove)
 	if err := n.store.Volumes().Delete(ctx, rec.ID); err != nil {
 		return err
 	}
