@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"cube/internal/store"
@@ -310,8 +309,11 @@ func (n *Node) forget(ctx context.Context, rec *store.Sandbox) {
 	}
 }
 
-// sweepDirs removes sandbox directories no record keeps and half-written
-// checkpoint directories anywhere under the data dir.
+// sweepDirs removes sandbox directories no record keeps, half-written
+// checkpoint directories anywhere under the data dir, and what a
+// hand-over received into a sandbox's directory and had not yet removed
+// (move.go): a crash after its record named this node leaves it in a
+// directory that is kept.
 func (n *Node) sweepDirs(keep map[string]bool) {
 	sbDir := filepath.Join(n.cfg.DataDir, "sandboxes")
 	entries, _ := os.ReadDir(sbDir)
@@ -321,13 +323,11 @@ func (n *Node) sweepDirs(keep map[string]bool) {
 			n.removeDir(filepath.Join(sbDir, e.Name()))
 		}
 	}
-	for _, pattern := range []string{"templates/*/*.tmp", "sandboxes/*/*.tmp"} {
+	for _, pattern := range []string{"templates/*/*.tmp", "sandboxes/*/*.tmp", "sandboxes/*/.moving.*"} {
 		matches, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, pattern))
 		for _, m := range matches {
-			if strings.HasSuffix(m, ".tmp") {
-				n.log.Info("reconcile: removing half-written checkpoint", "dir", m)
-				n.removeDir(m)
-			}
+			n.log.Info("reconcile: removing half-written files", "dir", m)
+			n.removeDir(m)
 		}
 	}
 }
