@@ -15,6 +15,8 @@
 # scripts/e2e.sh tests/files.test.mjs). CUBE_E2E_SERVER_ARGS adds flags to
 # cube-server (for example --debug); CUBE_E2E_KEEP=1 keeps the data dir and
 # the server log for a post-mortem (sandboxes are still killed).
+# CUBE_E2E_SCRIPT=FILE runs `node FILE ARGS...` in test/e2e, with each mode's
+# environment, instead of the test files (scripts/stress.sh runs its burst so).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # The SDKs see only what this script sets: the caller's E2B_* and CUBE_*
@@ -185,6 +187,12 @@ for mode in ${CUBE_E2E_MODES:-header https}; do
 	*) echo "e2e: unknown mode $mode (header, https)" >&2; status=2; exit 2 ;;
 	esac
 	envs+=(E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" CUBE_E2E_MODE="$mode" CUBE_E2E_CA="$ca")
+	if [ -n "${CUBE_E2E_SCRIPT:-}" ]; then
+		fg env "${envs[@]}" node "$CUBE_E2E_SCRIPT" "$@"
+		status=$?
+		[ "$status" = 0 ] || exit "$status"
+		continue
+	fi
 	fg env "${envs[@]}" "${run[@]}" --test-concurrency=2 "${parallel[@]}"
 	status=$?
 	if [ "$status" = 0 ] && [ ${#serial[@]} -gt 0 ]; then
