@@ -25,8 +25,8 @@ const (
 // BuildSnapshot boots tpl fresh from its rootfs in a network slot, waits
 // until probe succeeds against the sandbox's host-side address, then
 // checkpoints it into tpl.Checkpoint (by default the template's
-// directory) and stops it. It sets
-// tpl.Envd (to this node's agent), tpl.Checkpoint, tpl.Checksum and
+// directory) with the manifest of the template's files, and stops it. It
+// sets tpl.Envd (to this node's agent), tpl.Checkpoint, tpl.Checksum and
 // tpl.SizeBytes; the caller stores the template, which may be marked ready
 // at once: the image is synced to disk before BuildSnapshot returns. On
 // failure nothing is left behind.
@@ -70,7 +70,21 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 	if final == "" {
 		final = filepath.Join(n.cfg.DataDir, "templates", tpl.ID, "checkpoint")
 	}
-	tmp, sum, err := n.writeImage(ctx, sb, final, false, "snapshot")
+	// The manifest goes into the image before its checksum is taken, so
+	// the checksum the template records vouches for every file a copy of
+	// it is served with. The container has stopped by then.
+	tmp, sum, err := n.writeImageWith(ctx, final, "snapshot", func(tmp string) error {
+		if err := sb.Checkpoint(ctx, tmp, false); err != nil {
+			return err
+		}
+		at := time.Now()
+		files, err := writeTemplateManifest(tmp, tpl.Rootfs, tpl.Envd)
+		if err != nil {
+			return err
+		}
+		n.log.Info("template manifest written", "template", tpl.ID, "files", files, "took", time.Since(at).Round(time.Millisecond))
+		return nil
+	})
 	if err != nil {
 		return err
 	}

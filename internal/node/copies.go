@@ -24,8 +24,9 @@ import (
 // copies them, once, from a node that has them (the builder, else a node
 // that copied them): the copy lands beneath <data-dir>/copies, named by
 // the template and its build's checksum, is checked against that
-// checksum, and the node's name is added to the template's Copies, so
-// placement prefers it next time. A copy goes when its template has gone
+// checksum and, file by file, against the manifest the checksum covers
+// (manifest.go), and the node's name is added to the template's Copies,
+// so placement prefers it next time. A copy goes when its template has gone
 // or was rebuilt and no sandbox of this node boots from it.
 
 // copiesDir holds this node's copies of other nodes' templates.
@@ -146,11 +147,13 @@ func (n *Node) pullFrom(ctx context.Context, tpl *store.Template, src string) er
 
 // keepCopy makes dir, holding rootfs/, checkpoint/ and envd/cube-envd
 // as another node sent them, this node's copy of tpl's build: checked
-// against its checksum, synced, moved into place and recorded in the
-// template's Copies (when the template still exists).
+// against its checksum and manifest, synced, moved into place and
+// recorded in the template's Copies (when the template still exists).
+// A copy that fails a check is left for the caller to remove, and its
+// agent is not installed.
 func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) error {
-	if sum, err := imageChecksum(filepath.Join(dir, "checkpoint")); err != nil || (tpl.Checksum != "" && sum != tpl.Checksum) {
-		return fmt.Errorf("the copy does not match the template's checksum (%v)", err)
+	if err := n.verifyCopy(dir, tpl); err != nil {
+		return err
 	}
 	if err := n.installCopiedAgent(dir, tpl); err != nil {
 		return err
@@ -188,6 +191,32 @@ func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) er
 		fault.Point(fault.TemplateCopyAfterRecord)
 	}
 	return err
+}
+
+// verifyCopy checks dir, a copy of tpl's files as another node sent
+// them, against what tpl's builder recorded: the checkpoint against the
+// checksum, and every file against the manifest the checksum covers. A
+// template built before manifests has only its checkpoint checked; its
+// rootfs and agent are what the sender's digest says they are.
+func (n *Node) verifyCopy(dir string, tpl *store.Template) error {
+	checkpoint := filepath.Join(dir, treeCheckpoint)
+	sum, err := imageChecksum(checkpoint)
+	if err != nil {
+		return fmt.Errorf("the copy's checkpoint cannot be checked: %w", err)
+	}
+	if tpl.Checksum != "" && sum != tpl.Checksum {
+		return fmt.Errorf("the copy's checkpoint does not match the template's checksum")
+	}
+	m, err := readManifest(checkpoint)
+	if err != nil {
+		return fmt.Errorf("the copy's manifest: %w", err)
+	}
+	if m == nil {
+		n.log.Warn("template copy unverified by manifest: the template was built before manifests, so its rootfs and agent are checked only against the sending node's digest; rebuild it to have them checked",
+			"template", tpl.ID)
+		return nil
+	}
+	return verifyManifest(dir, m)
 }
 
 // installCopiedAgent puts the agent a copied checkpoint was taken with in
@@ -234,10 +263,7 @@ func (n *Node) ExportTemplate(ctx context.Context, templateID string, w io.Write
 	if !ok || tpl.Status != store.TemplateReady {
 		return cube.Errorf(cube.Conflict, "node %s has no ready copy of template %s", n.cfg.NodeID, templateID)
 	}
-	return treecopy.Write(w,
-		treecopy.Tree{Name: "rootfs", Path: local.Rootfs},
-		treecopy.Tree{Name: "checkpoint", Path: local.Checkpoint},
-		treecopy.Tree{Name: "envd/cube-envd", Path: filepath.Join(local.Envd, "cube-envd")})
+	return treecopy.Write(w, templateTrees(local.Rootfs, local.Checkpoint, local.Envd)...)
 }
 
 // dropStaleCopies removes the copies of templates that are gone or were

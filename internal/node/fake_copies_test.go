@@ -33,11 +33,13 @@ func TestTemplateCopiedToAnotherNode(t *testing.T) {
 		return piped(cut.Load(), func(w io.Writer) error { return a.ExportTemplate(ctx, id, w) }), nil
 	}
 	b := nodefake.New(t, nodefake.Options{NodeID: "b", Store: a.Store, FetchTemplate: fetch})
-	tpl := a.AddTemplate(t, "tpl")
-	if err := os.MkdirAll(filepath.Join(tpl.Rootfs, "etc"), 0o755); err != nil {
+	// The rootfs is filled before the build, which lists it in the
+	// template's manifest: a copy is checked against that.
+	if err := os.MkdirAll(filepath.Join(a.Rootfs("tpl"), "etc"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(tpl.Rootfs, "etc", "hostname"), []byte("template\n"), 0o644)
+	os.WriteFile(filepath.Join(a.Rootfs("tpl"), "etc", "hostname"), []byte("template\n"), 0o644)
+	a.AddTemplate(t, "tpl")
 	copies := filepath.Join(b.DataDir, "copies")
 
 	cut.Store(true)

@@ -29,10 +29,11 @@ func snapshotTemplate(rec *store.Sandbox, snapID, dir string, names []string) *s
 
 // CreateSnapshot checkpoints a running sandbox, which keeps running, into
 // a snapshot usable as a template, with the manifest of its files (its
-// template's rootfs and agent, its own checkpoint). The snapshot is recorded (building,
-// naming its directory) before the checkpoint, its checksum once the image
-// is written, and it is ready once the image is durable under its final
-// name; the reconciler finishes or drops one a crash interrupted.
+// template's rootfs and agent, its own checkpoint). The snapshot is
+// recorded (building, naming its directory) before the checkpoint, its
+// checksum once the image is written, and it is ready once the image is
+// durable under its final name; the reconciler finishes or drops one a
+// crash interrupted.
 func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cube.Snapshot, error) {
 	var names []string
 	if name != "" {

@@ -58,6 +58,9 @@ type Options struct {
 	SandboxMoved func(ctx context.Context, node, sandboxID string)
 	// FetchForkImage is node.Config's.
 	FetchForkImage func(ctx context.Context, node, image string) (io.ReadCloser, error)
+	// Logger, when set, is where the node logs instead of stderr with
+	// CUBE_TEST_LOG=1, for tests that look for what it warned of.
+	Logger *slog.Logger
 }
 
 // New starts a node on fresh fakes; it is closed when the test ends.
@@ -93,8 +96,12 @@ func (n *Node) start(t testing.TB) {
 	if delay == 0 {
 		delay = time.Hour
 	}
+	log := n.opts.Logger
+	if log == nil {
+		log = logger()
+	}
 	nn, err := node.New(node.Config{DataDir: n.DataDir, Envd: n.envd, Runtime: n.Runtime, Slots: n.Slots,
-		Store: n.Store, Logger: logger(), MaxSandboxes: n.opts.MaxSandboxes, DiskReserveMB: cmp.Or(n.opts.DiskReserveMB, -1), PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
+		Store: n.Store, Logger: log, MaxSandboxes: n.opts.MaxSandboxes, DiskReserveMB: cmp.Or(n.opts.DiskReserveMB, -1), PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
 		EnvdVersion: protocol.Version, PauseWriteDelay: delay, AgentAt: n.Agents.At,
 		NodeID: n.opts.NodeID, FetchTemplate: n.opts.FetchTemplate,
 		FetchSandbox: n.opts.FetchSandbox, SandboxMoved: n.opts.SandboxMoved, FetchForkImage: n.opts.FetchForkImage})
