@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -211,4 +212,42 @@ func crashVolumeDelete(t *testing.T, r *crashRig, point string) {
 	if left := dirNames(volumes); len(left) != 0 {
 		t.Errorf("left in %s: %v", volumes, left)
 	}
+}
+
+// crashPauseStateHalfWritten crashes a write-out once the store says the
+// sandbox is on disk, while its frozen container is being removed: runsc's
+// state files of the containers are left half-written, as a runsc command
+// killed with the server leaves them. The next start keeps the sandbox
+// paused on disk and ends those containers (none runs until the resume);
+// the resume restores the sandbox's file and memory into a network of
+// its own.
+func crashPauseStateHalfWritten(t *testing.T, r *crashRig) {
+	d := r.start(t, fault.PauseAfterRecord)
+	s := newCrashSandbox(t, d)
+	if code, body := d.do(t, "POST", "/sandboxes/"+s.ID+"/pause", nil, nil); code != 204 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	d.waitKilled(t, time.Minute)
+	root := filepath.Join(r.dataDir, "runsc")
+	states, _ := filepath.Glob(filepath.Join(root, "*.state"))
+	if len(states) == 0 {
+		t.Fatalf("no runsc state files in %s", root)
+	}
+	for _, st := range states {
+		if err := os.Truncate(st, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d = r.start(t, "")
+	if left := runscProcesses(root); len(left) > 0 {
+		t.Errorf("containers with half-written state still run after the restart: %v", left)
+	}
+	if code, out := d.do(t, "GET", "/sandboxes/"+s.ID, nil, nil); code != 200 || !bytes.Contains(out, []byte(`"state":"paused"`)) {
+		t.Fatalf("acknowledged pause after the crash: %d %s", code, out)
+	}
+	if code, out := d.do(t, "POST", "/sandboxes/"+s.ID+"/connect", map[string]any{"timeout": 600}, nil); code != 201 {
+		t.Fatalf("resume after the crash: %d %s", code, out)
+	}
+	s.check(t, d, s.ID, s.Token)
+	r.stopClean(t, d)
 }

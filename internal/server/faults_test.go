@@ -439,4 +439,5 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 		})
 	}
 	t.Run(fault.PauseAfterCheckpoint+"+container-lost", func(t *testing.T) { crashPauseLosingContainer(t, r) })
+	t.Run(fault.PauseAfterRecord+"+runsc-state-half-written", func(t *testing.T) { crashPauseStateHalfWritten(t, r) })
 }
