@@ -42,9 +42,10 @@ import (
 // The manifest is two files. rootfsManifest lists the rootfs and the
 // agent, which a template's snapshots share: a snapshot copies it as it
 // is rather than hash the rootfs again. imageManifest lists the
-// checkpoint's own files. Every restore checks the checksum, so it hashes
-// both every time: the rootfs list is compressed (a Debian rootfs of 34,000
-// files lists in 4.8 MB, 1.5 MB compressed).
+// checkpoint's own files. Every restore checks the checksum, which hashes
+// both in full, so the rootfs list is compressed: a Debian rootfs of
+// 34,000 files lists in 4.8 MB, 1.3 MB compressed, which a restore's
+// check hashes in about half a millisecond more.
 //
 // A template built before manifests has neither; its copies are checked
 // as before (the checkpoint against the checksum) and logged as such.
@@ -261,6 +262,9 @@ func writeTemplateManifest(dir, rootfs, envd string) (int, error) {
 // the rootfs is not hashed here, and the snapshot's copies are checked as
 // boot's are.
 func writeSnapshotManifest(dir string, boot *store.Template) (bool, error) {
+	if boot == nil || boot.Checkpoint == "" {
+		return false, nil // nothing to name the rootfs's list by
+	}
 	shared, err := os.ReadFile(filepath.Join(boot.Checkpoint, rootfsManifest))
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
