@@ -10,7 +10,6 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -193,7 +192,7 @@ func (r *Runtime) runDetached(ctx context.Context, spec runtime.Spec, dir string
 	full := append(append([]string(nil), args...), "--bundle", dir, spec.ID)
 	cmd := r.runscFor(spec.ID).Command(ctx, &spec, full...)
 	cmd.Stdout, cmd.Stderr = w, w
-	return runTied(cmd)
+	return cmd.Run()
 }
 
 // failed removes what a failed run, restore or create may have left
@@ -356,6 +355,9 @@ func (r *Runtime) readSpec(id string) (runtime.Spec, error) {
 
 // List returns the IDs of every container under runsc's root.
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	// What a crashed server's commands were doing is finished first, so
+	// the list is what they leave (see strays.go).
+	waitOrphanCommands(ctx, r.cfg.Root, orphanWait)
 	out, err := r.runsc(ctx, "", nil, "list", "--quiet")
 	if err != nil {
 		return nil, err
@@ -468,10 +470,7 @@ func (s *sandbox) Kill(ctx context.Context) error {
 
 func (s *sandbox) Exec(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := s.r.runscFor(s.id).Command(ctx, nil, append([]string{"exec", s.id}, args...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := runTied(cmd)
-	return out.Bytes(), err
+	return cmd.CombinedOutput()
 }
 
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {

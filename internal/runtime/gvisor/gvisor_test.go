@@ -6,10 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -429,76 +427,47 @@ func TestStrayContainerIsListedAndRemoved(t *testing.T) {
 	}
 }
 
-// A runsc command dies with the process that ran it, so none goes on
-// after a crash of the server changing containers behind the next start.
-func TestRunscCommandsDieWithTheServer(t *testing.T) {
-	if script := os.Getenv("CUBE_TEST_RUNSC_CHILD"); script != "" {
-		// The server: start a "runsc" command, say its PID, wait to die.
-		cmd := Runsc{Path: script}.Command(context.Background(), nil, "state")
-		if err := startTied(cmd); err != nil {
-			fmt.Println("error", err)
-			os.Exit(1)
-		}
-		fmt.Println(cmd.Process.Pid)
-		time.Sleep(time.Minute)
-		os.Exit(0)
-	}
+// A start waits for the runsc commands a crashed server left running
+// before it lists containers: killing them with the server instead cut a
+// pause short while runsc rewrote the container's state file, which lost
+// a running sandbox.
+func TestListWaitsForAPreviousRunsCommands(t *testing.T) {
+	f := newFixture(t)
 	script := filepath.Join(t.TempDir(), "runsc")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nsleep 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	server := exec.Command(os.Args[0], "-test.run=^TestRunscCommandsDieWithTheServer$")
-	server.Env = append(os.Environ(), "CUBE_TEST_RUNSC_CHILD="+script)
-	out, _ := server.StdoutPipe()
-	if err := server.Start(); err != nil {
+	rs := Runsc{Path: script, Root: f.rt.cfg.Root}
+	args := append([]string{script}, append(rs.Flags(nil), "pause", "ctorphan")...)
+	// Started through a shell that exits at once, so its parent is not
+	// this process: a command of a server that is gone.
+	launcher := exec.Command("/bin/sh", append([]string{"-c", `"$@" >/dev/null 2>&1 &`, "sh"}, args...)...)
+	if err := launcher.Run(); err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	if _, err := fmt.Fscan(out, &pid); err != nil || pid <= 0 {
-		server.Process.Kill()
-		t.Fatalf("the server did not start its command: %v", err)
-	}
-	server.Process.Kill()
-	server.Wait()
 	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
+	for len(orphanCommands(f.rt.cfg.Root)) == 0 {
 		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("the runsc command (pid %d) outlived the server that ran it", pid)
+			t.Fatal("the previous run's command is not seen under the state root")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// A tied command outlives the thread that asked for it: network namespace
-// work ends its locked threads on purpose, and a command forked from such
-// a thread with Pdeathsig was killed with it ("runsc restore: signal:
-// killed" on creates). Several goroutines, so that some run on threads
-// other than the main one, which Go never ends.
-func TestTiedCommandOutlivesItsCallersThread(t *testing.T) {
-	var cmds []*exec.Cmd
-	for range 8 {
-		cmd := exec.Command("/bin/sleep", "30")
-		started := make(chan error, 1)
-		go func() {
-			// Locked and never unlocked: the thread ends with the goroutine.
-			goruntime.LockOSThread()
-			started <- startTied(cmd)
-		}()
-		if err := <-started; err != nil {
-			t.Fatal(err)
-		}
-		cmds = append(cmds, cmd)
+	start := time.Now()
+	if _, err := f.rt.List(ctx(t)); err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	for _, cmd := range cmds {
-		var ws syscall.WaitStatus
-		if pid, _ := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid == cmd.Process.Pid {
-			t.Errorf("a command died with the thread of the goroutine that started it: %v", ws.Signal())
-			continue
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
+	if left := orphanCommands(f.rt.cfg.Root); len(left) > 0 {
+		t.Fatalf("List returned while the previous run's command %v still ran (after %s)", left, time.Since(start))
+	}
+	// The server's own commands are not waited for.
+	own := exec.Command(script, append(rs.Flags(nil), "pause", "ctown")...)
+	if err := own.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer own.Wait()
+	time.Sleep(100 * time.Millisecond)
+	if left := orphanCommands(f.rt.cfg.Root); len(left) > 0 {
+		t.Fatalf("a command of this process counted as a previous run's: %v", left)
 	}
 }
 

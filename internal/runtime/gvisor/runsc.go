@@ -5,11 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 
 	"cube/internal/runtime"
 )
@@ -65,60 +62,13 @@ func (r Runsc) Command(ctx context.Context, spec *runtime.Spec, args ...string) 
 	return exec.CommandContext(ctx, r.Path, append(r.Flags(spec), args...)...)
 }
 
-// runTied runs cmd to its end, tied to this process: it dies with the
-// server (Pdeathsig), since a command left running after a crash would
-// go on changing containers behind the next start's reconciliation. The
-// sandbox and gofer processes it starts do not inherit this, so
-// sandboxes still outlive the server.
-func runTied(cmd *exec.Cmd) error {
-	if err := startTied(cmd); err != nil {
-		return err
-	}
-	return cmd.Wait()
-}
-
-// startTied starts cmd with Pdeathsig from forkThread. The kernel sends
-// the signal when the *thread* that forked the child exits, and Go ends
-// a thread whenever a goroutine locked to it returns (network namespace
-// work does so on purpose), so a command forked from an ordinary
-// goroutine's thread could be killed at any moment; this thread lives as
-// long as the process.
-func startTied(cmd *exec.Cmd) error {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	forkOnce.Do(func() { go forkThread() })
-	done := make(chan error, 1)
-	forks <- fork{cmd, done}
-	return <-done
-}
-
-type fork struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-var (
-	forkOnce sync.Once
-	forks    = make(chan fork)
-)
-
-// forkThread starts every tied command, locked to its thread for good.
-func forkThread() {
-	goruntime.LockOSThread()
-	for f := range forks {
-		f.done <- f.cmd.Start()
-	}
-}
-
 // Run runs one runsc command and returns its stdout; a failure carries
 // runsc's own last words.
 func (r Runsc) Run(ctx context.Context, spec *runtime.Spec, args ...string) ([]byte, error) {
 	cmd := r.Command(ctx, spec, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := runTied(cmd); err != nil {
+	if err := cmd.Run(); err != nil {
 		return stdout.Bytes(), fmt.Errorf("runsc %s: %w: %s", args[0], err, Reason(stderr.String()))
 	}
 	return stdout.Bytes(), nil

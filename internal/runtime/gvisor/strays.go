@@ -2,23 +2,83 @@ package gvisor
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
 
-// Processes of a container that runsc no longer lists.
+// What a crashed server's runsc commands leave.
 //
-// A runsc command is a process of its own: a server killed while one ran
-// (a create ahead of time, a restore) used to leave it to finish alone,
-// registering a container after the next start had listed what there
-// was, or leaving a sandbox and gofer process whose state runsc never
-// wrote. Commands now die with the server (Pdeathsig, runsc.go), and
-// whatever processes they had started are found here, by the state root
-// and container ID on their command lines, so the reconciler removes them
-// like any container it does not know.
+// A runsc command is a process of its own, and it outlives a server
+// killed while it ran. Killing it with the server would be worse: runsc
+// rewrites a container's state file in place, and a pause cut short
+// there leaves a running sandbox whose state no later command can read.
+// So a command is left to finish, and the next start waits for the
+// previous run's commands (orphans: runsc processes under this state root
+// that are neither a sandbox nor a gofer, and not this process's own
+// children) before it lists containers. A sandbox and gofer whose create
+// never wrote its state are found by the state root and container ID on
+// their command lines, so the reconciler removes them like any container
+// it does not know.
+
+// orphanWait bounds how long a start waits for the previous run's
+// commands; a checkpoint of a large sandbox takes seconds.
+const orphanWait = time.Minute
+
+// waitOrphanCommands waits until no runsc command of a previous run is
+// left under root, then kills what is left after max.
+func waitOrphanCommands(ctx context.Context, root string, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for {
+		pids := orphanCommands(root)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// orphanCommands returns the runsc commands (not sandbox or gofer
+// processes) under root that this process did not start.
+func orphanCommands(root string) []int {
+	self := os.Getpid()
+	var pids []int
+	for _, p := range runscProcesses(root) {
+		if !p.daemon && parentOf(p.pid) != self {
+			pids = append(pids, p.pid)
+		}
+	}
+	return pids
+}
+
+// parentOf is pid's parent, from /proc (0 when unknown).
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
 
 // strayIDs returns the container IDs that processes under root run for,
 // whether or not runsc lists them.
@@ -37,12 +97,28 @@ func strayIDs(root string) []string {
 type rootProcess struct {
 	pid int
 	id  string
+	// daemon: a sandbox or gofer process, not a command.
+	daemon bool
 }
 
 // rootProcesses lists the runsc sandbox and gofer processes whose state
 // root is root, with the container each serves: its last argument.
 func rootProcesses(root string) []rootProcess {
-	flag := []byte("--root=" + filepath.Clean(root) + "\x00")
+	var out []rootProcess
+	for _, p := range runscProcesses(root) {
+		if p.daemon {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// runscProcesses lists every runsc process whose state root is root.
+func runscProcesses(root string) []rootProcess {
+	// runsc passes its own processes "--root=<root>"; Cube's commands
+	// give it as two arguments.
+	root = filepath.Clean(root)
+	joined, split := []byte("--root="+root+"\x00"), []byte("\x00--root\x00"+root+"\x00")
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -54,14 +130,14 @@ func rootProcesses(root string) []rootProcess {
 			continue
 		}
 		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(cmdline, flag) {
+		if err != nil || !bytes.Contains(cmdline, joined) && !bytes.Contains(cmdline, split) {
 			continue
 		}
 		args := bytes.Split(bytes.TrimRight(cmdline, "\x00"), []byte{0})
-		if len(args) < 2 || !isSandboxOrGofer(args) {
+		if len(args) < 2 {
 			continue
 		}
-		out = append(out, rootProcess{pid: pid, id: string(args[len(args)-1])})
+		out = append(out, rootProcess{pid: pid, id: string(args[len(args)-1]), daemon: isSandboxOrGofer(args)})
 	}
 	return out
 }
