@@ -4,10 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/node"
 	"cube/internal/nodetest"
 )
 
@@ -105,4 +107,24 @@ func TestDamagedTemplateIsDetected(t *testing.T) {
 	}
 	restore()
 	f.create(t, "tiny", time.Minute)
+}
+
+// The agent is installed with one mode whatever the umask: manifests
+// record it, and another node's copy of a template is checked against it.
+func TestInstallEnvdModeIgnoresUmask(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "cube-envd")
+	if err := os.WriteFile(src, []byte("agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	dir, err := node.InstallEnvd(t.TempDir(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "cube-envd"), dir} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("%s: %v %v, want 0755", p, st.Mode(), err)
+		}
+	}
 }

@@ -15,3 +15,6 @@ func SetPoolShrinkAfter(d time.Duration) (restore func()) {
 
 // DropStaleCopies runs the removal of copies of templates that are gone.
 func (n *Node) DropStaleCopies(ctx context.Context) error { return n.dropStaleCopies(ctx) }
+
+// InstallEnvd is installEnvd, for tests.
+var InstallEnvd = installEnvd

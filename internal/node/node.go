@@ -247,6 +247,16 @@ func installEnvd(dataDir, src string) (string, error) {
 	if err := os.WriteFile(tmp, data, 0o755); err != nil {
 		return "", err
 	}
+	// The same mode whatever the umask: templates' manifests record it,
+	// and a copy of a template from another node is checked against it.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return "", err
+		}
+	}
 	if err := fsyncPath(tmp); err != nil {
 		return "", err
 	}
