@@ -2,8 +2,10 @@ package envd_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"testing"
 
@@ -33,7 +35,8 @@ func TestStatMakeDirMoveRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_SYMLINK || st.Msg.GetEntry().GetSymlinkTarget() != s.inHome("a.txt") {
+	// A link is what it points at, with its target (TestSymlinkEntries).
+	if st.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_FILE || st.Msg.GetEntry().GetSymlinkTarget() != s.inHome("a.txt") {
 		t.Fatalf("stat of a link: %v", st.Msg.GetEntry())
 	}
 	_, err = s.fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: s.rel("missing")}))
@@ -73,6 +76,71 @@ func TestStatMakeDirMoveRemove(t *testing.T) {
 	// Removing what is not there is done already, as on E2B.
 	if _, err := s.fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: s.rel("x")})); err != nil {
 		t.Fatalf("second remove: %v", err)
+	}
+}
+
+// A symbolic link is described as E2B's agent does, by what it points at,
+// which every SDK release decodes; a link to nothing is FILE_TYPE_SYMLINK
+// only to SDKs that know that type (e2b 2.36.0 in JS, 2.35.0 in Python,
+// by their User-Agent), and FILE_TYPE_UNSPECIFIED to the rest.
+func TestSymlinkEntries(t *testing.T) {
+	s := newSandbox(t)
+	os.MkdirAll(s.inHome("l/realdir"), 0o750)
+	os.WriteFile(s.inHome("l/target.txt"), []byte("12345"), 0o640)
+	os.Symlink("target.txt", s.inHome("l/link.txt"))
+	os.Symlink("realdir", s.inHome("l/linkdir"))
+	os.Symlink("missing", s.inHome("l/dangling"))
+
+	type got struct {
+		typ    fspb.FileType
+		target string
+		mode   uint32
+	}
+	for _, tc := range []struct {
+		agent      string
+		danglingAs fspb.FileType
+	}{
+		{"", fspb.FileType_FILE_TYPE_UNSPECIFIED},
+		{"connect-go/1.18.1 (go1.26)", fspb.FileType_FILE_TYPE_UNSPECIFIED},
+		{"e2b-js-sdk/1.13.2", fspb.FileType_FILE_TYPE_UNSPECIFIED},
+		{"e2b-js-sdk/2.35.3", fspb.FileType_FILE_TYPE_UNSPECIFIED},
+		{"e2b-js-sdk/2.36.0", fspb.FileType_FILE_TYPE_SYMLINK},
+		{"e2b-js-sdk/2.51.0 e2b-code-interpreter/2.8.0", fspb.FileType_FILE_TYPE_SYMLINK},
+		{"e2b-js-sdk/10.0.0-beta.1", fspb.FileType_FILE_TYPE_SYMLINK},
+		{"e2b-python-sdk/2.34.0", fspb.FileType_FILE_TYPE_UNSPECIFIED},
+		{"e2b-python-sdk/2.35.0", fspb.FileType_FILE_TYPE_SYMLINK},
+		{"connect-python", fspb.FileType_FILE_TYPE_UNSPECIFIED},
+	} {
+		s.headers = http.Header{"User-Agent": {tc.agent}}
+		want := map[string]got{
+			"target.txt": {fspb.FileType_FILE_TYPE_FILE, "", 0o640},
+			"link.txt":   {fspb.FileType_FILE_TYPE_FILE, s.inHome("l/target.txt"), 0o640},
+			"realdir":    {fspb.FileType_FILE_TYPE_DIRECTORY, "", 0o750},
+			"linkdir":    {fspb.FileType_FILE_TYPE_DIRECTORY, s.inHome("l/realdir"), 0o750},
+			"dangling":   {tc.danglingAs, s.inHome("l/missing"), 0o777},
+		}
+		// The JSON codec, as the SDKs use: the answer decodes, whatever it holds.
+		res, err := s.fsJS.ListDir(s.ctx(), connect.NewRequest(&fspb.ListDirRequest{Path: s.rel("l")}))
+		if err != nil {
+			t.Fatalf("%q: list: %v", tc.agent, err)
+		}
+		listed := map[string]got{}
+		for _, e := range res.Msg.GetEntries() {
+			listed[e.GetName()] = got{e.GetType(), e.GetSymlinkTarget(), e.GetMode()}
+		}
+		if !reflect.DeepEqual(listed, want) {
+			t.Errorf("%q: listed %v, want %v", tc.agent, listed, want)
+		}
+		for name, w := range want {
+			st, err := s.fsJS.Stat(s.ctx(), connect.NewRequest(&fspb.StatRequest{Path: s.rel("l/" + name)}))
+			if err != nil {
+				t.Fatalf("%q: stat %s: %v", tc.agent, name, err)
+			}
+			e := st.Msg.GetEntry()
+			if g := (got{e.GetType(), e.GetSymlinkTarget(), e.GetMode()}); g != w {
+				t.Errorf("%q: stat %s: %v, want %v", tc.agent, name, g, w)
+			}
+		}
 	}
 }
 

@@ -80,7 +80,7 @@ func (s *Service) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]
 		return nil, err
 	}
 	var e *pb.EntryInfo
-	if err := u.Do(func() (err error) { e, err = Entry(path); return err }); err != nil {
+	if err := u.Do(func() (err error) { e, err = viewOf(req.Header()).entry(path); return err }); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&pb.StatResponse{Entry: e}), nil
@@ -102,7 +102,7 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRe
 	if err := u.MakeDirs(path); err != nil {
 		return nil, connectError(err)
 	}
-	e, err := Entry(path)
+	e, err := viewOf(req.Header()).entry(path)
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -132,7 +132,7 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]
 		if err := os.Rename(src, dst); err != nil {
 			return err
 		}
-		e, err = Entry(dst)
+		e, err = viewOf(req.Header()).entry(dst)
 		return err
 	})
 	if err != nil {
@@ -160,6 +160,7 @@ func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRe
 	if err != nil {
 		return nil, err
 	}
+	v := viewOf(req.Header())
 	depth := int(req.Msg.GetDepth())
 	if depth == 0 {
 		depth = 1
@@ -206,7 +207,7 @@ func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRe
 				return nil // vanished while listing
 			}
 			shown := filepath.Join(path, rel)
-			entries = append(entries, entryFromInfo(shown, info))
+			entries = append(entries, v.entryFromInfo(shown, info))
 			if d.IsDir() && level == depth {
 				return filepath.SkipDir
 			}

@@ -24,7 +24,7 @@ import (
 const maxPolledEvents = 10000
 
 // startWatch validates the request and starts a watcher as u.
-func (s *Service) startWatch(u *users.User, path string, recursive, includeEntry, allowNetwork bool, emit func(*pb.FilesystemEvent)) (*inotifyWatcher, error) {
+func (s *Service) startWatch(u *users.User, v view, path string, recursive, includeEntry, allowNetwork bool, emit func(*pb.FilesystemEvent)) (*inotifyWatcher, error) {
 	var w *inotifyWatcher
 	err := u.Do(func() error {
 		fi, err := os.Stat(path)
@@ -54,7 +54,7 @@ func (s *Service) startWatch(u *users.User, path string, recursive, includeEntry
 		w, err = watch(path, recursive, func(c change) {
 			ev := &pb.FilesystemEvent{Name: c.name, Type: c.typ}
 			if includeEntry && c.typ != pb.EventType_EVENT_TYPE_REMOVE && c.typ != pb.EventType_EVENT_TYPE_RENAME {
-				if e, err := Entry(c.path); err == nil {
+				if e, err := v.entry(c.path); err == nil {
 					ev.Entry = e
 				}
 			}
@@ -78,7 +78,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 		queue []*pb.FilesystemEvent
 		wake  = make(chan struct{}, 1)
 	)
-	w, err := s.startWatch(u, path, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts(), func(ev *pb.FilesystemEvent) {
+	w, err := s.startWatch(u, viewOf(req.Header()), path, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts(), func(ev *pb.FilesystemEvent) {
 		mu.Lock()
 		queue = append(queue, ev)
 		mu.Unlock()
@@ -160,7 +160,7 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[pb.Cre
 		return nil, err
 	}
 	p := &polled{}
-	w, err := s.startWatch(u, path, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts(), p.add)
+	w, err := s.startWatch(u, viewOf(req.Header()), path, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts(), p.add)
 	if err != nil {
 		return nil, err
 	}
