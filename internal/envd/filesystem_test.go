@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -332,4 +334,68 @@ func TestPollingWatcher(t *testing.T) {
 	wantCode(t, err, connect.CodeNotFound)
 	_, err = s.fs.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: filepath.Join(s.dir, "missing")}))
 	wantCode(t, err, connect.CodeNotFound)
+}
+
+// An upload makes the events E2B's agent makes on Linux (its watcher's
+// test_watch_iterated counts three for a new file): a new file is created,
+// given to its user (CHMOD) and written; a file that was there is given to
+// its user, then truncated and written (the kernel may merge the two
+// writes into one event).
+func TestUploadWatchEvents(t *testing.T) {
+	s := newSandbox(t)
+	dir := s.inHome("up")
+	os.MkdirAll(dir, 0o755)
+	ctx, cancel := context.WithCancel(s.ctx())
+	defer cancel()
+	stream, err := s.fsJS.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() || stream.Msg().GetStart() == nil {
+		t.Fatalf("first watch event is not start: %v %v", stream.Msg(), stream.Err())
+	}
+	events := make(chan string, 100)
+	go func() {
+		for stream.Receive() {
+			if ev := stream.Msg().GetFilesystem(); ev != nil {
+				events <- ev.GetType().String() + " " + ev.GetName()
+			}
+		}
+		close(events)
+	}()
+	// upload writes data and returns the events it caused, once they stop.
+	upload := func(data string) []string {
+		status, body, _ := s.do("POST", "/files?path="+s.rel("up/f.txt"), strings.NewReader(data), map[string]string{"Content-Type": "application/octet-stream"})
+		if status != http.StatusOK {
+			t.Fatalf("upload: %d %s", status, body)
+		}
+		var got []string
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("the watch ended: %v", stream.Err())
+				}
+				got = append(got, ev)
+			case <-time.After(500 * time.Millisecond):
+				return got
+			}
+		}
+	}
+	if got, want := upload("first"), []string{"EVENT_TYPE_CREATE f.txt", "EVENT_TYPE_CHMOD f.txt", "EVENT_TYPE_WRITE f.txt"}; !equal(got, want) {
+		t.Fatalf("a new file: %v, want %v", got, want)
+	}
+	got := upload("second")
+	if len(got) < 2 || len(got) > 3 || got[0] != "EVENT_TYPE_CHMOD f.txt" {
+		t.Fatalf("a file that was there: %v, want CHMOD then WRITE (once or twice)", got)
+	}
+	for _, ev := range got[1:] {
+		if ev != "EVENT_TYPE_WRITE f.txt" {
+			t.Fatalf("a file that was there: %v, want CHMOD then WRITE (once or twice)", got)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "f.txt")); string(b) != "second" {
+		t.Fatalf("the file holds %q", b)
+	}
 }

@@ -273,10 +273,13 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 }
 
 // write stores src at dest (a client path) for u. The file is written in
-// place, as clients watching the directory expect (one create, then writes,
-// under the file's own name); if the upload fails part way (a full disk, a
-// dropped connection) the file is removed, so no truncated file is ever
-// left behind.
+// place, in the steps E2B's agent takes, so a client watching the
+// directory sees the events it would there (under the file's own name): a
+// new file is created, given to u (an attribute change, CHMOD) and written;
+// a file that was there is given to u, then truncated and written (CHMOD,
+// then WRITE once or twice as the kernel merges them). If the upload fails
+// part way (a full disk, a dropped connection) the file is removed, so no
+// truncated file is ever left behind.
 func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string]string) (WrittenFile, int, error) {
 	path, err := h.state.Path(u, dest)
 	if err != nil {
@@ -289,12 +292,18 @@ func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string
 		return WrittenFile{}, fsStatus(err), fmt.Errorf("write %s: %w", path, err)
 	}
 	var f *os.File
+	var existed bool
 	err = u.Do(func() error {
 		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 			return fmt.Errorf("%s is a directory: %w", path, syscall.EISDIR)
 		}
 		var err error
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			// Not truncated yet: that comes after the chown, as on E2B.
+			existed = true
+			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+		}
 		return err
 	})
 	if err != nil {
@@ -309,6 +318,16 @@ func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string
 		f.Close()
 		remove()
 		return WrittenFile{}, status, fmt.Errorf("write %s: %w", path, err)
+	}
+	// E2B's agent, as root, gives the file to u; here it is u's already
+	// (or another's that u may write, which keeps its owner: u may not
+	// change it, and the error is no failure), so this changes no owner,
+	// but the kernel tells watchers of the attribute change all the same.
+	u.Do(func() error { return f.Chown(int(u.UID), -1) })
+	if existed {
+		if err := f.Truncate(0); err != nil {
+			return fail(fsStatus(err), err)
+		}
 	}
 	if _, err := io.Copy(f, src); err != nil {
 		return fail(copyStatus(err), err)
