@@ -217,7 +217,8 @@ func crashVolumeDelete(t *testing.T, r *crashRig, point string) {
 // crashPauseStateHalfWritten crashes a write-out once the store says the
 // sandbox is on disk, while its frozen container is being removed: runsc's
 // state files of the containers are left half-written, as a runsc command
-// killed with the server leaves them. The next start keeps the sandbox
+// cut short while it rewrote them leaves them (a power loss, or a runsc
+// killed with the server). The next start keeps the sandbox
 // paused on disk and ends those containers (none runs until the resume);
 // the resume restores the sandbox's file and memory into a network of
 // its own.
