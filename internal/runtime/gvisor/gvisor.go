@@ -312,6 +312,17 @@ func (p *prepared) Kill(ctx context.Context) error { return p.r.Remove(ctx, p.id
 // Attach returns a handle to a container that runsc already runs.
 func (r *Runtime) Attach(ctx context.Context, id string) (runtime.Sandbox, error) {
 	out, err := r.runsc(ctx, id, nil, "state", id)
+	// runsc rewrites a state file in place (truncate, then write) under a
+	// lock its readers do not take, so a read can meet it empty while
+	// another command saves it: asked again, it answers.
+	for wait := 50 * time.Millisecond; err != nil && isTornState(err) && wait < 3*time.Second; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		out, err = r.runsc(ctx, id, nil, "state", id)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -384,13 +395,20 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if err != nil && strings.Contains(err.Error(), "does not exist") {
 		return nil
 	}
-	if err != nil && strings.Contains(err.Error(), "reading container metadata file") {
+	if err != nil && isTornState(err) {
 		// A state file runsc began and never finished (its command was
 		// killed with the server): runsc cannot read it, so it cannot
 		// delete it either, and the container's processes are gone now.
 		return removeState(r.cfg.Root, id)
 	}
 	return err
+}
+
+// isTornState reports whether err is runsc failing to read a container's
+// state file: empty or cut short, as it is while being rewritten, or for
+// good when the command writing it was killed.
+func isTornState(err error) bool {
+	return strings.Contains(err.Error(), "reading container metadata file")
 }
 
 // removeState removes runsc's state files of container id under root.

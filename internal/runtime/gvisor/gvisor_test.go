@@ -502,3 +502,36 @@ func TestHalfWrittenStateIsRemoved(t *testing.T) {
 		t.Fatalf("processes left: %v", left)
 	}
 }
+
+// Attach reads a state file that another command is rewriting (runsc
+// truncates it, then writes it, and readers take no lock) once it is
+// whole again, instead of giving the sandbox up.
+func TestAttachWaitsOutAStateBeingRewritten(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	sb, err := f.rt.Boot(c, f.spec("cttorn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := token(t, sb)
+	states, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, "cttorn_sandbox:*.state"))
+	if len(states) != 1 {
+		t.Fatalf("runsc state files: %v", states)
+	}
+	whole, err := os.ReadFile(states[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(states[0], nil, 0o640)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		os.WriteFile(states[0], whole, 0o640)
+	}()
+	again, err := f.rt.Attach(c, "cttorn")
+	if err != nil {
+		t.Fatalf("attach while the state was rewritten: %v", err)
+	}
+	if got := token(t, again); got != tok {
+		t.Fatalf("attached token %s, want %s", got, tok)
+	}
+}
