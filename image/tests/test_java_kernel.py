@@ -124,6 +124,21 @@ class JavaKernelTest(unittest.TestCase):
         self.assertEqual(self.stream(out, "stderr"), "to err")
         self.assertFalse([c for kind, c in out if kind == "execute_result"])
 
+    def test_each_print_is_a_stream_message_as_from_ijava(self):
+        # E2B's test_java_kernel reads stdout[0] == "Hello, World!": IJava's
+        # System.out flushes at every write, println's text then its break.
+        reply, out = self.run_cell('System.out.println("Hello, World!")')
+        self.assertEqual(reply["status"], "ok")
+        self.assertEqual([(c["name"], c["text"]) for kind, c in out if kind == "stream"],
+                         [("stdout", "Hello, World!"), ("stdout", "\n")])
+        reply, out = self.run_cell('System.out.print("a");\nSystem.err.print("b");\nSystem.out.print(1 + 1);')
+        self.assertEqual([(c["name"], c["text"]) for kind, c in out if kind == "stream"],
+                         [("stdout", "a"), ("stderr", "b"), ("stdout", "2")])
+        # A character whose bytes come in two writes is sent whole.
+        reply, out = self.run_cell('System.out.write(0xc3);\nSystem.out.flush();\nSystem.out.write(0xa9);\nSystem.out.flush();')
+        self.assertEqual(reply["status"], "ok", out)
+        self.assertEqual([c["text"] for kind, c in out if kind == "stream"], ["\u00e9"])
+
     def test_compile_error_names_the_line(self):
         reply, out = self.run_cell("int fine = 1;\nint broken = fine +\n    undeclaredName;")
         self.assertEqual(reply["status"], "error")

@@ -302,10 +302,13 @@ describe('java', () => {
     assert.equal((await run('java', 'int quiet = 1;')).text, undefined)
   })
 
+  // Each print is a message of its own, as from E2B's Java kernel (IJava),
+  // where println sends its text, then the line break: E2B's
+  // test_java_kernel reads stdout[0] == 'Hello, World!'.
   test('System.out and System.err are streamed; a statement has no result', async () => {
     const out = []
     const ex = await run('java', 'System.out.println("Hello, World!");\nSystem.err.println("careful");', { onStdout: (m) => out.push(m.line) })
-    assert.deepEqual(ex.logs.stdout, ['Hello, World!\n'])
+    assert.deepEqual(ex.logs.stdout, ['Hello, World!', '\n'])
     assert.equal(ex.logs.stderr.join(''), 'careful\n')
     assert.equal(out.join(''), 'Hello, World!\n')
     assert.deepEqual(ex.results, [])

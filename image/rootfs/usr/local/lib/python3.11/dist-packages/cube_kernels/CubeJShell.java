@@ -8,9 +8,14 @@
 // cell the driver writes JSON lines to REPLY_FD: at most one
 // {"type":"result","text":...} or {"type":"error","ename","evalue","traceback"},
 // then {"type":"done"}. Cells run through the JDK's JShell in this JVM (its
-// local execution engine), so System.out and System.err of a cell are this
-// process's stdout and stderr, which the kernel forwards; both are flushed
-// before "done".
+// local execution engine). What a cell prints to System.out and System.err
+// goes to REPLY_FD too, as {"type":"stream","name":"stdout"|"stderr",
+// "text":...}, one line per flush: both are PrintStreams that flush at
+// every write, as E2B's Java kernel (IJava) sets them up, so each print
+// arrives as a stream message of its own and println's text comes before
+// its line break, as there. Both are flushed before "done". Whatever
+// writes to the process's own stdout and stderr (the JVM itself, a child
+// process that inherits them) is forwarded by the kernel as it reads it.
 //
 // A cell may hold several snippets (declarations, statements, expressions);
 // they run in order until one fails. The value of a last expression is the
@@ -26,6 +31,7 @@ import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.io.PrintStream;
 import java.lang.reflect.Field;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -79,15 +85,79 @@ public final class CubeJShell {
         }
     }
 
+    /**
+     * System.out or System.err of the cells: what is written is kept until a
+     * flush, which sends it as one stream reply. A flush that ends inside a
+     * UTF-8 sequence keeps that sequence's bytes for the next one.
+     */
+    static final class ChunkStream extends OutputStream {
+        private final String name;
+        private final ByteArrayOutputStream pending = new ByteArrayOutputStream();
+
+        ChunkStream(String name) {
+            this.name = name;
+        }
+
+        @Override
+        public synchronized void write(int b) {
+            pending.write(b);
+        }
+
+        @Override
+        public synchronized void write(byte[] b, int off, int len) {
+            pending.write(b, off, len);
+        }
+
+        @Override
+        public synchronized void flush() throws IOException {
+            byte[] bytes = pending.toByteArray();
+            int end = completeUtf8(bytes);
+            if (end == 0) {
+                return;
+            }
+            pending.reset();
+            pending.write(bytes, end, bytes.length - end);
+            reply("{\"type\":\"stream\",\"name\":" + json(name) + ",\"text\":"
+                    + json(new String(bytes, 0, end, StandardCharsets.UTF_8)) + "}");
+        }
+
+        /** How many of b's bytes end on a whole UTF-8 character. */
+        static int completeUtf8(byte[] b) {
+            for (int i = b.length - 1; i >= 0 && i >= b.length - 3; i--) {
+                int c = b[i] & 0xff;
+                if (c < 0x80) {
+                    return b.length;
+                }
+                if (c >= 0xc0) { // the last character starts here
+                    int len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+                    return i + len <= b.length ? b.length : i;
+                }
+            }
+            return b.length; // not UTF-8: sent as it is
+        }
+    }
+
+    /**
+     * The cells' System.out and System.err. Being a subclass makes println
+     * print its text and then the line break, as JDK 11 (E2B's) does for
+     * every PrintStream, where JDK 17's own class writes both at once.
+     */
+    static final class CellPrintStream extends PrintStream {
+        CellPrintStream(String name) {
+            super(new ChunkStream(name), true, StandardCharsets.UTF_8);
+        }
+    }
+
+    /** Where replies go; shared by the driver and the cells' output streams. */
+    private static OutputStream replies;
+
     private final JShell shell;
     private final Control control;
-    private final OutputStream replies;
     private volatile boolean interrupted;
     private volatile boolean running;
     private volatile long cellNumber; // which cell runs, so a stop never outlives its cell
 
-    private CubeJShell(OutputStream replies) {
-        this.replies = replies;
+    private CubeJShell() {
         Control[] made = new Control[1];
         ExecutionControlProvider provider = new ExecutionControlProvider() {
             @Override
@@ -129,8 +199,10 @@ public final class CubeJShell {
         });
         // Buffered: FileInputStream.readNBytes seeks, which a pipe cannot.
         InputStream requests = new BufferedInputStream(new FileInputStream(path(args[0])));
-        OutputStream replies = new FileOutputStream(path(args[1]));
-        CubeJShell driver = new CubeJShell(replies);
+        replies = new FileOutputStream(path(args[1]));
+        System.setOut(new CellPrintStream("stdout"));
+        System.setErr(new CellPrintStream("stderr"));
+        CubeJShell driver = new CubeJShell();
         sun.misc.Signal.handle(new sun.misc.Signal("INT"), sig -> driver.interrupt());
         while (true) {
             String header = readLine(requests);
@@ -356,7 +428,7 @@ public final class CubeJShell {
         return new CellError(ex.getExceptionClassName(), ex.getMessage() == null ? "" : ex.getMessage(), lines);
     }
 
-    private synchronized void reply(String line) throws IOException {
+    private static synchronized void reply(String line) throws IOException {
         replies.write((line + "\n").getBytes(StandardCharsets.UTF_8));
         replies.flush();
     }

@@ -16,6 +16,9 @@ import subprocess
 from ._child import ChildKernel, Stream
 
 DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver.js")
+# How many stream chunks a cell's driver sends are published one by one
+# before chunks that arrive together are joined (see _pump).
+CHUNKS = 1000
 
 
 class NodeKernel(ChildKernel):
@@ -96,6 +99,7 @@ class NodeKernel(ChildKernel):
         err = Stream("stderr", proc.stderr.fileno())
         by_fd = {s.fd: s for s in (out, err, self._rep)}
         reply = None
+        chunks = 0  # stream lines of this cell's replies
         while True:
             fds = [fd for fd, s in by_fd.items() if not s.eof]
             if not fds:
@@ -108,14 +112,36 @@ class NodeKernel(ChildKernel):
                 if s is not self._rep:
                     self.publish_stream(s.name, text, silent)
                     continue
-                self._rep_buf += text
-                while "\n" in self._rep_buf:
-                    line, self._rep_buf = self._rep_buf.split("\n", 1)
+                lines = (self._rep_buf + text).split("\n")
+                self._rep_buf = lines.pop()
+                pending = None  # [name, text]: stream chunks not published yet
+                for i, line in enumerate(lines):
                     msg = json.loads(line)
+                    if msg["type"] == "stream":
+                        # Output the driver sends itself (CubeJShell's
+                        # System.out), a message per chunk as it came; past
+                        # the first CHUNKS of a cell, chunks read together
+                        # go as one, so a flood of prints costs what it
+                        # would through a pipe.
+                        chunks += 1
+                        if pending and pending[0] == msg["name"] and chunks > CHUNKS:
+                            pending[1] += msg["text"]
+                            continue
+                        if pending:
+                            self.publish_stream(pending[0], pending[1], silent)
+                        pending = [msg["name"], msg["text"]]
+                        continue
+                    if pending:
+                        self.publish_stream(pending[0], pending[1], silent)
+                        pending = None
                     if msg["type"] == "done":
+                        # What follows belongs to the next cell.
+                        self._rep_buf = "".join(rest + "\n" for rest in lines[i + 1:]) + self._rep_buf
                         self._drain(out, err, silent)
                         return reply or self.ok()
                     reply = self._handle(msg, silent)
+                if pending:
+                    self.publish_stream(pending[0], pending[1], silent)
             if self._rep.eof:
                 break
         # The driver ended in the middle of the cell.

@@ -5,7 +5,10 @@ pipes as node. The JVM starts with the first cell, so a sandbox whose
 code never asks for Java pays nothing for it.
 
 Requests are a header line "SILENT LENGTH" and the cell's UTF-8 bytes (the
-JDK has no JSON reader); replies are JSON lines as from driver.js.
+JDK has no JSON reader); replies are JSON lines as from driver.js, and
+also carry what cells print to System.out and System.err, a stream line per
+flush, so each print is a stream message of its own as with E2B's Java
+kernel (IJava): println's text, then its line break.
 """
 
 import os
