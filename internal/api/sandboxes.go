@@ -276,11 +276,30 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := s.requireRunning(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
 	if err := s.backend.SetTimeout(r.Context(), id, d, false); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// requireRunning answers, as E2B's API does for a timeout or a refresh,
+// that a paused sandbox is not found: E2B keeps only running sandboxes
+// where those look. e2b 2.0 to 2.4's Sandbox.connect relies on it: it
+// sets the timeout and resumes the sandbox only when that fails.
+func (s *Server) requireRunning(ctx context.Context, id string) error {
+	sb, err := s.backend.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sb.State == cube.StatePaused {
+		return cube.Errorf(cube.NotFound, "Sandbox %q doesn't exist or you don't have access to it", id)
+	}
+	return nil
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
@@ -296,6 +315,10 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := seconds("duration", body.Duration, defaultTimeoutV1, 0, min(s.cfg.MaxTimeout, MaxRefreshSeconds*time.Second))
 	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.requireRunning(r.Context(), id); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -512,6 +512,15 @@ func TestTimeoutRefreshConnect(t *testing.T) {
 
 	e.do("POST", path+"/resume", nil).wantError(t, http.StatusConflict, "already running")
 	e.do("POST", path+"/pause", nil).decode(t, http.StatusNoContent, nil)
+	// As on E2B, a paused sandbox's timeout cannot be set or refreshed: it
+	// is not found there (e2b 2.0 to 2.4 connect by setting the timeout,
+	// resuming when that fails).
+	e.fake.lastTimeout.id = ""
+	e.do("POST", path+"/timeout", map[string]any{"timeout": 30}).wantError(t, http.StatusNotFound, "doesn't exist or you don't have access to it")
+	e.do("POST", path+"/refreshes", map[string]any{"duration": 60}).wantError(t, http.StatusNotFound, sb.SandboxID)
+	if lt := e.fake.lastTimeout; lt.id != "" {
+		t.Errorf("the timeout of a paused sandbox was set: %+v", lt)
+	}
 	e.do("POST", path+"/resume", map[string]any{"timeout": 50, "autoPause": true}).decode(t, http.StatusCreated, &c)
 	if lc := e.fake.lastConnect; !lc.RequirePaused || lc.Timeout != 50*time.Second || lc.AutoPause == nil || !*lc.AutoPause {
 		t.Errorf("resume → %+v", lc)
