@@ -17,6 +17,7 @@
 # the server log for a post-mortem (sandboxes are still killed).
 # CUBE_E2E_SCRIPT=FILE runs `node FILE ARGS...` in test/e2e, with each mode's
 # environment, instead of the test files (scripts/stress.sh runs its burst so).
+# A whole run ends with the SDK version matrix (test/e2e/README.md).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # The SDKs see only what this script sets: the caller's E2B_* and CUBE_*
@@ -201,4 +202,14 @@ for mode in ${CUBE_E2E_MODES:-header https}; do
 	fi
 	[ "$status" = 0 ] || exit "$status"
 done
+# Then the SDK version matrix (test/e2e/matrix/run.mjs): the core of the
+# suite through every release of the SDKs package.json pins, over HTTPS,
+# which they all reach (releases before e2b 2.7 know no E2B_SANDBOX_URL).
+# Only on a whole run; CUBE_E2E_MATRIX picks releases, =none skips it.
+if [ $# -eq 0 ] && [ -z "${CUBE_E2E_SCRIPT:-}" ] && [ "${CUBE_E2E_MATRIX:-}" != none ]; then
+	echo "e2e: running the SDK version matrix (https)"
+	fg env E2B_DOMAIN="$domain:$https_port" E2B_API_KEY="$key" NODE_EXTRA_CA_CERTS="$ca" \
+		CUBE_E2E_MODE=https CUBE_E2E_CA="$ca" node matrix/run.mjs
+	status=$?
+fi
 exit "$status"
