@@ -145,7 +145,10 @@ func Logger() *slog.Logger {
 // it on port HolderPort, so tests can tell whose memory a sandbox has.
 func (n *Node) TinyTemplate(t testing.TB, tplID string, aliases ...string) *store.Template {
 	t.Helper()
-	rootfs := filepath.Join(n.DataDir, "rootfs-"+tplID)
+	// One level down: a server closes the data directory's top-level
+	// folders to other users at start, and a template's rootfs keeps the
+	// mode its manifest recorded, as the builder's rootfs/<digest> do.
+	rootfs := filepath.Join(n.DataDir, "tiny-rootfs", tplID)
 	for _, d := range []string{"tmp", "etc", "home", "proc", "dev", "sys", "root"} {
 		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
 	}
