@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"math/rand/v2"
 	"mime/multipart"
@@ -242,6 +243,24 @@ func TestUploadOnFullDiskLeavesNothing(t *testing.T) {
 	status, body, _ = s.do("POST", "/files?path="+filepath.Join(small, "fits.bin"), bytes.NewReader(randomBytes(512<<10)), map[string]string{"Content-Type": "application/octet-stream"})
 	if status != 200 {
 		t.Fatalf("upload after a failed one: %d %s", status, body)
+	}
+}
+
+// An upload to a device that exists (a copy of /dev/null here) writes to
+// it: it is neither truncated, which a device refuses, nor removed.
+func TestUploadToADevice(t *testing.T) {
+	needRoot(t)
+	s := newSandbox(t)
+	null := filepath.Join(s.dir, "null")
+	if err := syscall.Mknod(null, syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Skip("cannot make a device node here: ", err)
+	}
+	status, body, _ := s.do("POST", "/files?path="+null, bytes.NewReader(randomBytes(1<<20)), map[string]string{"Content-Type": "application/octet-stream"})
+	if status != 200 {
+		t.Fatalf("upload to a device: %d %s", status, body)
+	}
+	if fi, err := os.Stat(null); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		t.Fatalf("the device after the upload: %v %v", fi, err)
 	}
 }
 

@@ -139,16 +139,22 @@ func Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, nil))
 }
 
+// TinyRootfs is where TinyTemplate puts template tplID's rootfs in
+// dataDir, for tests that add files to it first. It is one level down: a
+// server closes the data directory's top-level folders to other users at
+// start, and a template's rootfs keeps the mode its manifest recorded, as
+// the builder's rootfs/<digest> do.
+func TinyRootfs(dataDir, tplID string) string {
+	return filepath.Join(dataDir, "tiny-rootfs", tplID)
+}
+
 // TinyTemplate builds and stores a READY template with the given id and
 // aliases from a rootfs of empty directories and the holder test program,
 // which the template starts: it keeps a random token in memory and serves
 // it on port HolderPort, so tests can tell whose memory a sandbox has.
 func (n *Node) TinyTemplate(t testing.TB, tplID string, aliases ...string) *store.Template {
 	t.Helper()
-	// One level down: a server closes the data directory's top-level
-	// folders to other users at start, and a template's rootfs keeps the
-	// mode its manifest recorded, as the builder's rootfs/<digest> do.
-	rootfs := filepath.Join(n.DataDir, "tiny-rootfs", tplID)
+	rootfs := TinyRootfs(n.DataDir, tplID)
 	for _, d := range []string{"tmp", "etc", "home", "proc", "dev", "sys", "root"} {
 		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
 	}

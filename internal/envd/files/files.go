@@ -313,7 +313,18 @@ func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string
 	// have been redirected since it was opened (a directory of u's swapped
 	// for a symlink), and envd must not remove or alter, on u's behalf,
 	// anything u could not. Metadata goes through the open descriptor.
-	remove := func() { u.Do(func() error { return os.Remove(path) }) }
+	// Only a regular file is truncated first and removed on failure: an
+	// upload to a device or a FIFO (/dev/null, say) writes to it and
+	// leaves it where it is.
+	regular := true
+	if fi, err := f.Stat(); err == nil {
+		regular = fi.Mode().IsRegular()
+	}
+	remove := func() {
+		if regular {
+			u.Do(func() error { return os.Remove(path) })
+		}
+	}
 	fail := func(status int, err error) (WrittenFile, int, error) {
 		f.Close()
 		remove()
@@ -324,7 +335,7 @@ func (h *Handler) write(u *users.User, dest string, src io.Reader, md map[string
 	// change it, and the error is no failure), so this changes no owner,
 	// but the kernel tells watchers of the attribute change all the same.
 	u.Do(func() error { return f.Chown(int(u.UID), -1) })
-	if existed {
+	if existed && regular {
 		if err := f.Truncate(0); err != nil {
 			return fail(fsStatus(err), err)
 		}
