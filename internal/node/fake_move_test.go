@@ -7,12 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"cube/internal/cube"
 	"cube/internal/node/nodefake"
+	"cube/internal/store"
 )
 
 // A sandbox paused on disk on node a resumes on node b: a hand-over cut
@@ -124,4 +126,59 @@ func TestForkStartsChildrenOnAnotherNode(t *testing.T) {
 	}
 	_, err = b.ForkFrom(ctx, "c", parent.ID, image, cube.ForkRequest{Count: 1})
 	wantKind(t, "fork from a node that does not hold the sandbox", err, cube.Conflict)
+}
+
+// blockedWriter fails its first write once released, as the pipe of a
+// hand-over whose receiver went away fails, late, on a busy node.
+type blockedWriter struct {
+	writing chan struct{} // closed at the first write
+	release chan struct{}
+	once    *sync.Once
+}
+
+func (w blockedWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.writing) })
+	<-w.release
+	return 0, errors.New("the receiver went away")
+}
+
+// A hand-over whose write fails only after the receiver has asked for a
+// second one must not end the second: the sandbox is the receiver's once
+// the record says so, and the first node lets it go.
+func TestLateFailureOfAnEarlierHandOver(t *testing.T) {
+	ctx := fctx(t)
+	a := nodefake.New(t, nodefake.Options{NodeID: "a", PauseWriteDelay: time.Hour})
+	tpl := a.AddTemplate(t, "tpl")
+	os.MkdirAll(tpl.Rootfs, 0o755)
+	sb, err := a.CreateSandbox(ctx, cube.CreateRequest{Template: "tpl", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PauseSandbox(ctx, sb.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	first := blockedWriter{writing: make(chan struct{}), release: make(chan struct{}), once: new(sync.Once)}
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- a.HandOver(ctx, sb.ID, false, first) }()
+	<-first.writing
+	if a.HandOver(ctx, sb.ID, false, io.Discard) == nil {
+		t.Fatal("a second hand-over began while the first was under way")
+	}
+	// The receiver gives up on it (the record is still a's) ...
+	a.HandedOver(ctx, sb.ID)
+	// ... and asks again, and this time takes the record.
+	if err := a.HandOver(ctx, sb.ID, false, io.Discard); err != nil {
+		t.Fatalf("the second hand-over: %v", err)
+	}
+	close(first.release)
+	if err := <-firstDone; err == nil {
+		t.Fatal("the first hand-over's write did not fail")
+	}
+	if err := a.Store.Sandboxes().Update(ctx, sb.ID, func(r *store.Sandbox) error { r.Node = "b"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	a.HandedOver(ctx, sb.ID)
+	if a.Holds(sb.ID) {
+		t.Fatal("the first node still holds the sandbox the record gives to another")
+	}
 }

@@ -48,6 +48,9 @@ type instance struct {
 	// cpu is the last CPU reading, for utilisation between samples.
 	cpuAt   time.Time
 	cpuTime time.Duration
+	// handOvers counts the hand-overs begun (move.go), so that the end of
+	// one that failed late cannot end a newer one.
+	handOvers uint64
 }
 
 // track registers a sandbox the node now holds and returns it locked.

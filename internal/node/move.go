@@ -51,9 +51,11 @@ func (n *Node) HandOver(ctx context.Context, sandboxID string, withTemplate bool
 	}
 	n.mu.Lock()
 	inst.state = stateMoving
+	inst.handOvers++
+	this := inst.handOvers
 	n.mu.Unlock()
 	inst.mu.Unlock()
-	time.AfterFunc(moveTimeout, func() { n.HandedOver(context.Background(), sandboxID) })
+	time.AfterFunc(moveTimeout, func() { n.handedOver(context.Background(), sandboxID, this) })
 	trees := []treecopy.Tree{{Name: "pause", Path: rec.PauseImage}}
 	if withTemplate {
 		trees = append(trees,
@@ -62,7 +64,7 @@ func (n *Node) HandOver(ctx context.Context, sandboxID string, withTemplate bool
 			treecopy.Tree{Name: "template/envd/cube-envd", Path: filepath.Join(rec.Boot.Envd, "cube-envd")})
 	}
 	if err := treecopy.Write(w, trees...); err != nil {
-		n.HandedOver(context.WithoutCancel(ctx), sandboxID)
+		n.handedOver(context.WithoutCancel(ctx), sandboxID, this)
 		return err
 	}
 	return nil
@@ -72,6 +74,15 @@ func (n *Node) HandOver(ctx context.Context, sandboxID string, withTemplate bool
 // it names another node, the sandbox is that node's and this one lets go
 // of it and its files; else it is paused on disk here again.
 func (n *Node) HandedOver(ctx context.Context, sandboxID string) {
+	n.handedOver(ctx, sandboxID, 0)
+}
+
+// handedOver is HandedOver for hand-over number which of the sandbox (0:
+// the one under way). A hand-over's own ends (its write failing, its
+// timeout) name it: a receiver that gave up on a first hand-over may have
+// asked for a second one since, and the first one's write can fail only
+// then, under load; that must not end the second.
+func (n *Node) handedOver(ctx context.Context, sandboxID string, which uint64) {
 	n.mu.Lock()
 	inst := n.sandboxes[sandboxID]
 	n.mu.Unlock()
@@ -80,7 +91,7 @@ func (n *Node) HandedOver(ctx context.Context, sandboxID string) {
 	}
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
-	if inst.gone || inst.state != stateMoving {
+	if inst.gone || inst.state != stateMoving || which != 0 && which != inst.handOvers {
 		return
 	}
 	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
@@ -93,7 +104,7 @@ func (n *Node) HandedOver(ctx context.Context, sandboxID string) {
 		n.log.Info("sandbox handed over", "sandbox", sandboxID, "to", rec.Node)
 	case err != nil:
 		// The database is out of reach: ask again later.
-		time.AfterFunc(moveTimeout, func() { n.HandedOver(context.Background(), sandboxID) })
+		time.AfterFunc(moveTimeout, func() { n.handedOver(context.Background(), sandboxID, which) })
 	default:
 		n.mu.Lock()
 		inst.state = statePausedOnDisk
