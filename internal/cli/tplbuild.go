@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -10,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +18,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/client"
+	"cube/internal/treecopy"
 )
 
 // templateFile is what tpl build reads: the SDK's Template.toJSON() (the
@@ -145,62 +144,10 @@ func uploadStepFiles(ctx context.Context, c *client.Client, templateID string, s
 // Modes are kept, so executables stay executable; symbolic links stay
 // links.
 func tarPath(contextDir, src string, w io.Writer) error {
-	root := filepath.Join(contextDir, src)
-	if _, err := os.Lstat(root); err != nil {
+	if _, err := os.Lstat(filepath.Join(contextDir, src)); err != nil {
 		return fmt.Errorf("COPY source: %w", err)
 	}
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return tarEntry(tw, contextDir, p)
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
-}
-
-func tarEntry(tw *tar.Writer, contextDir, p string) error {
-	info, err := os.Lstat(p)
-	if err != nil {
-		return err
-	}
-	rel, err := filepath.Rel(contextDir, p)
-	if err != nil {
-		return err
-	}
-	link := ""
-	if info.Mode()&fs.ModeSymlink != 0 {
-		if link, err = os.Readlink(p); err != nil {
-			return err
-		}
-	}
-	hdr, err := tar.FileInfoHeader(info, link)
-	if err != nil {
-		return err
-	}
-	hdr.Name = filepath.ToSlash(rel)
-	if info.IsDir() {
-		hdr.Name += "/"
-	}
-	hdr.Uname, hdr.Gname = "", ""
-	if err := tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	if !info.Mode().IsRegular() {
-		return nil
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := io.CopyN(tw, f, info.Size()); err != nil {
-		return fmt.Errorf("%s changed while being read: %w", p, err)
-	}
-	return nil
+	return treecopy.WritePaths(w, contextDir, src)
 }
 
 // followBuild prints a build's log entries as they come, until it is

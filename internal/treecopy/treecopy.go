@@ -1,7 +1,8 @@
 // Package treecopy streams directory trees between hosts as one tar
 // archive, keeping what a root filesystem needs kept: owners, modes
 // (setuid included), times, symbolic and hard links, device nodes and
-// FIFOs. A template's files move between the nodes of a cluster this way.
+// FIFOs. A template's files move between the nodes of a cluster this way,
+// and the CLI sends the files of a build's COPY step so.
 //
 // Extract writes only beneath its directory: entry names and hard-link
 // targets must be relative paths without "..", and no path it creates,
@@ -45,35 +46,21 @@ func Write(w io.Writer, trees ...Tree) error {
 			if err != nil {
 				return err
 			}
-			name := path.Join(t.Name, filepath.ToSlash(rel))
 			fi, err := d.Info()
 			if err != nil {
 				return err
 			}
-			link := ""
-			if fi.Mode()&fs.ModeSymlink != 0 {
-				if link, err = os.Readlink(p); err != nil {
-					return err
-				}
-			}
-			hdr, err := tar.FileInfoHeader(fi, link)
+			hdr, err := header(p, path.Join(t.Name, filepath.ToSlash(rel)), fi)
 			if err != nil {
-				return fmt.Errorf("%s: %w", p, err)
+				return err
 			}
-			// FileInfoHeader keeps the numeric owner; names would be
-			// this host's, not the tree's.
-			hdr.Name = name
-			hdr.Uname, hdr.Gname = "", ""
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
 				key := [2]uint64{st.Dev, st.Ino}
 				if first, ok := seen[key]; ok {
 					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
 				} else {
-					seen[key] = name
+					seen[key] = hdr.Name
 				}
-			}
-			if fi.IsDir() {
-				hdr.Name += "/"
 			}
 			if err := tw.WriteHeader(hdr); err != nil {
 				return err
@@ -96,6 +83,79 @@ func Write(w io.Writer, trees ...Tree) error {
 		}
 	}
 	return tw.Close()
+}
+
+// WritePaths writes the files at paths, each relative to dir and with
+// everything beneath it, to w as a tar archive whose names are relative
+// to dir. The archive is named by its hash (a build's COPY files are),
+// so its bytes depend only on the files: entries come in lexical order,
+// owners are numbers, and every name of a file linked several times is
+// written in full, since how files happen to be linked on one machine
+// must not change the hash. A file is written at the size it had when
+// its entry began, however it changes meanwhile.
+func WritePaths(w io.Writer, dir string, paths ...string) error {
+	tw := tar.NewWriter(w)
+	for _, src := range paths {
+		err := filepath.WalkDir(filepath.Join(dir, src), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(dir, p)
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			hdr, err := header(p, filepath.ToSlash(rel), fi)
+			if err != nil {
+				return err
+			}
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			if !fi.Mode().IsRegular() {
+				return nil
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err := io.CopyN(tw, f, fi.Size()); err != nil {
+				return fmt.Errorf("%s changed while being read: %w", p, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+// header is the entry of the file at p, which fi describes, under name.
+func header(p, name string, fi fs.FileInfo) (*tar.Header, error) {
+	link := ""
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		var err error
+		if link, err = os.Readlink(p); err != nil {
+			return nil, err
+		}
+	}
+	hdr, err := tar.FileInfoHeader(fi, link)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	// FileInfoHeader keeps the numeric owner; names would be this host's,
+	// not the tree's.
+	hdr.Name = name
+	hdr.Uname, hdr.Gname = "", ""
+	if fi.IsDir() {
+		hdr.Name += "/"
+	}
+	return hdr, nil
 }
 
 // Extract writes the archive read from r beneath dir, which must exist,

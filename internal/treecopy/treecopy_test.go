@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -277,5 +278,59 @@ func TestExtractRefusesDotDotAndAbsolute(t *testing.T) {
 		if fi, _ := os.Stat(filepath.Join(base, "a")); fi.Mode().Perm() != 0o755 {
 			t.Errorf("%s: the destination's parent is now %v", h.Name, fi.Mode())
 		}
+	}
+}
+
+// WritePaths names entries relative to its directory, in lexical order,
+// and writes every name of a linked file in full: an archive hashed to
+// name it must not depend on how its files are linked.
+func TestWritePaths(t *testing.T) {
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "src/b"), 0o755))
+	must(os.Chmod(filepath.Join(dir, "src"), 0o755))
+	must(os.Chmod(filepath.Join(dir, "src/b"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "src/z"), []byte("zz"), 0o755))
+	must(os.Chmod(filepath.Join(dir, "src/z"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "src/b/a"), []byte("same"), 0o644))
+	must(os.Chmod(filepath.Join(dir, "src/b/a"), 0o644))
+	must(os.Link(filepath.Join(dir, "src/b/a"), filepath.Join(dir, "src/b/c")))
+	must(os.Symlink("b/a", filepath.Join(dir, "src/link")))
+	must(os.WriteFile(filepath.Join(dir, "cfg"), []byte("cfg"), 0o600))
+	must(os.WriteFile(filepath.Join(dir, "ignored"), []byte("no"), 0o600))
+
+	var buf bytes.Buffer
+	must(WritePaths(&buf, dir, "./src/", "cfg"))
+	var got []string
+	tr := tar.NewReader(&buf)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			break
+		}
+		data, err := io.ReadAll(tr)
+		must(err)
+		if hdr.Uname != "" || hdr.Gname != "" {
+			t.Errorf("%s names its owner %q:%q", hdr.Name, hdr.Uname, hdr.Gname)
+		}
+		got = append(got, fmt.Sprintf("%s %c %o %s%s", hdr.Name, hdr.Typeflag, hdr.Mode, data, hdr.Linkname))
+	}
+	want := []string{
+		"src/ 5 755 ", "src/b/ 5 755 ", "src/b/a 0 644 same", "src/b/c 0 644 same",
+		"src/link 2 777 b/a", "src/z 0 755 zz", "cfg 0 600 cfg",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("entries:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestWritePathsMissing(t *testing.T) {
+	if err := WritePaths(&bytes.Buffer{}, t.TempDir(), "nothing"); !os.IsNotExist(err) {
+		t.Fatalf("WritePaths of a missing path = %v", err)
 	}
 }
