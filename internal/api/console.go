@@ -1,12 +1,16 @@
 package api
 
-import "net/http"
+import (
+	"net/http"
+
+	"cube/internal/httperr"
+)
 
 // console hands the web console's routes to Config.Console; which of
 // them need the key is the route table's business, as for every route.
 func (s *Server) console(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Console == nil {
-		writeError(w, Errorf(http.StatusNotFound, "this server has no web console"))
+		writeError(w, httperr.Errorf(http.StatusNotFound, "this server has no web console"))
 		return
 	}
 	s.cfg.Console.ServeHTTP(w, r)

@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"cube/internal/httperr"
 )
 
-func rateLimited(wait time.Duration) *Error {
-	return Errorf(http.StatusTooManyRequests, "rate limit for this API key exceeded; retry in %s", wait.Round(time.Millisecond)).
+func rateLimited(wait time.Duration) *httperr.Error {
+	return httperr.Errorf(http.StatusTooManyRequests, "rate limit for this API key exceeded; retry in %s", wait.Round(time.Millisecond)).
 		WithRetryAfter(max(wait, time.Second))
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
+	"cube/internal/httperr"
 	"cube/internal/id"
 )
 
@@ -34,7 +35,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 func nodeID(r *http.Request) (string, error) {
 	v := r.PathValue("nodeID")
 	if !id.ValidName(v) {
-		return "", Errorf(http.StatusBadRequest, "invalid node ID %q: list nodes with GET /nodes", v)
+		return "", httperr.Errorf(http.StatusBadRequest, "invalid node ID %q: list nodes with GET /nodes", v)
 	}
 	return v, nil
 }

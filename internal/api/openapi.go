@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	spec "cube/api"
+	"cube/internal/httperr"
 )
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
@@ -14,7 +15,7 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 // caCert answers GET /tls/ca.pem with the local CA's certificate.
 func (s *Server) caCert(w http.ResponseWriter, r *http.Request) {
 	if len(s.cfg.CACert) == 0 {
-		writeError(w, Errorf(http.StatusNotFound, "this server's certificates do not come from Cube's local CA (it was started with --tls-cert or --acme, or without --tls-listen)"))
+		writeError(w, httperr.Errorf(http.StatusNotFound, "this server's certificates do not come from Cube's local CA (it was started with --tls-cert or --acme, or without --tls-listen)"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-pem-file")

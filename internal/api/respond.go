@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"cube/internal/api/wire"
+	"cube/internal/httperr"
 	"cube/internal/id"
 )
 
@@ -20,27 +20,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// WriteError answers err in the E2B error shape, with the status its kind
-// maps to and Retry-After when it has one; handlers in front of the API
-// (the cluster's forwarding) answer with it too.
-func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
-
 // writeError answers err in the E2B error shape.
-func writeError(w http.ResponseWriter, err error) {
-	status := StatusOf(err)
-	if d := retryAfter(err); d > 0 {
-		secs := int((d + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
-	}
-	msg := err.Error()
-	if msg == "" {
-		msg = http.StatusText(status)
-	}
-	writeJSON(w, status, wire.Error{Code: status, Message: msg})
-}
+func writeError(w http.ResponseWriter, err error) { httperr.Write(w, err) }
 
-func badRequest(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, format, args...)
+func badRequest(format string, args ...any) *httperr.Error {
+	return httperr.Errorf(http.StatusBadRequest, format, args...)
 }
 
 // decodeBody reads a JSON object into v. An empty body is an error only when
@@ -52,7 +36,7 @@ func decodeBody(r *http.Request, v any, required bool) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return Errorf(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", mbe.Limit)
+			return httperr.Errorf(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", mbe.Limit)
 		}
 		return badRequest("reading request body: %v", err)
 	}
@@ -155,7 +139,7 @@ func queryInt(r *http.Request, name string, def, min, max int64) (int64, error) 
 func capability[T any](s *Server, w http.ResponseWriter, what string) (T, bool) {
 	c, ok := s.backend.(T)
 	if !ok {
-		writeError(w, Errorf(http.StatusNotImplemented, "%s not supported by this server", what))
+		writeError(w, httperr.Errorf(http.StatusNotImplemented, "%s not supported by this server", what))
 	}
 	return c, ok
 }

@@ -10,6 +10,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
+	"cube/internal/httperr"
 )
 
 func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +75,7 @@ func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, id := range ids {
 		ms, err := s.backend.SandboxMetrics(r.Context(), id, time.Time{}, time.Time{})
 		if err != nil {
-			if StatusOf(err) == http.StatusNotFound {
+			if httperr.StatusOf(err) == http.StatusNotFound {
 				continue
 			}
 			writeError(w, err)

@@ -1,7 +1,8 @@
 // Package api is Cube's control plane over HTTP: the E2B-compatible REST API
 // (plus Cube's extensions), its authentication, errors and metrics. The work
 // is done by a cube.Backend (the node); this package validates, translates
-// and answers, and it alone turns the core's error kinds into status codes.
+// and answers, its failures through httperr, which turns the core's error
+// kinds into status codes for every HTTP layer alike.
 // Mount shares the listener with the sandbox proxy, which this package
 // knows only as the Sandboxes that claim their traffic, and records both
 // kinds of request in one access log and one set of request metrics.
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"cube/internal/cube"
+	"cube/internal/httperr"
 	"cube/internal/ratelimit"
 	"cube/internal/version"
 )
@@ -280,10 +282,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 		}
 		if len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			writeError(w, Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
+			writeError(w, httperr.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
 			return "unmatched"
 		}
-		writeError(w, Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+		writeError(w, httperr.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
 		return "unmatched"
 	}
 	if !s.isPublic(pattern) {
@@ -292,7 +294,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 			key, ok = s.volumeToken(pattern, r)
 		}
 		if !ok {
-			writeError(w, Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
+			writeError(w, httperr.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
 			return pattern
 		}
 		if ok, wait := s.limiter.Allow(key); !ok {

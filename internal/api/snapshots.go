@@ -7,6 +7,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
+	"cube/internal/httperr"
 )
 
 // MaxForkCount bounds the children of one fork or clone.
@@ -146,7 +147,7 @@ func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, id string, r
 	for _, res := range results {
 		switch {
 		case res.Err != nil:
-			code := StatusOf(res.Err)
+			code := httperr.StatusOf(res.Err)
 			out = append(out, wire.ForkResult{Error: &wire.Error{Code: code, Message: res.Err.Error()}})
 		case res.Sandbox != nil:
 			sb := s.wireSandbox(res.Sandbox)

@@ -15,6 +15,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
+	"cube/internal/httperr"
 	"cube/internal/id"
 )
 
@@ -251,10 +252,10 @@ func (s *Server) checkUploadSignature(r *http.Request, templateID, hash string) 
 	verify := q.Get("verify")
 	want, _ := hex.DecodeString(s.uploadSignature(templateID, hash, expires, verify))
 	if err != nil || hexErr != nil || !hmac.Equal(got, want) {
-		return signedLink{}, Errorf(http.StatusForbidden, "invalid upload signature: ask GET /templates/{templateID}/files/{hash} for a link")
+		return signedLink{}, httperr.Errorf(http.StatusForbidden, "invalid upload signature: ask GET /templates/{templateID}/files/{hash} for a link")
 	}
 	if time.Now().Unix() > expires {
-		return signedLink{}, Errorf(http.StatusForbidden, "upload link expired at %s: ask GET /templates/{templateID}/files/{hash} for a new one", time.Unix(expires, 0).UTC().Format(time.RFC3339))
+		return signedLink{}, httperr.Errorf(http.StatusForbidden, "upload link expired at %s: ask GET /templates/{templateID}/files/{hash} for a new one", time.Unix(expires, 0).UTC().Format(time.RFC3339))
 	}
 	return signedLink{key: string(got), expires: expires, verify: verify == wire.VerifyArchive}, nil
 }
@@ -286,9 +287,9 @@ func (l *uploadLinks) claim(link signedLink) error {
 	}
 	if st, ok := l.links[link.key]; ok {
 		if st.spent {
-			return Errorf(http.StatusForbidden, "upload link already used: a link stores files once; ask GET /templates/{templateID}/files/{hash} for a new one")
+			return httperr.Errorf(http.StatusForbidden, "upload link already used: a link stores files once; ask GET /templates/{templateID}/files/{hash} for a new one")
 		}
-		return Errorf(http.StatusConflict, "another upload through this link is under way")
+		return httperr.Errorf(http.StatusConflict, "another upload through this link is under way")
 	}
 	if l.links == nil {
 		l.links = map[string]linkState{}
@@ -333,7 +334,7 @@ func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	tooLarge := fmt.Sprintf("the files are larger than the server accepts (%d bytes)", b.MaxFilesBytes())
 	if r.ContentLength > b.MaxFilesBytes() {
-		writeError(w, Errorf(http.StatusRequestEntityTooLarge, "%s: the upload has %d", tooLarge, r.ContentLength))
+		writeError(w, httperr.Errorf(http.StatusRequestEntityTooLarge, "%s: the upload has %d", tooLarge, r.ContentLength))
 		return
 	}
 	if err := s.uploads.claim(link); err != nil {
@@ -680,7 +681,7 @@ func tagsRequest(field, ref string, tags []string) error {
 // wider pattern (see muxPatterns).
 func (s *Server) templateTags(w http.ResponseWriter, r *http.Request) {
 	if r.PathValue("tags") != "tags" {
-		writeError(w, Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
+		writeError(w, httperr.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
 		return
 	}
 	tid, err := templateID(r)

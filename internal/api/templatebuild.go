@@ -12,6 +12,7 @@ import (
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
+	"cube/internal/httperr"
 	"cube/internal/id"
 )
 
@@ -281,7 +282,7 @@ func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
 		kind = "oci-archive"
 	}
 	if max := imp.MaxImportBytes(); r.ContentLength > max {
-		writeError(w, Errorf(http.StatusRequestEntityTooLarge, "the archive has %d bytes, more than the server accepts (%d bytes, cube-server --max-image-bytes)", r.ContentLength, max))
+		writeError(w, httperr.Errorf(http.StatusRequestEntityTooLarge, "the archive has %d bytes, more than the server accepts (%d bytes, cube-server --max-image-bytes)", r.ContentLength, max))
 		return
 	}
 	image, err := imp.ImportArchive(r.Context(), kind, tooLargeAsKind{r.Body, fmt.Sprintf("the archive is larger than the server accepts (%d bytes, cube-server --max-image-bytes)", imp.MaxImportBytes())})

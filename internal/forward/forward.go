@@ -25,9 +25,9 @@ import (
 	"sync"
 	"time"
 
-	"cube/internal/api"
 	"cube/internal/cluster"
 	"cube/internal/cube"
+	"cube/internal/httperr"
 	"cube/internal/ratelimit"
 )
 
@@ -157,7 +157,7 @@ func New(cfg Config) *Handler {
 				cfg.Local.ServeHTTP(w, r)
 				return
 			}
-			api.WriteError(w, cube.Errorf(cube.Unavailable, "the node holding this could not be reached (%v); try again shortly", err).WithRetryAfter(2*time.Second))
+			httperr.Write(w, cube.Errorf(cube.Unavailable, "the node holding this could not be reached (%v); try again shortly", err).WithRetryAfter(2*time.Second))
 		},
 	}
 	return h
@@ -166,12 +166,12 @@ func New(cfg Config) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(Header) != "" {
 		if h.cfg.PeersOverTLS && r.Context().Value(peerListenerKey{}) == nil {
-			api.WriteError(w, cube.Errorf(cube.Forbidden, "this node takes requests of its peers only over mutual TLS, on its peer listener: give the sending node this node's https --advertise address"))
+			httperr.Write(w, cube.Errorf(cube.Forbidden, "this node takes requests of its peers only over mutual TLS, on its peer listener: give the sending node this node's https --advertise address"))
 			return
 		}
 		r, err := h.verifier.verify(r, time.Now())
 		if err != nil {
-			api.WriteError(w, err)
+			httperr.Write(w, err)
 			return
 		}
 		// The X-Cube-* headers were signed with it; nothing of them
@@ -202,7 +202,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.internal(r) {
-		api.WriteError(w, cube.Errorf(cube.Forbidden, "%s routes are called by the nodes of the cluster only", InternalPrefix))
+		httperr.Write(w, cube.Errorf(cube.Forbidden, "%s routes are called by the nodes of the cluster only", InternalPrefix))
 		return
 	}
 	if signedFileURL(r) {
@@ -214,7 +214,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The API would refuse it too, but only after this node read its
 		// body, asked the database where its subject is and held room for
 		// it: work an anonymous client must not be able to cause.
-		api.WriteError(w, api.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
+		httperr.Write(w, httperr.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
 		return
 	}
 	switch kind {
@@ -270,7 +270,7 @@ func subject(r *http.Request) (kind, id string) {
 func (h *Handler) route(w http.ResponseWriter, r *http.Request, what string, owner func(context.Context) (string, error)) {
 	node, err := owner(r.Context())
 	if err != nil {
-		api.WriteError(w, unavailable(err))
+		httperr.Write(w, unavailable(err))
 		return
 	}
 	if node == "" || node == h.cfg.Peers.Self() {
@@ -281,13 +281,13 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, what string, own
 	switch {
 	case errors.Is(err, cluster.ErrNoNode):
 	case err != nil:
-		api.WriteError(w, unavailable(err))
+		httperr.Write(w, unavailable(err))
 		return
 	case !alive && r.Method == http.MethodGet:
 		h.cfg.Local.ServeHTTP(w, r)
 		return
 	case !alive:
-		api.WriteError(w, cube.Errorf(cube.Unavailable, "%s is on node %s, which is not answering: it is lost until that node is back (see `cubemastercli node list`)", what, node).WithRetryAfter(10*time.Second))
+		httperr.Write(w, cube.Errorf(cube.Unavailable, "%s is on node %s, which is not answering: it is lost until that node is back (see `cubemastercli node list`)", what, node).WithRetryAfter(10*time.Second))
 		return
 	default:
 		h.forward(w, r, addr)
@@ -343,14 +343,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxBodyBytes+1))
 	r.Body.Close()
 	if err != nil {
-		api.WriteError(w, cube.Errorf(cube.Invalid, "read the request body: %v", err))
+		httperr.Write(w, cube.Errorf(cube.Invalid, "read the request body: %v", err))
 		return
 	}
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	want, err := h.cfg.Want(r.Context(), body)
 	if cube.KindOf(err) == cube.Unavailable {
 		// The database is out of reach: nothing can be placed.
-		api.WriteError(w, err)
+		httperr.Write(w, err)
 		return
 	}
 	if err != nil || int64(len(body)) > h.cfg.MaxBodyBytes {
@@ -360,7 +360,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	node, release, err := h.cfg.Peers.Place(r.Context(), want)
 	if err != nil {
-		api.WriteError(w, err)
+		httperr.Write(w, err)
 		return
 	}
 	defer release()
@@ -370,7 +370,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
 	if err != nil {
-		api.WriteError(w, unavailable(err))
+		httperr.Write(w, unavailable(err))
 		return
 	}
 	h.forward(w, r, addr)
@@ -417,7 +417,7 @@ func signedFileURL(r *http.Request) bool {
 func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
 	if ok, wait := h.lookups.Allow(ratelimit.Source(r)); !ok {
 		wait = max(wait, time.Second)
-		api.WriteError(w, cube.Errorf(cube.Capacity, "too many signed file URLs from this address that no sandbox of this node made; retry in %s", wait.Round(time.Second)).WithRetryAfter(wait))
+		httperr.Write(w, cube.Errorf(cube.Capacity, "too many signed file URLs from this address that no sandbox of this node made; retry in %s", wait.Round(time.Second)).WithRetryAfter(wait))
 		return
 	}
 	q := url.Values{"method": {r.Method}, "query": {r.URL.RawQuery}}.Encode()
@@ -489,14 +489,14 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
 		var err error
 		if u, err = url.Parse(addr); err != nil || u.Host == "" {
 			h.mu.Unlock()
-			api.WriteError(w, cube.Errorf(cube.Unavailable, "a peer's address %q is not a URL: restart that node with --advertise http://host:port", addr))
+			httperr.Write(w, cube.Errorf(cube.Unavailable, "a peer's address %q is not a URL: restart that node with --advertise http://host:port", addr))
 			return
 		}
 		h.targets[addr] = u
 	}
 	h.mu.Unlock()
 	if err := h.peerScheme(u); err != nil {
-		api.WriteError(w, err)
+		httperr.Write(w, err)
 		return
 	}
 	// A body up to wholeBodyBytes long is read here and signed whole, so
@@ -510,7 +510,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
 		b, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
 		r.Body.Close()
 		if err != nil {
-			api.WriteError(w, cube.Errorf(cube.Invalid, "read the request body: %v", err))
+			httperr.Write(w, cube.Errorf(cube.Invalid, "read the request body: %v", err))
 			return
 		}
 		r.Body, body = io.NopCloser(bytes.NewReader(b)), bodyDigest(b)

@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 
 	"cube/internal/cube"
 	"cube/internal/envd/protocol"
+	"cube/internal/httperr"
 	"cube/internal/id"
 	"cube/internal/ratelimit"
 )
@@ -297,27 +297,27 @@ func (p *Proxy) Match(r *http.Request) (sandboxID string, port int, ok bool) {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, ok, err := Match(r, p.cfg.Domain)
 	if !ok {
-		WriteError(w, http.StatusBadGateway, "", "request does not name a sandbox")
+		refuse(w, http.StatusBadGateway, "", "request does not name a sandbox")
 		return
 	}
 	if ok, wait := p.limiter.Allow(ratelimit.Source(r)); !ok {
 		wait = max(wait, time.Second)
-		w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
-		WriteError(w, http.StatusTooManyRequests, rt.SandboxID,
+		httperr.SetRetryAfter(w.Header(), wait)
+		refuse(w, http.StatusTooManyRequests, rt.SandboxID,
 			fmt.Sprintf("too many requests from this address; retry in %s", wait.Round(time.Millisecond)))
 		return
 	}
 	if err != nil {
-		WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
+		refuse(w, http.StatusBadGateway, rt.SandboxID, err.Error())
 		return
 	}
 	target, err := p.resolve(r.Context(), rt)
 	if cube.KindOf(err) == cube.NotFound {
-		WriteError(w, http.StatusBadGateway, rt.SandboxID, MsgNotFound)
+		refuse(w, http.StatusBadGateway, rt.SandboxID, MsgNotFound)
 		return
 	}
 	if err != nil {
-		WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
+		refuse(w, http.StatusBadGateway, rt.SandboxID, err.Error())
 		return
 	}
 	if !authorised(r, rt, target) {
@@ -325,13 +325,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rt.Port == protocol.EnvdPort {
 			msg = "a paused private sandbox is woken on this port only by a request with its access token (" + protocol.HeaderAccessToken + ") or its " + strings.ToLower(HeaderTrafficToken)
 		}
-		WriteError(w, http.StatusForbidden, rt.SandboxID, msg)
+		refuse(w, http.StatusForbidden, rt.SandboxID, msg)
 		return
 	}
 	// Only an authorised request may wake a paused sandbox.
 	if target.Paused {
 		if target, err = p.resolver.Resume(r.Context(), rt.SandboxID, rt.Port); err != nil {
-			WriteError(w, http.StatusBadGateway, rt.SandboxID, err.Error())
+			refuse(w, http.StatusBadGateway, rt.SandboxID, err.Error())
 			return
 		}
 	}
@@ -506,7 +506,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	if px != nil {
 		body.Port = px.route.Port
 	}
-	writeBody(w, body)
+	httperr.WriteSandbox(w, body)
 }
 
 // E2B's proxy says these, word for word; the SDKs' own tests and users'
@@ -517,24 +517,13 @@ const (
 )
 
 // ErrorBody is what the proxy answers with when it cannot or may not reach
-// a sandbox; the SDKs look for sandboxId in it. Port is set when the
-// sandbox runs but nothing answers on the port.
-type ErrorBody struct {
-	SandboxID string `json:"sandboxId"`
-	Message   string `json:"message"`
-	Port      int    `json:"port,omitempty"`
-	Code      int    `json:"code"`
-}
+// a sandbox.
+type ErrorBody = httperr.SandboxBody
 
-// WriteError answers with the proxy's error shape, which the SDKs parse.
-func WriteError(w http.ResponseWriter, status int, sandboxID, msg string) {
-	writeBody(w, ErrorBody{SandboxID: sandboxID, Message: msg, Code: status})
-}
-
-func writeBody(w http.ResponseWriter, body ErrorBody) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(body.Code)
-	_ = json.NewEncoder(w).Encode(body)
+// refuse answers a request for sandboxID's traffic with status, in the
+// proxy's error shape.
+func refuse(w http.ResponseWriter, status int, sandboxID, msg string) {
+	httperr.WriteSandbox(w, ErrorBody{SandboxID: sandboxID, Message: msg, Code: status})
 }
 
 // authorised reports whether r may reach target. A private sandbox

@@ -22,6 +22,7 @@ import (
 	"cube/internal/cluster"
 	"cube/internal/cube"
 	"cube/internal/forward"
+	"cube/internal/httperr"
 	"cube/internal/node"
 	"cube/internal/proxy"
 	"cube/internal/store"
@@ -169,11 +170,11 @@ func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handl
 		// whose token made it, as it does for a URL that arrives here.
 		probe, err := http.NewRequestWithContext(r.Context(), r.URL.Query().Get("method"), "/files?"+r.URL.Query().Get("query"), nil)
 		if err != nil {
-			api.WriteError(w, cube.Errorf(cube.Invalid, "%v", err))
+			httperr.Write(w, cube.Errorf(cube.Invalid, "%v", err))
 			return
 		}
 		if _, _, ok := px.Match(probe); !ok {
-			api.WriteError(w, cube.Errorf(cube.NotFound, "no sandbox of this node made that URL"))
+			httperr.Write(w, cube.Errorf(cube.NotFound, "no sandbox of this node made that URL"))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -188,7 +189,7 @@ func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handl
 		case err == nil:
 			w.Header().Set(digestTrailer, hex.EncodeToString(cw.sum.Sum(nil)))
 		case cw.n == 0:
-			api.WriteError(w, err)
+			httperr.Write(w, err)
 		default:
 			// Cut short, and without its digest: the copy fails.
 			log.Warn("send "+what, "err", err)
@@ -214,7 +215,7 @@ func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handl
 		var req cube.ForkRequest
 		var err error
 		if req.Count, err = strconv.Atoi(q.Get("count")); err != nil || req.Count < 1 {
-			api.WriteError(w, cube.Errorf(cube.Invalid, "count %q", q.Get("count")))
+			httperr.Write(w, cube.Errorf(cube.Invalid, "count %q", q.Get("count")))
 			return
 		}
 		req.Concurrency, _ = strconv.Atoi(q.Get("concurrency"))
@@ -222,7 +223,7 @@ func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handl
 		req.Timeout = time.Duration(timeout)
 		results, err := nd.ForkFrom(r.Context(), q.Get("from"), r.PathValue("id"), q.Get("image"), req)
 		if err != nil {
-			api.WriteError(w, err)
+			httperr.Write(w, err)
 			return
 		}
 		out := make([]forkResult, len(results))

@@ -7,13 +7,16 @@
 // required never are, because a missing required field fails its parsing.
 package wire
 
-import "time"
+import (
+	"time"
 
-// Error is every non-2xx answer of the control plane.
-type Error struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
+	"cube/internal/httperr"
+)
+
+// Error is every non-2xx answer of the control plane. It is defined where
+// those answers are written (httperr), so that the client reads the very
+// shape the server writes.
+type Error = httperr.Body
 
 // Health is the body of GET /health.
 type Health struct {
