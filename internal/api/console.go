@@ -8,10 +8,10 @@ import (
 
 // console hands the web console's routes to Config.Console; which of
 // them need the key is the route table's business, as for every route.
-func (s *Server) console(w http.ResponseWriter, r *http.Request) {
+func (s *Server) console(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.Console == nil {
-		writeError(w, httperr.Errorf(http.StatusNotFound, "this server has no web console"))
-		return
+		return httperr.Errorf(http.StatusNotFound, "this server has no web console")
 	}
 	s.cfg.Console.ServeHTTP(w, r)
+	return nil
 }

@@ -120,12 +120,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 // promMetrics serves the Prometheus metrics: to anyone, without the
 // per-sandbox series and with the per-template ones summed (summed); to a
 // request with an API key, all of them.
-func (s *Server) promMetrics(w http.ResponseWriter, r *http.Request) {
+func (s *Server) promMetrics(w http.ResponseWriter, r *http.Request) error {
 	if _, ok := s.authorized(r); ok {
 		s.metrics.keyed.ServeHTTP(w, r)
-		return
+		return nil
 	}
 	s.metrics.handler.ServeHTTP(w, r)
+	return nil
 }
 
 // privateLabels are the labels whose values a scrape without the API key

@@ -14,21 +14,21 @@ import (
 // its status (ready, draining, standby). Cube adds DELETE, which forgets a
 // node that is gone.
 
-func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	a, ok := capability[cube.NodeAdmin](s, w, "the nodes API is")
-	if !ok {
-		return
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
+	a, err := capability[cube.NodeAdmin](s, "the nodes API is")
+	if err != nil {
+		return err
 	}
 	nodes, err := a.ListNodes(r.Context())
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := make([]wire.Node, len(nodes))
 	for i, n := range nodes {
 		out[i] = nodeWire(n)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // nodeID reads the path's node ID.
@@ -40,61 +40,57 @@ func nodeID(r *http.Request) (string, error) {
 	return v, nil
 }
 
-func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request) error {
 	nid, err := nodeID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	a, ok := capability[cube.NodeAdmin](s, w, "the nodes API is")
-	if !ok {
-		return
+	a, err := capability[cube.NodeAdmin](s, "the nodes API is")
+	if err != nil {
+		return err
 	}
 	n, err := a.GetNode(r.Context(), nid)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, nodeWire(n))
+	return nil
 }
 
-func (s *Server) setNodeStatus(w http.ResponseWriter, r *http.Request) {
+func (s *Server) setNodeStatus(w http.ResponseWriter, r *http.Request) error {
 	nid, err := nodeID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.NodeStatusChange
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	a, ok := capability[cube.NodeAdmin](s, w, "the nodes API is")
-	if !ok {
-		return
+	a, err := capability[cube.NodeAdmin](s, "the nodes API is")
+	if err != nil {
+		return err
 	}
 	if err := a.SetNodeStatus(r.Context(), nid, cube.NodeStatus(body.Status)); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
+func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) error {
 	nid, err := nodeID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	a, ok := capability[cube.NodeAdmin](s, w, "the nodes API is")
-	if !ok {
-		return
+	a, err := capability[cube.NodeAdmin](s, "the nodes API is")
+	if err != nil {
+		return err
 	}
 	if err := a.RemoveNode(r.Context(), nid); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func nodeWire(n cube.Node) wire.Node {

@@ -135,11 +135,11 @@ func queryInt(r *http.Request, name string, def, min, max int64) (int64, error) 
 }
 
 // capability returns the backend as T, one of the optional interfaces of
-// cube, or answers 501 saying what the server does not support.
-func capability[T any](s *Server, w http.ResponseWriter, what string) (T, bool) {
+// cube, or a 501 saying what the server does not support.
+func capability[T any](s *Server, what string) (T, error) {
 	c, ok := s.backend.(T)
 	if !ok {
-		writeError(w, httperr.Errorf(http.StatusNotImplemented, "%s not supported by this server", what))
+		return c, httperr.Errorf(http.StatusNotImplemented, "%s not supported by this server", what)
 	}
-	return c, ok
+	return c, nil
 }

@@ -20,35 +20,34 @@ const (
 	defaultTimeoutV2 = 300 * time.Second
 )
 
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	v := s.cfg.Version
 	if v == "" {
 		v = version.Version
 	}
 	writeJSON(w, http.StatusOK, wire.Health{Status: "ok", Version: v})
+	return nil
 }
 
-func (s *Server) createSandbox(v2 bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createSandbox(v2 bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		var body wire.NewSandbox
 		if err := decodeBody(r, &body, true); err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
 		req, err := s.createRequest(&body, v2)
 		if err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
 		start := time.Now()
 		sb, err := s.backend.CreateSandbox(r.Context(), req)
 		s.metrics.created(time.Since(start), err)
 		if err != nil {
 			s.log.Warn("create sandbox failed", "template", req.Template, "err", err)
-			writeError(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusCreated, s.wireSandbox(sb))
+		return nil
 	}
 }
 
@@ -107,31 +106,29 @@ func (s *Server) createRequest(b *wire.NewSandbox, v2 bool) (cube.CreateRequest,
 	return req, nil
 }
 
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	sb, err := s.backend.GetSandbox(r.Context(), id)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, s.wireDetail(sb))
+	return nil
 }
 
-func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := s.backend.KillSandbox(r.Context(), id); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // parseMetadataFilter decodes the metadata query parameter. The JS SDK
@@ -183,39 +180,35 @@ func parseStates(r *http.Request) ([]cube.SandboxState, error) {
 	return out, nil
 }
 
-func (s *Server) listSandboxesV1(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSandboxesV1(w http.ResponseWriter, r *http.Request) error {
 	md, err := parseMetadataFilter(r.URL.Query().Get("metadata"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{States: []cube.SandboxState{cube.StateRunning}, Metadata: md})
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	items, _, _ = page(items, sandboxKey, false, len(items), "")
 	writeJSON(w, http.StatusOK, s.wireListedAll(items))
+	return nil
 }
 
 func sandboxKey(sb *cube.Sandbox) (time.Time, string) { return sb.StartedAt, sb.ID }
 
-func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	md, err := parseMetadataFilter(q.Get("metadata"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	states, err := parseStates(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	limit, token, err := pageParams(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	asc := false
 	switch q.Get("order") {
@@ -223,20 +216,17 @@ func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) {
 	case "asc":
 		asc = true
 	default:
-		writeError(w, badRequest("invalid order %q: want asc or desc", q.Get("order")))
-		return
+		return badRequest("invalid order %q: want asc or desc", q.Get("order"))
 	}
 	var after time.Time
 	if v := q.Get("startedAfter"); v != "" {
 		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			writeError(w, badRequest("invalid startedAfter %q: want an RFC 3339 time", v))
-			return
+			return badRequest("invalid startedAfter %q: want an RFC 3339 time", v)
 		}
 	}
 	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{States: states, Metadata: md, Template: q.Get("template")})
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if !after.IsZero() {
 		kept := items[:0]
@@ -249,42 +239,37 @@ func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) {
 	}
 	items, next, err := page(items, sandboxKey, asc, limit, token)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	setNextToken(w, next)
 	writeJSON(w, http.StatusOK, s.wireListedAll(items))
+	return nil
 }
 
-func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.TimeoutRequest
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if body.Timeout == nil {
-		writeError(w, badRequest("timeout is required"))
-		return
+		return badRequest("timeout is required")
 	}
 	d, err := seconds("timeout", body.Timeout, 0, 0, s.cfg.MaxTimeout)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := s.requireRunning(r.Context(), id); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := s.backend.SetTimeout(r.Context(), id, d, false); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // requireRunning answers, as E2B's API does for a timeout or a refresh,
@@ -302,138 +287,123 @@ func (s *Server) requireRunning(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.RefreshRequest
 	if err := decodeBody(r, &body, false); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	d, err := seconds("duration", body.Duration, defaultTimeoutV1, 0, min(s.cfg.MaxTimeout, MaxRefreshSeconds*time.Second))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := s.requireRunning(r.Context(), id); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := s.backend.SetTimeout(r.Context(), id, d, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) connect(v2 bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) connect(v2 bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		id, err := sandboxID(r)
 		if err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
 		var body wire.ConnectRequest
 		if err := decodeBody(r, &body, !v2); err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
 		if !v2 && body.Timeout == nil {
-			writeError(w, badRequest("timeout is required"))
-			return
+			return badRequest("timeout is required")
 		}
 		d, err := seconds("timeout", body.Timeout, defaultTimeoutV2, 0, s.cfg.MaxTimeout)
 		if err != nil {
-			writeError(w, err)
-			return
+			return err
 		}
 		req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory}
-		s.answerConnect(w, r.Context(), id, req, false)
+		return s.answerConnect(w, r.Context(), id, req, false)
 	}
 }
 
 // resume is the deprecated resume route: connect, but a running sandbox is
 // a conflict and success is always 201.
-func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.ConnectRequest
 	if err := decodeBody(r, &body, false); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	d, err := seconds("timeout", body.Timeout, defaultTimeoutV1, time.Second, s.cfg.MaxTimeout)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, RequirePaused: true, AutoPause: body.AutoPause}
-	s.answerConnect(w, r.Context(), id, req, true)
+	return s.answerConnect(w, r.Context(), id, req, true)
 }
 
-func (s *Server) answerConnect(w http.ResponseWriter, ctx context.Context, id string, req cube.ConnectRequest, always201 bool) {
+func (s *Server) answerConnect(w http.ResponseWriter, ctx context.Context, id string, req cube.ConnectRequest, always201 bool) error {
 	sb, resumed, err := s.backend.ConnectSandbox(ctx, id, req)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	status := http.StatusOK
 	if resumed || always201 {
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, s.wireSandbox(sb))
+	return nil
 }
 
-func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.PauseRequest
 	if err := decodeBody(r, &body, false); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	p, ok := capability[cube.Pauser](s, w, "pausing sandboxes is")
-	if !ok {
-		return
+	p, err := capability[cube.Pauser](s, "pausing sandboxes is")
+	if err != nil {
+		return err
 	}
 	if err := p.PauseSandbox(r.Context(), id, body.Memory == nil || *body.Memory); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.NetworkUpdate
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	nu, ok := capability[cube.NetworkUpdater](s, w, "network updates are")
-	if !ok {
-		return
+	nu, err := capability[cube.NetworkUpdater](s, "network updates are")
+	if err != nil {
+		return err
 	}
 	n := cube.Network{AllowInternetAccess: body.AllowInternetAccess, AllowOut: body.AllowOut, DenyOut: body.DenyOut,
 		Rules: cubeRules(body.Rules)}
 	if err := nu.UpdateNetwork(r.Context(), id, n); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // positive reads an optional positive integer field of at most max.

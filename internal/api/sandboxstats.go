@@ -13,25 +13,21 @@ import (
 	"cube/internal/httperr"
 )
 
-func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	start, err := queryInt(r, "start", 0, 0, 1<<40)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	end, err := queryInt(r, "end", 0, 0, 1<<40)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if start > 0 && end > 0 && end < start {
-		writeError(w, badRequest("end (%d) is before start (%d)", end, start))
-		return
+		return badRequest("end (%d) is before start (%d)", end, start)
 	}
 	var st, en time.Time
 	if start > 0 {
@@ -42,19 +38,19 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	ms, err := s.backend.SandboxMetrics(r.Context(), id, st, en)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := make([]wire.SandboxMetric, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, wireMetric(m))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // bulkMetrics answers the latest sample of each named sandbox; unknown ids
 // are left out rather than failing the whole call.
-func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) {
+func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) error {
 	var ids []string
 	for _, v := range r.URL.Query()["sandbox_ids"] {
 		for _, part := range strings.Split(v, ",") {
@@ -64,12 +60,10 @@ func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(ids) == 0 {
-		writeError(w, badRequest("query parameter sandbox_ids is required"))
-		return
+		return badRequest("query parameter sandbox_ids is required")
 	}
 	if len(ids) > MaxListLimit {
-		writeError(w, badRequest("sandbox_ids names %d sandboxes; at most %d", len(ids), MaxListLimit))
-		return
+		return badRequest("sandbox_ids names %d sandboxes; at most %d", len(ids), MaxListLimit)
 	}
 	out := wire.SandboxesWithMetrics{Sandboxes: map[string]wire.SandboxMetric{}}
 	for _, id := range ids {
@@ -78,38 +72,34 @@ func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) {
 			if httperr.StatusOf(err) == http.StatusNotFound {
 				continue
 			}
-			writeError(w, err)
-			return
+			return err
 		}
 		if len(ms) > 0 {
 			out.Sandboxes[id] = wireMetric(ms[len(ms)-1])
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 var levelRank = map[cube.LogLevel]int{cube.LevelDebug: 0, cube.LevelInfo: 1, cube.LevelWarn: 2, cube.LevelError: 3}
 
-func (s *Server) logsV1(w http.ResponseWriter, r *http.Request) {
+func (s *Server) logsV1(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	startMs, err := queryInt(r, "start", 0, 0, 1<<50)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	limit, err := queryInt(r, "limit", 1000, 0, 100000)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	entries, err := s.backend.SandboxLogs(r.Context(), id)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := wire.SandboxLogs{Logs: []wire.SandboxLog{}, LogEntries: []wire.SandboxLogEntry{}}
 	for _, e := range entries {
@@ -125,24 +115,22 @@ func (s *Server) logsV1(w http.ResponseWriter, r *http.Request) {
 		out.LogEntries = append(out.LogEntries, we)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
+func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	q := r.URL.Query()
 	cursor, err := queryInt(r, "cursor", -1, 0, 1<<50)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	limit, err := queryInt(r, "limit", 1000, 0, 100000)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	backward := false
 	switch q.Get("direction") {
@@ -150,23 +138,20 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
 	case "backward":
 		backward = true
 	default:
-		writeError(w, badRequest("invalid direction %q: want forward or backward", q.Get("direction")))
-		return
+		return badRequest("invalid direction %q: want forward or backward", q.Get("direction"))
 	}
 	minLevel := 0
 	if lv := q.Get("level"); lv != "" {
 		rank, ok := levelRank[cube.LogLevel(lv)]
 		if !ok {
-			writeError(w, badRequest("invalid level %q: want debug, info, warn or error", lv))
-			return
+			return badRequest("invalid level %q: want debug, info, warn or error", lv)
 		}
 		minLevel = rank
 	}
 	search := q.Get("search")
 	entries, err := s.backend.SandboxLogs(r.Context(), id)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := wire.SandboxLogsV2{Logs: []wire.SandboxLogEntry{}}
 	for i := range entries {
@@ -194,4 +179,5 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) {
 		out.Logs = append(out.Logs, wireLogEntry(e))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

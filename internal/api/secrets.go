@@ -10,25 +10,22 @@ import (
 
 // The /secrets routes: values go in, metadata comes out, never a value.
 
-func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) error {
 	limit, token, err := pageParams(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	sc, ok := capability[cube.Secrets](s, w, "secrets are")
-	if !ok {
-		return
+	sc, err := capability[cube.Secrets](s, "secrets are")
+	if err != nil {
+		return err
 	}
 	items, err := sc.ListSecrets(r.Context())
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	items, next, err := page(items, func(i *cube.SecretInfo) (time.Time, string) { return i.CreatedAt, i.ID }, true, limit, token)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := make([]wire.Secret, 0, len(items))
 	for _, i := range items {
@@ -36,67 +33,66 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 	}
 	setNextToken(w, next)
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) error {
 	var body wire.NewSecret
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	sc, ok := capability[cube.Secrets](s, w, "secrets are")
-	if !ok {
-		return
+	sc, err := capability[cube.Secrets](s, "secrets are")
+	if err != nil {
+		return err
 	}
 	info, err := sc.CreateSecret(r.Context(), body.Name, body.Value, body.Metadata)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, wireSecret(info))
+	return nil
 }
 
-func (s *Server) getSecret(w http.ResponseWriter, r *http.Request) {
-	sc, ok := capability[cube.Secrets](s, w, "secrets are")
-	if !ok {
-		return
+func (s *Server) getSecret(w http.ResponseWriter, r *http.Request) error {
+	sc, err := capability[cube.Secrets](s, "secrets are")
+	if err != nil {
+		return err
 	}
 	info, err := sc.GetSecret(r.Context(), r.PathValue("secretID"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, wireSecret(info))
+	return nil
 }
 
-func (s *Server) updateSecret(w http.ResponseWriter, r *http.Request) {
+func (s *Server) updateSecret(w http.ResponseWriter, r *http.Request) error {
 	var body wire.SecretUpdate
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	sc, ok := capability[cube.Secrets](s, w, "secrets are")
-	if !ok {
-		return
+	sc, err := capability[cube.Secrets](s, "secrets are")
+	if err != nil {
+		return err
 	}
 	info, err := sc.UpdateSecret(r.Context(), r.PathValue("secretID"), body.Value, body.Metadata)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, wireSecret(info))
+	return nil
 }
 
-func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
-	sc, ok := capability[cube.Secrets](s, w, "secrets are")
-	if !ok {
-		return
+func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) error {
+	sc, err := capability[cube.Secrets](s, "secrets are")
+	if err != nil {
+		return err
 	}
 	if err := sc.DeleteSecret(r.Context(), r.PathValue("secretID")); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func wireSecret(i cube.SecretInfo) wire.Secret {

@@ -164,7 +164,20 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 type route struct {
 	method, path string
 	public       bool
-	handler      http.HandlerFunc
+	handler      handlerFunc
+}
+
+// handlerFunc is an API route's handler. It writes its own success and
+// returns its failure, which is answered in the E2B error shape, so that a
+// handler cannot forget to stop after answering one. A handler that has
+// begun its answer (a stream) returns nil from then on: a status can no
+// longer be sent.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (h handlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h(w, r); err != nil {
+		writeError(w, err)
+	}
 }
 
 func (s *Server) routes() []route {
@@ -271,6 +284,24 @@ var probeMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
 // serveAPI answers one API request and returns its route label.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 	_, pattern := s.mux.Handler(r)
+	if err := s.admit(w, r, pattern); err != nil {
+		writeError(w, err)
+		if pattern == "" {
+			return "unmatched"
+		}
+		return pattern
+	}
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(pattern))
+	}
+	s.mux.ServeHTTP(w, r)
+	return pattern
+}
+
+// admit refuses what no route may serve: a request that matches none (405
+// with Allow when another method would), and one to a route that needs
+// the API key without a credential it takes or over the key's rate.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) error {
 	if pattern == "" {
 		var allowed []string
 		for _, m := range probeMethods {
@@ -282,31 +313,24 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 		}
 		if len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			writeError(w, httperr.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path))
-			return "unmatched"
+			return httperr.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path)
 		}
-		writeError(w, httperr.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
-		return "unmatched"
+		return httperr.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
 	}
-	if !s.isPublic(pattern) {
-		key, ok := s.authorized(r)
-		if !ok {
-			key, ok = s.volumeToken(pattern, r)
-		}
-		if !ok {
-			writeError(w, httperr.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
-			return pattern
-		}
-		if ok, wait := s.limiter.Allow(key); !ok {
-			writeError(w, rateLimited(wait))
-			return pattern
-		}
+	if s.isPublic(pattern) {
+		return nil
 	}
-	if r.Body != nil {
-		r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(pattern))
+	key, ok := s.authorized(r)
+	if !ok {
+		key, ok = s.volumeToken(pattern, r)
 	}
-	s.mux.ServeHTTP(w, r)
-	return pattern
+	if !ok {
+		return httperr.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header")
+	}
+	if ok, wait := s.limiter.Allow(key); !ok {
+		return rateLimited(wait)
+	}
+	return nil
 }
 
 // bodyLimit is the most a request to the route served under pattern may

@@ -13,57 +13,51 @@ import (
 // MaxForkCount bounds the children of one fork or clone.
 const MaxForkCount = 100
 
-func (s *Server) snapshotter(w http.ResponseWriter) (cube.Snapshotter, bool) {
-	return capability[cube.Snapshotter](s, w, "snapshots are")
+func (s *Server) snapshotter() (cube.Snapshotter, error) {
+	return capability[cube.Snapshotter](s, "snapshots are")
 }
 
-func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.SnapshotRequest
 	if err := decodeBody(r, &body, false); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if len(body.Name) > 128 || strings.ContainsAny(body.Name, "\x00\n\r") {
-		writeError(w, badRequest("invalid snapshot name %q", body.Name))
-		return
+		return badRequest("invalid snapshot name %q", body.Name)
 	}
-	sn, ok := s.snapshotter(w)
-	if !ok {
-		return
+	sn, err := s.snapshotter()
+	if err != nil {
+		return err
 	}
 	snap, err := sn.CreateSnapshot(r.Context(), id, body.Name)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, wireSnapshot(snap))
+	return nil
 }
 
-func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	limit, token, err := pageParams(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	sn, ok := s.snapshotter(w)
-	if !ok {
-		return
+	sn, err := s.snapshotter()
+	if err != nil {
+		return err
 	}
 	q := r.URL.Query()
 	items, err := sn.ListSnapshots(r.Context(), cube.SnapshotFilter{SandboxID: q.Get("sandboxID"), Name: q.Get("name")})
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	items, next, err := page(items, func(s *cube.Snapshot) (time.Time, string) { return s.CreatedAt, s.ID }, false, limit, token)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := make([]wire.SnapshotInfo, 0, len(items))
 	for i := range items {
@@ -71,47 +65,42 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	setNextToken(w, next)
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) error {
 	// The body first: a count out of range is the caller's mistake
 	// whatever the sandbox, and E2B answers it with 400.
 	var body wire.ForkRequest
 	if err := decodeBody(r, &body, false); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	req, err := s.forkRequest(body.Count, body.Timeout, nil, defaultTimeoutV1)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	s.answerFork(w, r, id, req)
+	return s.answerFork(w, r, id, req)
 }
 
 // clone is CubeSandbox's name for fork, with a bound on concurrency.
-func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
+func (s *Server) clone(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.CloneRequest
 	if err := decodeBody(r, &body, false); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	req, err := s.forkRequest(body.Count, body.Timeout, body.Concurrency, defaultTimeoutV2)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	s.answerFork(w, r, id, req)
+	return s.answerFork(w, r, id, req)
 }
 
 func (s *Server) forkRequest(count, timeout, concurrency *int, def time.Duration) (cube.ForkRequest, error) {
@@ -133,15 +122,14 @@ func (s *Server) forkRequest(count, timeout, concurrency *int, def time.Duration
 	return req, err
 }
 
-func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, id string, req cube.ForkRequest) {
-	sn, ok := s.snapshotter(w)
-	if !ok {
-		return
+func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, id string, req cube.ForkRequest) error {
+	sn, err := s.snapshotter()
+	if err != nil {
+		return err
 	}
 	results, err := sn.ForkSandbox(r.Context(), id, req)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := make([]wire.ForkResult, 0, len(results))
 	for _, res := range results {
@@ -157,31 +145,29 @@ func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, id string, r
 		}
 	}
 	writeJSON(w, http.StatusCreated, out)
+	return nil
 }
 
-func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
+func (s *Server) rollback(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.RollbackRequest
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if strings.TrimSpace(body.SnapshotID) == "" {
-		writeError(w, badRequest("snapshotID is required"))
-		return
+		return badRequest("snapshotID is required")
 	}
-	sn, ok := s.snapshotter(w)
-	if !ok {
-		return
+	sn, err := s.snapshotter()
+	if err != nil {
+		return err
 	}
 	rb, err := sn.RollbackSandbox(r.Context(), id, body.SnapshotID)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, wire.RollbackResult{SandboxID: id, SnapshotID: body.SnapshotID, OperationID: rb.OperationID, Status: rb.Status})
+	return nil
 }

@@ -50,35 +50,33 @@ const UploadPath = "/templates/{templateID}/files/{hash}/upload"
 // logTimeLayout is RFC 3339 with milliseconds, as E2B's build logs carry.
 const logTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-func (s *Server) stepBuilder(w http.ResponseWriter) (cube.StepBuilder, bool) {
-	return capability[cube.StepBuilder](s, w, "building templates from steps is")
+func (s *Server) stepBuilder() (cube.StepBuilder, error) {
+	return capability[cube.StepBuilder](s, "building templates from steps is")
 }
 
 // requestBuild serves POST /v3/templates.
-func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
+func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) error {
 	var body wire.TemplateBuildRequestV3
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	intent, err := buildIntent(body)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	ticket, err := b.RequestBuild(r.Context(), intent)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusAccepted, wire.TemplateRequestResponseV3{
 		TemplateID: ticket.TemplateID, BuildID: ticket.BuildID,
 		Names: nonNil(ticket.Names), Aliases: nonNil(ticket.Names), Tags: nonNil(ticket.Tags), Public: ticket.Public,
 	})
+	return nil
 }
 
 // buildIntent validates the body of POST /v3/templates.
@@ -164,37 +162,34 @@ func buildID(r *http.Request) (string, error) {
 }
 
 // fileUploadLink serves GET /templates/{templateID}/files/{hash}.
-func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
+func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) error {
 	tid, err := templateID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	hash, err := filesHash(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	verify, err := uploadVerify(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	present, err := b.FilesPresent(r.Context(), tid, hash)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if present {
 		writeJSON(w, http.StatusCreated, wire.TemplateBuildFileUpload{Present: true})
-		return
+		return nil
 	}
 	link := s.uploadURL(r, tid, hash, time.Now().Add(UploadLinkTTL), verify)
 	writeJSON(w, http.StatusCreated, wire.TemplateBuildFileUpload{URL: link})
+	return nil
 }
 
 // uploadVerify reads ?verify=, "" or wire.VerifyArchive.
@@ -312,75 +307,66 @@ func (l *uploadLinks) release(link signedLink, stored bool) {
 // uploadFiles serves PUT UploadPath: a COPY step's tar archive, streamed
 // to the builder as it arrives. Its body limit is the builder's (see
 // bodyLimit).
-func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) {
+func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 	tid, err := templateID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	hash, err := filesHash(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	link, err := s.checkUploadSignature(r, tid, hash)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	tooLarge := fmt.Sprintf("the files are larger than the server accepts (%d bytes)", b.MaxFilesBytes())
 	if r.ContentLength > b.MaxFilesBytes() {
-		writeError(w, httperr.Errorf(http.StatusRequestEntityTooLarge, "%s: the upload has %d", tooLarge, r.ContentLength))
-		return
+		return httperr.Errorf(http.StatusRequestEntityTooLarge, "%s: the upload has %d", tooLarge, r.ContentLength)
 	}
 	if err := s.uploads.claim(link); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	err = b.PutFiles(r.Context(), tid, hash, tooLargeAsKind{r.Body, tooLarge}, link.verify)
 	s.uploads.release(link, err == nil)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // startBuild serves POST /v2/templates/{templateID}/builds/{buildID}.
-func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) {
+func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) error {
 	tid, err := templateID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	bid, err := buildID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.TemplateBuildStartV2
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	spec, err := buildSpec(body)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	if err := b.StartBuild(r.Context(), tid, bid, spec); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
+	return nil
 }
 
 // buildSpec validates the body of a build start.
@@ -501,24 +487,22 @@ func buildString(field, v string) error {
 }
 
 // buildStatus serves GET /templates/{templateID}/builds/{buildID}/status.
-func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request) {
-	tid, bid, ok := buildPath(w, r)
-	if !ok {
-		return
+func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request) error {
+	tid, bid, err := buildPath(r)
+	if err != nil {
+		return err
 	}
 	offset, err := queryInt(r, "logsOffset", 0, 0, 1<<31-1)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	st, err := b.BuildStatus(r.Context(), tid, bid, int(offset))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := wire.BuildStatusInfo{
 		TemplateID: st.TemplateID, BuildID: st.BuildID, Status: st.Status,
@@ -531,19 +515,19 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request) {
 		out.QueuePosition = &st.QueuePosition
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-// buildPath reads {templateID} and {buildID}, answering 400 for bad ones.
-func buildPath(w http.ResponseWriter, r *http.Request) (tid, bid string, ok bool) {
-	tid, err := templateID(r)
+// buildPath reads {templateID} and {buildID}, a 400 for bad ones.
+func buildPath(r *http.Request) (tid, bid string, err error) {
+	tid, err = templateID(r)
 	if err == nil {
 		bid, err = buildID(r)
 	}
 	if err != nil {
-		writeError(w, err)
-		return "", "", false
+		return "", "", err
 	}
-	return tid, bid, true
+	return tid, bid, nil
 }
 
 func wireLogEntries(logs []cube.BuildLogEntry) []wire.BuildLogEntry {
@@ -555,26 +539,25 @@ func wireLogEntries(logs []cube.BuildLogEntry) []wire.BuildLogEntry {
 }
 
 // buildLogs serves GET /templates/{templateID}/builds/{buildID}/logs.
-func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request) {
-	tid, bid, ok := buildPath(w, r)
-	if !ok {
-		return
+func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request) error {
+	tid, bid, err := buildPath(r)
+	if err != nil {
+		return err
 	}
 	q, err := buildLogQuery(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	logs, err := b.BuildLogs(r.Context(), tid, bid, q)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, wire.TemplateBuildLogsResponse{Logs: wireLogEntries(logs)})
+	return nil
 }
 
 // buildLogQuery reads cursor, limit, direction, level and source (the
@@ -613,48 +596,44 @@ func buildLogQuery(r *http.Request) (cube.BuildLogQuery, error) {
 }
 
 // assignTags serves POST /templates/tags.
-func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
+func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) error {
 	var body wire.AssignTemplateTagsRequest
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := tagsRequest("target", body.Target, body.Tags); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	bid, err := b.AssignTags(r.Context(), body.Target, body.Tags)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, wire.AssignedTemplateTags{BuildID: bid, Tags: body.Tags})
+	return nil
 }
 
 // removeTags serves DELETE /templates/tags.
-func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) {
+func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) error {
 	var body wire.DeleteTemplateTagsRequest
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if err := tagsRequest("name", body.Name, body.Tags); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	if err := b.RemoveTags(r.Context(), body.Name, body.Tags); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // tagsRequest validates a tag assignment or removal: a template reference
@@ -679,55 +658,51 @@ func tagsRequest(field, ref string, tags []string) error {
 
 // templateTags serves GET /templates/{templateID}/tags, registered under a
 // wider pattern (see muxPatterns).
-func (s *Server) templateTags(w http.ResponseWriter, r *http.Request) {
+func (s *Server) templateTags(w http.ResponseWriter, r *http.Request) error {
 	if r.PathValue("tags") != "tags" {
-		writeError(w, httperr.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path))
-		return
+		return httperr.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
 	}
 	tid, err := templateID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	tags, err := b.TemplateTags(r.Context(), tid)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	out := make([]wire.TemplateTag, 0, len(tags))
 	for _, t := range tags {
 		out = append(out, wire.TemplateTag{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.CreatedAt.UTC()})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // updateTemplate serves PATCH /templates/{templateID} and its v2. A body
 // without public changes nothing and answers the template's names.
-func (s *Server) updateTemplate(w http.ResponseWriter, r *http.Request) {
+func (s *Server) updateTemplate(w http.ResponseWriter, r *http.Request) error {
 	tid, err := templateID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	var body wire.TemplateUpdateRequest
 	if err := decodeBody(r, &body, false); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.stepBuilder(w)
-	if !ok {
-		return
+	b, err := s.stepBuilder()
+	if err != nil {
+		return err
 	}
 	names, err := s.templateNames(r, b, tid, body.Public)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, wire.TemplateUpdateResponse{Names: nonNil(names)})
+	return nil
 }
 
 func (s *Server) templateNames(r *http.Request, b cube.StepBuilder, tid string, public *bool) ([]string, error) {

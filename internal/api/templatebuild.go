@@ -160,69 +160,63 @@ func wireBuildInfo(d cube.TemplateDetail) wire.TemplateBuildInfo {
 	}
 }
 
-func (s *Server) builder(w http.ResponseWriter) (cube.TemplateBuilder, bool) {
-	return capability[cube.TemplateBuilder](s, w, "building templates is")
+func (s *Server) builder() (cube.TemplateBuilder, error) {
+	return capability[cube.TemplateBuilder](s, "building templates is")
 }
 
-func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
+func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	var body wire.TemplateBuildRequest
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	req, err := buildRequest(body)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	b, ok := s.builder(w)
-	if !ok {
-		return
+	b, err := s.builder()
+	if err != nil {
+		return err
 	}
 	job, err := b.BuildTemplate(r.Context(), req)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.Header().Set("Location", "/templates/jobs/"+job.ID)
 	writeJSON(w, http.StatusAccepted, wire.TemplateBuildStarted{JobID: job.ID, TemplateID: job.TemplateID})
+	return nil
 }
 
-func (s *Server) getBuildJob(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getBuildJob(w http.ResponseWriter, r *http.Request) error {
 	jobID := r.PathValue("jobID")
 	if !id.ValidName(jobID) {
-		writeError(w, badRequest("invalid job ID %q", jobID))
-		return
+		return badRequest("invalid job ID %q", jobID)
 	}
-	b, ok := s.builder(w)
-	if !ok {
-		return
+	b, err := s.builder()
+	if err != nil {
+		return err
 	}
 	job, err := b.BuildJob(r.Context(), jobID)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, wireBuildJob(job))
+	return nil
 }
 
 // listTemplatesDetailed answers GET /templates, adding build facts when
 // the backend builds templates.
-func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) error {
 	b, ok := s.backend.(cube.TemplateBuilder)
 	if !ok {
-		s.listTemplates(w, r)
-		return
+		return s.listTemplates(w, r)
 	}
 	ts, err := s.backend.ListTemplates(r.Context())
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	details, err := b.TemplateDetails(r.Context())
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	ts, _, _ = page(ts, func(t *cube.Template) (time.Time, string) { return t.CreatedAt, t.ID }, true, len(ts), "")
 	out := make([]wire.TemplateListed, 0, len(ts))
@@ -230,32 +224,30 @@ func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) {
 		out = append(out, wire.TemplateListed{Template: wireTemplate(&ts[i]), TemplateBuildInfo: wireBuildInfo(details[ts[i].ID])})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // getTemplateDetailed answers GET /templates/{id}, adding build facts when
 // the backend builds templates.
-func (s *Server) getTemplateDetailed(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getTemplateDetailed(w http.ResponseWriter, r *http.Request) error {
 	b, ok := s.backend.(cube.TemplateBuilder)
 	if !ok {
-		s.getTemplate(w, r)
-		return
+		return s.getTemplate(w, r)
 	}
 	tid, err := templateID(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	t, err := s.backend.GetTemplate(r.Context(), tid)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	details, err := b.TemplateDetails(r.Context())
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, wire.TemplateDetail{TemplateWithBuilds: wireTemplateWithBuilds(t), TemplateBuildInfo: wireBuildInfo(details[t.ID])})
+	return nil
 }
 
 // ImportsPath is the route of archive uploads.
@@ -272,25 +264,24 @@ type ImportedArchive struct {
 // raw request body (?kind=oci-archive, the default, or docker-archive),
 // answered 201 with an ImportedArchive. Its body limit is the importer's
 // (see bodyLimit), not the API's, which fits JSON and not images.
-func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) {
-	imp, ok := capability[cube.ArchiveImporter](s, w, "uploading image archives is")
-	if !ok {
-		return
+func (s *Server) importArchive(w http.ResponseWriter, r *http.Request) error {
+	imp, err := capability[cube.ArchiveImporter](s, "uploading image archives is")
+	if err != nil {
+		return err
 	}
 	kind := r.URL.Query().Get("kind")
 	if kind == "" {
 		kind = "oci-archive"
 	}
 	if max := imp.MaxImportBytes(); r.ContentLength > max {
-		writeError(w, httperr.Errorf(http.StatusRequestEntityTooLarge, "the archive has %d bytes, more than the server accepts (%d bytes, cube-server --max-image-bytes)", r.ContentLength, max))
-		return
+		return httperr.Errorf(http.StatusRequestEntityTooLarge, "the archive has %d bytes, more than the server accepts (%d bytes, cube-server --max-image-bytes)", r.ContentLength, max)
 	}
 	image, err := imp.ImportArchive(r.Context(), kind, tooLargeAsKind{r.Body, fmt.Sprintf("the archive is larger than the server accepts (%d bytes, cube-server --max-image-bytes)", imp.MaxImportBytes())})
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, ImportedArchive{Image: image})
+	return nil
 }
 
 // tooLargeAsKind turns the body limit's error (a chunked body may only

@@ -18,50 +18,46 @@ const VolumeFilePath = "/volumecontent/{volumeID}/file"
 // The persistent volume routes: E2B's /volumes, whose answers carry the
 // token of the volume content routes (volumes_content.go).
 
-func (s *Server) volumes(w http.ResponseWriter) (cube.Volumes, bool) {
-	return capability[cube.Volumes](s, w, "volumes are")
+func (s *Server) volumes() (cube.Volumes, error) {
+	return capability[cube.Volumes](s, "volumes are")
 }
 
-func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
-	vb, ok := s.volumes(w)
-	if !ok {
-		return
+func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
+	vb, err := s.volumes()
+	if err != nil {
+		return err
 	}
 	var body wire.NewVolume
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if !volume.ValidName(body.Name) {
-		writeError(w, badRequest("name: volume name %q is invalid: use %s", body.Name, volume.NameRule))
-		return
+		return badRequest("name: volume name %q is invalid: use %s", body.Name, volume.NameRule)
 	}
 	var size int64
 	if body.SizeMB != nil {
 		maxMB := vb.MaxVolumeBytes() >> 20
 		if *body.SizeMB < volume.MinBytes>>20 || *body.SizeMB > maxMB {
-			writeError(w, badRequest("sizeMB: %d is out of range: give %d to %d (the server's --max-volume-size)", *body.SizeMB, volume.MinBytes>>20, maxMB))
-			return
+			return badRequest("sizeMB: %d is out of range: give %d to %d (the server's --max-volume-size)", *body.SizeMB, volume.MinBytes>>20, maxMB)
 		}
 		size = *body.SizeMB << 20
 	}
 	v, err := vb.CreateVolume(r.Context(), body.Name, size)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, wireVolumeAndToken(v))
+	return nil
 }
 
-func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
-	vb, ok := s.volumes(w)
-	if !ok {
-		return
+func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) error {
+	vb, err := s.volumes()
+	if err != nil {
+		return err
 	}
 	vs, err := vb.ListVolumes(r.Context())
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	slices.SortFunc(vs, func(a, b cube.Volume) int { return strings.Compare(a.Name, b.Name) })
 	out := make([]wire.Volume, 0, len(vs))
@@ -69,31 +65,32 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		out = append(out, wire.Volume{VolumeID: v.ID, Name: v.Name, SizeMB: v.SizeBytes >> 20, CreatedAt: v.CreatedAt.UTC()})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
-	vb, ok := s.volumes(w)
-	if !ok {
-		return
+func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) error {
+	vb, err := s.volumes()
+	if err != nil {
+		return err
 	}
 	v, err := vb.GetVolume(r.Context(), r.PathValue("volumeID"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, wireVolumeAndToken(v))
+	return nil
 }
 
-func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
-	vb, ok := s.volumes(w)
-	if !ok {
-		return
+func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) error {
+	vb, err := s.volumes()
+	if err != nil {
+		return err
 	}
 	if err := vb.DeleteVolume(r.Context(), r.PathValue("volumeID")); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func wireVolumeAndToken(v *cube.Volume) wire.VolumeAndToken {

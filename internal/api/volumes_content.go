@@ -15,29 +15,25 @@ import (
 // the API key); every path is resolved inside the volume's root.
 
 // withFiles opens the volume the request names and calls fn with it.
-func (s *Server) withFiles(w http.ResponseWriter, r *http.Request, fn func(cube.VolumeFiles, string) error) {
-	vb, ok := s.volumes(w)
-	if !ok {
-		return
+func (s *Server) withFiles(r *http.Request, fn func(cube.VolumeFiles, string) error) error {
+	vb, err := s.volumes()
+	if err != nil {
+		return err
 	}
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		writeError(w, badRequest("path: the query parameter path is required (the volume's root is /)"))
-		return
+		return badRequest("path: the query parameter path is required (the volume's root is /)")
 	}
 	files, err := vb.VolumeFiles(r.Context(), r.PathValue("volumeID"))
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	defer files.Close()
-	if err := fn(files, p); err != nil {
-		writeError(w, err)
-	}
+	return fn(files, p)
 }
 
-func (s *Server) volumeStat(w http.ResponseWriter, r *http.Request) {
-	s.withFiles(w, r, func(f cube.VolumeFiles, p string) error {
+func (s *Server) volumeStat(w http.ResponseWriter, r *http.Request) error {
+	return s.withFiles(r, func(f cube.VolumeFiles, p string) error {
 		e, err := f.Stat(p)
 		if err != nil {
 			return err
@@ -47,17 +43,15 @@ func (s *Server) volumeStat(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) volumeSetAttr(w http.ResponseWriter, r *http.Request) {
+func (s *Server) volumeSetAttr(w http.ResponseWriter, r *http.Request) error {
 	var body wire.VolumeAttr
 	if err := decodeBody(r, &body, true); err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
 	if body.Mode != nil && *body.Mode > 0o7777 {
-		writeError(w, badRequest("mode: %o is not a permission mode (at most 07777)", *body.Mode))
-		return
+		return badRequest("mode: %o is not a permission mode (at most 07777)", *body.Mode)
 	}
-	s.withFiles(w, r, func(f cube.VolumeFiles, p string) error {
+	return s.withFiles(r, func(f cube.VolumeFiles, p string) error {
 		e, err := f.SetAttr(p, cube.VolumeAttr{UID: body.UID, GID: body.GID, Mode: body.Mode})
 		if err != nil {
 			return err
@@ -67,8 +61,8 @@ func (s *Server) volumeSetAttr(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) volumeRemove(w http.ResponseWriter, r *http.Request) {
-	s.withFiles(w, r, func(f cube.VolumeFiles, p string) error {
+func (s *Server) volumeRemove(w http.ResponseWriter, r *http.Request) error {
+	return s.withFiles(r, func(f cube.VolumeFiles, p string) error {
 		if err := f.Remove(p); err != nil {
 			return err
 		}
@@ -77,17 +71,16 @@ func (s *Server) volumeRemove(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) volumeList(w http.ResponseWriter, r *http.Request) {
+func (s *Server) volumeList(w http.ResponseWriter, r *http.Request) error {
 	depth := 1
 	if v := r.URL.Query().Get("depth"); v != "" {
 		d, err := strconv.Atoi(v)
 		if err != nil {
-			writeError(w, badRequest("depth: %q is not a number", v))
-			return
+			return badRequest("depth: %q is not a number", v)
 		}
 		depth = d
 	}
-	s.withFiles(w, r, func(f cube.VolumeFiles, p string) error {
+	return s.withFiles(r, func(f cube.VolumeFiles, p string) error {
 		es, err := f.List(p, depth)
 		if err != nil {
 			return err
@@ -101,13 +94,12 @@ func (s *Server) volumeList(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) volumeMakeDir(w http.ResponseWriter, r *http.Request) {
+func (s *Server) volumeMakeDir(w http.ResponseWriter, r *http.Request) error {
 	opts, err := writeOptions(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	s.withFiles(w, r, func(f cube.VolumeFiles, p string) error {
+	return s.withFiles(r, func(f cube.VolumeFiles, p string) error {
 		e, err := f.MakeDir(p, opts)
 		if err != nil {
 			return err
@@ -117,8 +109,8 @@ func (s *Server) volumeMakeDir(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) volumeReadFile(w http.ResponseWriter, r *http.Request) {
-	s.withFiles(w, r, func(f cube.VolumeFiles, p string) error {
+func (s *Server) volumeReadFile(w http.ResponseWriter, r *http.Request) error {
+	return s.withFiles(r, func(f cube.VolumeFiles, p string) error {
 		rc, e, err := f.ReadFile(p)
 		if err != nil {
 			return err
@@ -135,13 +127,12 @@ func (s *Server) volumeReadFile(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) volumeWriteFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) volumeWriteFile(w http.ResponseWriter, r *http.Request) error {
 	opts, err := writeOptions(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return err
 	}
-	s.withFiles(w, r, func(f cube.VolumeFiles, p string) error {
+	return s.withFiles(r, func(f cube.VolumeFiles, p string) error {
 		e, err := f.WriteFile(p, r.Body, opts)
 		if err != nil {
 			return err
