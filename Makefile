@@ -8,14 +8,14 @@ export PATH := /usr/local/go/bin:$(PATH)
 DATA_DIR ?= /var/lib/cube
 DEB_PACKAGES := iproute2 nftables iptables debootstrap procps curl ca-certificates \
 	python3 python3-ipykernel python3-numpy python3-pandas python3-matplotlib busybox-static \
-	libnss-myhostname r-base-core e2fsprogs
+	libnss-myhostname r-base-core e2fsprogs patch
 # What only the tests need on the host: PostgreSQL (a state database of
 # their own, started by the tests) and the JDK the Java kernel's tests run.
 TEST_PACKAGES := postgresql openjdk-17-jdk-headless
 
 GO_BINS := cube-server cubemastercli cube-bench
 
-.PHONY: all build run test deps test-deps install template bench e2e stress soak proto clean console-assets
+.PHONY: all build run test deps test-deps install template bench e2e stress soak proto clean console-assets runsc-test
 
 all: build
 
@@ -35,7 +35,7 @@ bin/cube-console: FORCE
 # runsc is large and slow to compile; it is rebuilt only when go.mod
 # (which pins its pseudo-version) or its build changes. Its seccomp programs
 # are precompiled into it (scripts/build-runsc.sh, tools/seccompgen).
-bin/runsc: go.mod go.sum scripts/build-runsc.sh tools/seccompgen/main.go
+bin/runsc: go.mod go.sum scripts/build-runsc.sh tools/seccompgen/main.go $(wildcard scripts/runsc-patches/*.patch)
 	GO=$(GO) ./scripts/build-runsc.sh $@
 
 FORCE:
@@ -128,6 +128,13 @@ stress: deps build
 ## with the raw runsc baseline, into docs/BENCHMARKS.md.
 bench: build
 	./scripts/bench.sh
+
+## runsc-test: gVisor's own tests of the packages scripts/runsc-patches
+## change, on the patched copy, plus the patches' tests. gVisor's module
+## has no test files: GVISOR_GIT names a gVisor git repository to take
+## them from (GVISOR_REV, default its HEAD). See docs/RUNSC-PATCHES.md.
+runsc-test:
+	GO=$(GO) ./scripts/runsc-test.sh
 
 ## proto: regenerate internal/envd/gen from proto/.
 proto:

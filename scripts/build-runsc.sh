@@ -6,7 +6,13 @@
 # and built through a workspace that replaces gvisor.dev/gvisor with the copy;
 # every other module resolves exactly as go.mod and go.sum say.
 #
+# The copy is patched with scripts/runsc-patches/*.patch, in name order,
+# before anything else reads it. Each patch is described in
+# docs/RUNSC-PATCHES.md; a patch that no longer applies (a new gVisor
+# pin) stops the build here rather than building a runsc without it.
+#
 #	scripts/build-runsc.sh [OUT]     (default bin/runsc)
+#	scripts/build-runsc.sh --source  (the patched copy and workspace only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -20,6 +26,11 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 cp -r "$mod" "$WORK/gvisor"
 chmod -R u+w "$WORK/gvisor"
+for p in scripts/runsc-patches/*.patch; do
+	[[ -e $p ]] || continue
+	echo "runsc: applying $p"
+	patch --quiet --forward --batch -d "$WORK/gvisor" -p1 <"$p"
+done
 $GO run ./tools/seccompgen -gvisor "$WORK/gvisor"
 cat >"$WORK/go.work" <<WORK
 go $($GO mod edit -json | sed -n 's/^\t"Go": "\(.*\)",$/\1/p')
@@ -28,6 +39,7 @@ use ../..
 
 replace gvisor.dev/gvisor => ./gvisor
 WORK
+[[ $OUT == --source ]] && exit 0
 # Workspace mode refuses -mod=mod, which some environments put in GOFLAGS.
 GOFLAGS=$(sed 's/-mod=[a-z]*//g' <<<"${GOFLAGS:-}") GOWORK=$PWD/$WORK/go.work CGO_ENABLED=0 \
 	$GO build -o "$OUT" gvisor.dev/gvisor/runsc

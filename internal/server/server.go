@@ -123,8 +123,10 @@ type Options struct {
 	// SecretsKey seals secrets (32 bytes, base64 or hex); empty:
 	// $CUBE_SECRETS_KEY, else <DataDir>/secrets.key, made on first use.
 	SecretsKey string
-	Debug      bool
-	Logger     *slog.Logger
+	// PrivateMemory: see gvisor.Config.
+	PrivateMemory bool
+	Debug         bool
+	Logger        *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -244,6 +246,7 @@ func Run(ctx context.Context, o Options) error {
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: o.Runsc, Root: filepath.Join(o.DataDir, "runsc"),
 		Bundles: filepath.Join(o.DataDir, "bundles"), Debug: o.Debug, Keeper: o.Console,
+		PrivateMemory: o.PrivateMemory,
 	})
 	if err != nil {
 		return err

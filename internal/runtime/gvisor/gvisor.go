@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -43,6 +44,11 @@ type Config struct {
 	// Keeper is the cube-console binary each sandbox's console keeper
 	// runs; empty runs this binary again as the keeper (see console.go).
 	Keeper string
+	// PrivateMemory gives each restored sandbox a private copy of its
+	// image's memory, as stock gVisor does. By default they share it
+	// copy-on-write (Runsc.SharedMemory), which needs a runsc built with
+	// scripts/runsc-patches; New checks that it has the flag.
+	PrivateMemory bool
 }
 
 // Runtime is the gVisor implementation of runtime.Runtime.
@@ -69,6 +75,11 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	if !cfg.PrivateMemory {
+		if err := checkSharedMemory(cfg.Runsc); err != nil {
+			return nil, err
+		}
+	}
 	r := &Runtime{cfg: cfg}
 	if err := r.prepareFiles(); err != nil {
 		return nil, err
@@ -84,10 +95,22 @@ func (r *Runtime) keeperBin() string {
 	return "/proc/self/exe"
 }
 
+// checkSharedMemory reports whether the runsc at path knows --cow-restore,
+// the flag scripts/runsc-patches adds: a stock runsc refuses to start a
+// sandbox with it, which is better said once, at start.
+func checkSharedMemory(path string) error {
+	out, err := exec.Command(path, "--cow-restore=false", "help").CombinedOutput()
+	if err != nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return fmt.Errorf("runsc at %s cannot share template memory (%s): rebuild it with `make bin/runsc`, which applies scripts/runsc-patches, or start with --private-memory", path, first)
+	}
+	return nil
+}
+
 // runscFor is the runsc command line for calls on sandbox id ("" for
 // calls on none), with its debug log when Debug is set.
 func (r *Runtime) runscFor(id string) Runsc {
-	rs := Runsc{Path: r.cfg.Runsc, Root: r.cfg.Root}
+	rs := Runsc{Path: r.cfg.Runsc, Root: r.cfg.Root, SharedMemory: !r.cfg.PrivateMemory}
 	if r.cfg.Debug && id != "" {
 		rs.DebugLog = filepath.Join(r.cfg.Bundles, id) + "/runsc.%COMMAND%.log"
 	}

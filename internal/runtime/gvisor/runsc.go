@@ -20,6 +20,15 @@ type Runsc struct {
 	// DebugLog, when set, turns on runsc's debug log with this
 	// --debug-log pattern.
 	DebugLog string
+	// SharedMemory restores a sandbox's memory copy-on-write from its
+	// image's pages.img (runsc --cow-restore, scripts/runsc-patches):
+	// every sandbox restored from one image shares its pages through the
+	// host page cache until it writes them. The sandbox process reads the
+	// flag when it boots, so a container created ahead of its restore
+	// needs it at create too. Images must never be rewritten in place
+	// while a sandbox maps them; Cube writes each image once, under a
+	// new name, and renames it into place.
+	SharedMemory bool
 }
 
 // Flags are the global flags of a call for a container of spec; nil
@@ -46,6 +55,9 @@ func (r Runsc) Flags(spec *runtime.Spec) []string {
 			f = append(f, "--network", "sandbox")
 		} else {
 			f = append(f, "--network", "none")
+		}
+		if r.SharedMemory {
+			f = append(f, "--cow-restore")
 		}
 	}
 	if r.DebugLog != "" {

@@ -25,6 +25,15 @@ func TestRunscFlags(t *testing.T) {
 			t.Errorf("flags for %+v = %q, want %q", c.spec, got, c.want)
 		}
 	}
+	// Sharing memory is a flag of every call that makes a sandbox (a
+	// container created ahead of its restore reads it at create).
+	shared := Runsc{Path: "/bin/runsc", Root: "/r", SharedMemory: true}
+	if got := strings.Join(shared.Flags(&runtime.Spec{}), " "); !strings.HasSuffix(got, "--network none --cow-restore") {
+		t.Errorf("flags with shared memory = %q", got)
+	}
+	if got := strings.Join(shared.Flags(nil), " "); strings.Contains(got, "cow") {
+		t.Errorf("flags of a call on a container = %q", got)
+	}
 	r.DebugLog = "/b/x/runsc.%COMMAND%.log"
 	cmd := r.Command(t.Context(), nil, "pause", "x")
 	if got := strings.Join(cmd.Args, " "); got != "/bin/runsc --root /r --platform systrap --allow-suid --debug --debug-log /b/x/runsc.%COMMAND%.log pause x" {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs gVisor's own tests of the packages scripts/runsc-patches change,
+# on the patched copy that bin/runsc is built from, with the patches' own
+# tests (scripts/runsc-patches/tests) added. gVisor's Go module ships no
+# test files, so they come from a gVisor git repository (GVISOR_GIT, at
+# GVISOR_REV): its master branch is what the module's "go" branch is
+# generated from, and the files of a commit near the pinned module
+# version compile against it.
+#
+#	GVISOR_GIT=/path/to/gvisor[.git] [GVISOR_REV=master] scripts/runsc-test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+: "${GVISOR_GIT:?set GVISOR_GIT to a clone of https://github.com/google/gvisor (a bare one will do)}"
+REV=${GVISOR_REV:-HEAD}
+WORK=.cache/runsc
+PKGS=(pkg/sentry/mm pkg/sentry/pgalloc)
+
+GO=$GO ./scripts/build-runsc.sh --source
+# What the tests need beside them: the packages' test files and the
+# test-only context package they import.
+git --git-dir="$(git -C "$GVISOR_GIT" rev-parse --git-dir 2>/dev/null || echo "$GVISOR_GIT")" \
+	archive "$REV" "${PKGS[@]}" pkg/sentry/contexttest |
+	tar -x -C "$WORK/gvisor" --wildcards '*_test.go' 'pkg/sentry/contexttest/*'
+for p in scripts/runsc-patches/tests/*.patch; do
+	[[ -e $p ]] || continue
+	echo "runsc-test: applying $p"
+	patch --quiet --forward --batch -d "$WORK/gvisor" -p1 <"$p"
+done
+GOFLAGS=$(sed 's/-mod=[a-z]*//g' <<<"${GOFLAGS:-}") GOWORK=$PWD/$WORK/go.work CGO_ENABLED=0 \
+	$GO test -count=1 "${PKGS[@]/#/gvisor.dev/gvisor/}"
