@@ -1,9 +1,11 @@
-// Package envdclient is the node's typed client of the envd inside each
-// sandbox: handing it a sandbox's token and environment (/init), checking
-// the token took, and reading its resource sample (/metrics). It keeps the
-// wire details (ports, headers, bodies, retries) out of the sandbox
-// lifecycle code, and speaks only the envd protocol package, never the
-// agent itself.
+// Package envdclient is the control plane's typed client of the envd
+// inside each sandbox: handing it a sandbox's token and environment
+// (/init), checking the token took, reading its resource sample
+// (/metrics), asking whether it is up (/health), and running a command
+// and following its output (the process service), which is how a
+// template build's steps run. It keeps the wire details (ports, headers,
+// bodies, retries) out of the sandbox lifecycle and build code, and
+// speaks only envd's protocol packages, never the agent itself.
 package envdclient
 
 import (
@@ -158,6 +160,25 @@ func (c *Client) Metrics(ctx context.Context, token string) (*protocol.Metrics, 
 	// is the sandbox's to choose, so the server reads no more than this.
 	return &m, json.NewDecoder(io.LimitReader(resp.Body, maxMetricsBytes)).Decode(&m)
 }
+
+// Health asks whether envd serves: nil on a 2xx answer. It tries once;
+// waiting for an agent that is starting is the caller's to pace.
+func (c *Client) Health(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+HealthPath, nil)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("answered %s", resp.Status)
+	}
+	return nil
+}
+
+// HealthPath is envd's route that answers as soon as the agent runs,
+// without a token.
+const HealthPath = "/health"
 
 // maxMetricsBytes bounds what Metrics reads of an answer.
 const maxMetricsBytes = 64 << 10

@@ -24,6 +24,7 @@ import (
 
 	"cube/internal/cube"
 	"cube/internal/envd/protocol"
+	"cube/internal/envdclient"
 	"cube/internal/id"
 	"cube/internal/node"
 	"cube/internal/oci"
@@ -36,7 +37,7 @@ const (
 	// as the agent runs. Templates that must be warm before their snapshot
 	// (the code interpreter on 49999) name their own probe port.
 	DefaultProbePort    = protocol.EnvdPort
-	DefaultProbePath    = "/health"
+	DefaultProbePath    = envdclient.HealthPath
 	DefaultCPUCount     = 2
 	DefaultMemoryMB     = 512
 	DefaultDiskSizeMB   = 1024

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/envdclient"
 	"cube/internal/fault"
 	"cube/internal/node"
 	"cube/internal/oci"
@@ -226,29 +227,26 @@ func unpackError(src oci.Source, err error) error {
 
 // Probe returns the readiness check of a build: HTTP GET
 // http://<addr>:<port><path> until it answers 2xx, for at most timeout.
-// Its error names the URL and the last answer or failure seen.
+// Its error names the URL and the last answer or failure seen. Envd's own
+// health is asked through its client, like every other call to envd.
 func Probe(port int, path string, timeout time.Duration) func(ctx context.Context, addr netip.Addr) error {
 	return func(ctx context.Context, addr netip.Addr) error {
 		url := "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(port)) + path
-		// Never through a proxy: the address is a local network slot.
-		client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+		check := envdclient.At(envdclient.NoKeepAlive, addr).Health
+		if port != DefaultProbePort || path != DefaultProbePath {
+			// Never through a proxy: the address is a local network slot.
+			client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+			check = func(ctx context.Context) error { return get(ctx, client, url) }
+		}
 		deadline := time.Now().Add(timeout)
 		var last error
 		for attempt := 0; ; attempt++ {
 			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			r, _ := http.NewRequestWithContext(actx, http.MethodGet, url, nil)
-			resp, err := client.Do(r)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode/100 == 2 {
-					cancel()
-					return nil
-				}
-				last = fmt.Errorf("answered %s", resp.Status)
-			} else {
-				last = err
-			}
+			last = check(actx)
 			cancel()
+			if last == nil {
+				return nil
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -263,4 +261,18 @@ func Probe(port int, path string, timeout time.Duration) func(ctx context.Contex
 			}
 		}
 	}
+}
+
+// get is one probe of a port other than envd's: nil on a 2xx answer.
+func get(ctx context.Context, client *http.Client, url string) error {
+	r, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := client.Do(r)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("answered %s", resp.Status)
+	}
+	return nil
 }

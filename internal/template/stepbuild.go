@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"cube/internal/cube"
+	"cube/internal/envdclient"
 	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/node"
@@ -381,9 +382,9 @@ func (b *Builder) reason(ctx context.Context, err error) string {
 	}
 	var se *stepError
 	if errors.As(err, &se) && se.step != "base" && se.step != "finalize" {
-		var ee *exitError
+		var ee *envdclient.ExitError
 		if errors.As(err, &ee) {
-			return fmt.Sprintf("step %s failed: the command exited with code %d", se.step, ee.code)
+			return fmt.Sprintf("step %s failed: the command exited with code %d", se.step, ee.Code)
 		}
 		return fmt.Sprintf("step %s failed: %v", se.step, se.err)
 	}

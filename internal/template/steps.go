@@ -2,12 +2,9 @@ package template
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,12 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"cube/internal/cube"
-	processpb "cube/internal/envd/gen/process"
-	"cube/internal/envd/gen/process/processpbconnect"
-	"cube/internal/envd/protocol"
+	"cube/internal/envdclient"
 	"cube/internal/id"
 	"cube/internal/node"
 	"cube/internal/oci"
@@ -344,47 +337,16 @@ func envMap(env []string) map[string]string {
 	return m
 }
 
-// exitError is a process that ended with a non-zero code.
-type exitError struct{ code int }
-
-func (e *exitError) Error() string { return "exited with code " + strconv.Itoa(e.code) }
-
 // runIn runs script by /bin/sh in the sandbox whose envd answers at addr,
-// as user, writing its output to out. A non-zero exit is an *exitError.
+// as user, writing its output to out. A non-zero exit is an
+// *envdclient.ExitError.
 func runIn(ctx context.Context, addr netip.Addr, user, cwd string, env map[string]string, script string, out io.Writer) error {
-	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	client := processpbconnect.NewProcessClient(hc, "http://"+net.JoinHostPort(addr.String(), strconv.Itoa(protocol.EnvdPort)))
-	cfg := &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}, Envs: env}
-	if cwd != "" {
-		cfg.Cwd = &cwd
-	}
-	req := connect.NewRequest(&processpb.StartRequest{Process: cfg})
-	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
-	stream, err := client.Start(ctx, req)
-	if err != nil {
+	err := envdclient.At(envdclient.NoKeepAlive, addr).Run(ctx, user, cwd, env, script, out)
+	var ee *envdclient.ExitError
+	if err != nil && !errors.As(err, &ee) {
 		return startFailure(user, err)
 	}
-	defer stream.Close()
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if d := ev.GetData(); d != nil {
-			out.Write(d.GetStdout())
-			out.Write(d.GetStderr())
-		}
-		if end := ev.GetEnd(); end != nil {
-			if end.GetExitCode() != 0 {
-				return &exitError{int(end.GetExitCode())}
-			}
-			return nil
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := stream.Err(); err != nil {
-		return startFailure(user, err)
-	}
-	return errors.New("the process ended without an exit code")
+	return err
 }
 
 // startFailure says what to fix when a step's process cannot start.
