@@ -23,21 +23,21 @@ func (n *Node) checkAlive(ctx context.Context) {
 		return
 	}
 	n.mu.Lock()
-	var dead []*instance
+	var dead []*sandbox
 	var keep []consoleKeeper
-	for _, inst := range n.sandboxes {
-		if inst.box == nil {
+	for _, sb := range n.sandboxes {
+		if sb.box == nil {
 			continue
 		}
-		if !slices.Contains(ids, inst.box.sb.ID()) {
-			dead = append(dead, inst)
-		} else if k, ok := inst.box.sb.(consoleKeeper); ok {
+		if !slices.Contains(ids, sb.box.sb.ID()) {
+			dead = append(dead, sb)
+		} else if k, ok := sb.box.sb.(consoleKeeper); ok {
 			keep = append(keep, k)
 		}
 	}
 	n.mu.Unlock()
-	for _, inst := range dead {
-		n.removeDead(context.WithoutCancel(ctx), inst)
+	for _, sb := range dead {
+		sb.removeDead(context.WithoutCancel(ctx))
 	}
 	for _, k := range keep {
 		if err := k.KeepConsole(); err != nil {
@@ -51,26 +51,26 @@ func (n *Node) checkAlive(ctx context.Context) {
 type consoleKeeper interface{ KeepConsole() error }
 
 // removeDead destroys a sandbox whose container is gone, if it still is.
-func (n *Node) removeDead(ctx context.Context, inst *instance) {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	if inst.gone || inst.box == nil {
+func (s *sandbox) removeDead(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone || s.box == nil {
 		return
 	}
-	cid := inst.box.sb.ID()
-	rec, err := n.record(ctx, inst.id)
+	cid := s.box.sb.ID()
+	rec, err := s.h.record(ctx, s.id)
 	if err != nil {
 		if !isNotFound(err) {
-			n.log.Warn("check sandbox alive: load sandbox", "sandbox", inst.id, "err", err)
+			s.h.log.Warn("check sandbox alive: load sandbox", "sandbox", s.id, "err", err)
 		}
 		return
 	}
-	still, err := n.rt.List(ctx)
+	still, err := s.h.rt.List(ctx)
 	if err != nil || slices.Contains(still, cid) {
 		return
 	}
-	n.log.Warn("sandbox exited unexpectedly; removing it", "sandbox", inst.id, "container", cid)
-	if err := n.destroy(ctx, inst, rec, "exited unexpectedly"); err != nil {
-		n.log.Warn("remove exited sandbox", "sandbox", inst.id, "err", err)
+	s.h.log.Warn("sandbox exited unexpectedly; removing it", "sandbox", s.id, "container", cid)
+	if err := s.destroy(ctx, rec, "exited unexpectedly"); err != nil {
+		s.h.log.Warn("remove exited sandbox", "sandbox", s.id, "err", err)
 	}
 }

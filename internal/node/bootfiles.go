@@ -18,31 +18,31 @@ import (
 // filesystem-only pause promises. The fresh agent holds no token yet, so
 // oldToken is not asked for. Its signature is launch's, so a resume can
 // pick either.
-func (n *Node) bootWithFiles(ctx context.Context, rec *store.Sandbox, tpl *store.Template, dir, _ string) (*container, error) {
+func (h *host) bootWithFiles(ctx context.Context, rec *store.Sandbox, tpl *store.Template, dir, _ string) (*container, error) {
 	start := time.Now()
 	own := *tpl
 	own.CPUCount, own.MemoryMB = rec.CPUCount, rec.MemoryMB
-	slot, err := n.acquireSlot(ctx, true)
+	slot, err := h.acquireSlot(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	var c cleanup
-	defer n.cleanUp(&c, "boot with files", "sandbox", rec.ID)
-	c.Add(func() error { return n.release(slot) })
+	defer h.cleanUp(&c, "boot with files", "sandbox", rec.ID)
+	c.Add(func() error { return h.release(slot) })
 	spec := Spec(&own, containerID(rec.ID), slot.NetNS)
 	spec.Files = filepath.Join(dir, runtime.FilesImage)
-	sb, err := n.rt.Boot(ctx, spec)
+	sb, err := h.rt.Boot(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("boot sandbox %s with its files: %w", rec.ID, err)
 	}
 	box := &container{sb: sb, slot: slot}
 	c.Release()
-	c.Add(func() error { return n.retire(box) })
-	booted := n.tel.phase("boot-files", "boot", start)
-	if err := n.ready(ctx, box, rec, ""); err != nil {
+	c.Add(func() error { return h.retire(box) })
+	booted := h.tel.phase("boot-files", "boot", start)
+	if err := h.ready(ctx, box, rec, ""); err != nil {
 		return nil, err
 	}
-	n.tel.phase("boot-files", "init", booted)
+	h.tel.phase("boot-files", "init", booted)
 	c.Release()
 	return box, nil
 }

@@ -69,9 +69,9 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	if rec.Network, err = json.Marshal(req.Network); err != nil {
 		return nil, err
 	}
-	inst := n.track(rec.ID, stateCreating)
-	defer inst.mu.Unlock()
-	if err := n.start(ctx, inst, rec, tpl, tpl.Checkpoint, tpl.EnvdToken); err != nil {
+	sb := n.track(rec.ID, stateCreating)
+	defer sb.mu.Unlock()
+	if err := sb.start(ctx, rec, tpl, tpl.Checkpoint, tpl.EnvdToken); err != nil {
 		return nil, err
 	}
 	n.event(rec.ID, "info", "sandbox created from template %s", tpl.ID)
@@ -80,24 +80,24 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 
 // start records a newly tracked sandbox as creating, launches it from
 // image and records it as running. On failure nothing is left behind: no
-// container, no record, no instance.
-func (n *Node) start(ctx context.Context, inst *instance, rec *store.Sandbox, tpl *store.Template, image, oldToken string) error {
+// container, no record, no sandbox.
+func (s *sandbox) start(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) error {
 	var c cleanup
-	defer n.cleanUp(&c, "create", "sandbox", rec.ID)
-	c.Add(func() error { n.untrack(inst); return nil })
-	n.changeState(inst, rec, stateCreating)
-	if err := n.save(ctx, rec); err != nil {
+	defer s.h.cleanUp(&c, "create", "sandbox", rec.ID)
+	c.Add(func() error { s.h.untrack(s); return nil })
+	s.changeState(rec, stateCreating)
+	if err := s.h.save(ctx, rec); err != nil {
 		return err
 	}
-	c.Add(func() error { return n.store.Sandboxes().Delete(context.WithoutCancel(ctx), rec.ID) })
+	c.Add(func() error { return s.h.store.Sandboxes().Delete(context.WithoutCancel(ctx), rec.ID) })
 	fault.Point(fault.SandboxCreateAfterIntent)
-	box, err := n.launch(ctx, rec, tpl, image, oldToken)
+	box, err := s.h.launch(ctx, rec, tpl, image, oldToken)
 	if err != nil {
 		return err
 	}
-	c.Add(func() error { return n.retire(box) })
+	c.Add(func() error { return s.h.retire(box) })
 	fault.Point(fault.SandboxCreateAfterLaunch)
-	if err := n.attach(ctx, inst, rec, box); err != nil {
+	if err := s.attach(ctx, rec, box); err != nil {
 		return err
 	}
 	c.Release()
@@ -107,22 +107,22 @@ func (n *Node) start(ctx context.Context, inst *instance, rec *store.Sandbox, tp
 // attach records a launched container as the sandbox's, and the sandbox
 // as running. On failure the caller still owns box, and the sandbox is
 // in the state it was.
-func (n *Node) attach(ctx context.Context, inst *instance, rec *store.Sandbox, box *container) error {
+func (s *sandbox) attach(ctx context.Context, rec *store.Sandbox, box *container) error {
 	nw, err := network(rec)
 	if err != nil {
 		return err
 	}
 	var c cleanup
-	defer n.cleanUp(&c, "attach", "sandbox", rec.ID)
-	was := inst.state
-	n.changeState(inst, rec, stateRunning)
-	c.Add(func() error { n.changeState(inst, rec, was); return nil })
+	defer s.h.cleanUp(&c, "attach", "sandbox", rec.ID)
+	was := s.state
+	s.changeState(rec, stateRunning)
+	c.Add(func() error { s.changeState(rec, was); return nil })
 	rec.Slot, rec.HostAddr, rec.ContainerID = box.slot.Index, box.slot.HostAddr.String(), box.sb.ID()
-	if err := n.save(ctx, rec); err != nil {
+	if err := s.h.save(ctx, rec); err != nil {
 		return err
 	}
 	c.Release()
-	n.setBox(inst, box, rec, nw)
+	s.setBox(box, rec, nw)
 	return nil
 }
 
@@ -132,9 +132,9 @@ func (n *Node) attach(ctx context.Context, inst *instance, rec *store.Sandbox, b
 // the image (empty for templates built from images). It does not touch the
 // store; on failure it leaves nothing behind. A crash mid-way leaves a
 // container and slot no record names, which the reconciler removes.
-func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*container, error) {
+func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*container, error) {
 	if needsBoot(rec, tpl) {
-		return n.bootWithVolumes(ctx, rec, tpl)
+		return h.bootWithVolumes(ctx, rec, tpl)
 	}
 	start := time.Now()
 	// The sandbox's own limits apply; a restore may change them, but warm
@@ -144,43 +144,43 @@ func (n *Node) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	sameLimits := own.CPUCount == tpl.CPUCount && own.MemoryMB == tpl.MemoryMB
 	// Only templates built from images have warm pools; snapshots are
 	// restored on demand.
-	if n.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && tpl.SourceSandbox == "" {
-		if box := n.takeWarm(tpl.ID); box != nil {
-			if err := n.ready(ctx, box, rec, oldToken); err != nil {
-				n.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
-				n.discard(box, rec.ID)
+	if h.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && tpl.SourceSandbox == "" {
+		if box := h.pools.takeWarm(tpl.ID); box != nil {
+			if err := h.ready(ctx, box, rec, oldToken); err != nil {
+				h.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
+				h.discard(box, rec.ID)
 			} else {
-				n.tel.phase("launch", "warm-init", start)
+				h.tel.phase("launch", "warm-init", start)
 				return box, nil
 			}
 		}
 	}
-	box, err := n.restore(ctx, &own, image, containerID(rec.ID), true)
+	box, err := h.restore(ctx, &own, image, containerID(rec.ID), true)
 	if err != nil {
 		return nil, err
 	}
 	var c cleanup
-	defer n.cleanUp(&c, "launch", "sandbox", rec.ID)
-	c.Add(func() error { return n.retire(box) })
-	restored := n.tel.phase("launch", "restore", start)
-	if err := n.ready(ctx, box, rec, oldToken); err != nil {
+	defer h.cleanUp(&c, "launch", "sandbox", rec.ID)
+	c.Add(func() error { return h.retire(box) })
+	restored := h.tel.phase("launch", "restore", start)
+	if err := h.ready(ctx, box, rec, oldToken); err != nil {
 		return nil, err
 	}
 	c.Release()
-	n.tel.phase("launch", "init", restored)
+	h.tel.phase("launch", "init", restored)
 	return box, nil
 }
 
 // ready puts rec's egress policy on a restored sandbox and hands its envd
 // the sandbox's token and environment.
-func (n *Node) ready(ctx context.Context, box *container, rec *store.Sandbox, oldToken string) error {
-	if err := n.applyPolicy(box.slot, rec); err != nil {
+func (h *host) ready(ctx context.Context, box *container, rec *store.Sandbox, oldToken string) error {
+	if err := h.applyPolicy(box.slot, rec); err != nil {
 		return err
 	}
-	token, need := rec.EnvdToken, n.cfg.CodeContextsNeedToken
+	token, need := rec.EnvdToken, h.cfg.CodeContextsNeedToken
 	user, workdir := defaultUser(rec.Boot)
-	return n.agentAt(box.slot.HostAddr).Init(ctx, protocol.Init{
-		EnvVars:        n.egressTrustEnv(rec.Boot, rec.EnvVars),
+	return h.agentAt(box.slot.HostAddr).Init(ctx, protocol.Init{
+		EnvVars:        h.egressTrustEnv(rec.Boot, rec.EnvVars),
 		AccessToken:    &token,
 		DefaultUser:    user,
 		DefaultWorkdir: workdir,
@@ -203,28 +203,28 @@ func defaultUser(tpl *store.Template) (user, workdir string) {
 // a prepared container (which has its own ID and slot) when one waits.
 // Refills of the warm pool pass evict false and take only a free slot; a
 // sandbox a user asked for may take one from a pool.
-func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid string, evict bool) (*container, error) {
+func (h *host) restore(ctx context.Context, tpl *store.Template, image, cid string, evict bool) (*container, error) {
 	at := time.Now()
-	if err := n.verifyImage(tpl, image); err != nil {
+	if err := h.verifyImage(tpl, image); err != nil {
 		return nil, err
 	}
-	at = n.tel.phase("restore", "verify", at)
-	if box := n.restorePrepared(ctx, tpl, image); box != nil {
-		n.tel.phase("restore", "into-prepared", at)
+	at = h.tel.phase("restore", "verify", at)
+	if box := h.pools.restorePrepared(ctx, tpl, image); box != nil {
+		h.tel.phase("restore", "into-prepared", at)
 		return box, nil
 	}
-	slot, err := n.acquireSlot(ctx, evict)
+	slot, err := h.acquireSlot(ctx, evict)
 	if err != nil {
 		return nil, err
 	}
 	var c cleanup
-	defer n.cleanUp(&c, "restore", "container", cid)
-	c.Add(func() error { return n.release(slot) })
-	sb, err := n.rt.Restore(ctx, image, Spec(tpl, cid, slot.NetNS))
+	defer h.cleanUp(&c, "restore", "container", cid)
+	c.Add(func() error { return h.release(slot) })
+	sb, err := h.rt.Restore(ctx, image, Spec(tpl, cid, slot.NetNS))
 	if err != nil {
 		return nil, fmt.Errorf("restore sandbox from %s: %w", tpl.ID, err)
 	}
-	n.tel.phase("restore", "cold", at)
+	h.tel.phase("restore", "cold", at)
 	c.Release()
 	return &container{sb: sb, slot: slot}, nil
 }
@@ -237,17 +237,17 @@ func (n *Node) restore(ctx context.Context, tpl *store.Template, image, cid stri
 // way, which then holds it without a container to give up yet; while such
 // background work runs, acquireSlot waits for it (at most slotWait) and
 // evicts again rather than failing.
-func (n *Node) acquireSlot(ctx context.Context, evict bool) (*netslot.Slot, error) {
+func (h *host) acquireSlot(ctx context.Context, evict bool) (*netslot.Slot, error) {
 	deadline := time.Now().Add(slotWait)
-	slot, err := n.slots.Acquire(ctx)
+	slot, err := h.slots.Acquire(ctx)
 	for evict && errors.Is(err, netslot.ErrExhausted) {
-		if !n.freePreparedSlot() && !n.freeWarmSlot() {
-			if !n.backgroundBusy() || time.Now().After(deadline) || ctx.Err() != nil {
+		if !h.pools.freePreparedSlot() && !h.pools.freeWarmSlot() {
+			if !h.pools.backgroundBusy() || time.Now().After(deadline) || ctx.Err() != nil {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		slot, err = n.slots.Acquire(ctx)
+		slot, err = h.slots.Acquire(ctx)
 	}
 	if errors.Is(err, netslot.ErrExhausted) {
 		return nil, cube.Errorf(cube.Capacity, "no free network slot: kill or pause sandboxes").WithRetryAfter(time.Second)
@@ -263,11 +263,11 @@ func (n *Node) acquireSlot(ctx context.Context, evict bool) (*netslot.Slot, erro
 const slotWait = 5 * time.Second
 
 // backgroundBusy reports whether a refill or a prepare is under way.
-func (n *Node) backgroundBusy() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	busy := n.preparing
-	for _, k := range n.filling {
+func (p *pools) backgroundBusy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	busy := p.preparing
+	for _, k := range p.filling {
 		busy += k
 	}
 	return busy > 0
@@ -282,7 +282,7 @@ func containerID(sandboxID string) string {
 
 // verifyImage checks a checkpoint against its recorded checksum before a
 // restore is attempted, so a damaged image is reported as such.
-func (n *Node) verifyImage(tpl *store.Template, image string) error {
+func (h *host) verifyImage(tpl *store.Template, image string) error {
 	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
 		return fmt.Errorf("the snapshot image of %s is missing on disk: rebuild or delete it", tpl.ID)
 	}

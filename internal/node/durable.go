@@ -57,35 +57,35 @@ func fsyncPath(path string) error {
 // writeImage checkpoints sb into dir+".tmp", fingerprints the image and
 // syncs it; publishImage then gives it its final name. op names the
 // operation in errors. On failure the .tmp is removed.
-func (n *Node) writeImage(ctx context.Context, sb runtime.Sandbox, dir string, leaveRunning bool, op string) (string, string, error) {
-	return n.writeImageWith(ctx, dir, op, func(tmp string) error { return sb.Checkpoint(ctx, tmp, leaveRunning) })
+func (h *host) writeImage(ctx context.Context, sb runtime.Sandbox, dir string, leaveRunning bool, op string) (string, string, error) {
+	return h.writeImageWith(ctx, dir, op, func(tmp string) error { return sb.Checkpoint(ctx, tmp, leaveRunning) })
 }
 
 // writeImageWith is writeImage with save writing the image into the
 // directory it is given: a checkpoint, or a sandbox's files alone.
-func (n *Node) writeImageWith(ctx context.Context, dir, op string, save func(tmp string) error) (string, string, error) {
+func (h *host) writeImageWith(ctx context.Context, dir, op string, save func(tmp string) error) (string, string, error) {
 	tmp := dir + ".tmp"
 	// What an attempt that failed or crashed left.
 	if err := os.RemoveAll(tmp); err != nil {
 		return "", "", diskError(op, err)
 	}
 	var c cleanup
-	defer n.cleanUp(&c, op, "dir", tmp)
+	defer h.cleanUp(&c, op, "dir", tmp)
 	c.Add(func() error { return os.RemoveAll(tmp) })
 	at := time.Now()
 	if err := save(tmp); err != nil {
 		return "", "", diskError(op, err)
 	}
-	at = n.tel.phase(op, "checkpoint", at)
+	at = h.tel.phase(op, "checkpoint", at)
 	sum, err := imageChecksum(tmp)
 	if err != nil {
 		return "", "", fmt.Errorf("%s: fingerprint image: %w", op, err)
 	}
-	at = n.tel.phase(op, "checksum", at)
+	at = h.tel.phase(op, "checksum", at)
 	if err := fsyncTree(tmp); err != nil {
 		return "", "", diskError(op, err)
 	}
-	n.tel.phase(op, "fsync", at)
+	h.tel.phase(op, "fsync", at)
 	c.Release()
 	return tmp, sum, nil
 }
@@ -170,9 +170,9 @@ func imageChecksum(dir string) (string, error) {
 
 // removeDir removes a directory the node no longer needs, logging a
 // failure: what stays is found and removed again by the next reconcile.
-func (n *Node) removeDir(dir string) {
+func (h *host) removeDir(dir string) {
 	if err := os.RemoveAll(dir); err != nil {
-		n.log.Warn("remove directory", "dir", dir, "err", err)
+		h.log.Warn("remove directory", "dir", dir, "err", err)
 	}
 }
 
@@ -181,8 +181,8 @@ const DefaultDiskReserveMB = 512
 
 // checkReserve refuses an operation that adds an image to the data
 // directory (op names it) while less than the configured reserve is free.
-func (n *Node) checkReserve(op string) error {
-	reserve := int64(n.cfg.DiskReserveMB)
+func (h *host) checkReserve(op string) error {
+	reserve := int64(h.cfg.DiskReserveMB)
 	if reserve == 0 {
 		reserve = DefaultDiskReserveMB
 	}
@@ -190,7 +190,7 @@ func (n *Node) checkReserve(op string) error {
 		return nil
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(n.cfg.DataDir, &st); err != nil {
+	if err := unix.Statfs(h.cfg.DataDir, &st); err != nil {
 		return nil // the write itself reports what is wrong with the disk
 	}
 	if free := int64(st.Bavail) * st.Bsize >> 20; free < reserve {

@@ -134,8 +134,8 @@ func (n *Node) writeAudit(e egress.Event) {
 func (n *Node) auditable(sandboxID string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	inst := n.sandboxes[sandboxID]
-	return inst != nil && !inst.gone && inst.state != stateDeleting
+	sb := n.sandboxes[sandboxID]
+	return sb != nil && !sb.gone && sb.state != stateDeleting
 }
 
 // The /secrets routes (cube.Secrets).

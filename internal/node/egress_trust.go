@@ -127,20 +127,20 @@ var bundlesMade sync.Map
 // made of tpl's own trust store (or the host's when it has none) and the
 // egress CA. It is named by the template, its rootfs and the CA, so a
 // rebuilt template or a new CA gets a new one.
-func (n *Node) templateBundle(tpl *store.Template) (string, error) {
+func (h *host) templateBundle(tpl *store.Template) (string, error) {
 	if tpl == nil || tpl.Rootfs == "" || tpl.Envd == "" {
 		return "", errors.New("no template rootfs")
 	}
-	ca := n.cfg.EgressCA.CertPEM()
-	h := sha256.New()
+	ca := h.cfg.EgressCA.CertPEM()
+	sum := sha256.New()
 	for _, s := range []string{tpl.ID, tpl.Rootfs, string(ca)} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
+		sum.Write([]byte(s))
+		sum.Write([]byte{0})
 	}
-	name := hex.EncodeToString(h.Sum(nil)[:12]) + ".pem"
-	host := filepath.Join(tpl.Envd, egressTrustDir, name)
+	name := hex.EncodeToString(sum.Sum(nil)[:12]) + ".pem"
+	onHost := filepath.Join(tpl.Envd, egressTrustDir, name)
 	inside := runtime.AgentMount + "/" + egressTrustDir + "/" + name
-	if _, ok := bundlesMade.Load(host); ok {
+	if _, ok := bundlesMade.Load(onHost); ok {
 		return inside, nil
 	}
 	own, err := readTrust(tpl.Rootfs)
@@ -149,30 +149,30 @@ func (n *Node) templateBundle(tpl *store.Template) (string, error) {
 			own = nil
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(onHost), 0o755); err != nil {
 		return "", err
 	}
-	if err := writeIfChanged(host, append(append(own, '\n'), ca...)); err != nil {
+	if err := writeIfChanged(onHost, append(append(own, '\n'), ca...)); err != nil {
 		return "", err
 	}
-	bundlesMade.Store(host, true)
+	bundlesMade.Store(onHost, true)
 	return inside, nil
 }
 
 // egressTrustEnv adds to the environment of a sandbox of tpl the
 // variables that make OpenSSL, Python, Node, curl and Go trust the egress
 // CA as well as what tpl trusts; a variable the user set is kept.
-func (n *Node) egressTrustEnv(tpl *store.Template, env map[string]string) map[string]string {
-	if n.cfg.EgressCA == nil {
+func (h *host) egressTrustEnv(tpl *store.Template, env map[string]string) map[string]string {
+	if h.cfg.EgressCA == nil {
 		return env
 	}
-	bundle, err := n.templateBundle(tpl)
+	bundle, err := h.templateBundle(tpl)
 	if err != nil {
 		id := ""
 		if tpl != nil {
 			id = tpl.ID
 		}
-		n.log.Warn("egress trust: the template's own trust store cannot be used; its sandboxes trust the host's", "template", id, "err", err)
+		h.log.Warn("egress trust: the template's own trust store cannot be used; its sandboxes trust the host's", "template", id, "err", err)
 		bundle = runtime.AgentMount + "/" + egressBundleName
 	}
 	add := map[string]string{

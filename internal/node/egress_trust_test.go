@@ -34,7 +34,7 @@ func trustNode(t *testing.T, files map[string]string) (*Node, *store.Template) {
 		}
 	}
 	tpl := &store.Template{ID: "tpl-" + filepath.Base(root), Rootfs: root, Envd: t.TempDir()}
-	return &Node{cfg: Config{EgressCA: ca}, log: slog.Default()}, tpl
+	return &Node{host: &host{cfg: Config{EgressCA: ca}, log: slog.Default()}}, tpl
 }
 
 // bundleOf is the bundle a sandbox of tpl is pointed at, read on the host.

@@ -59,17 +59,17 @@ func (n *Node) startChildren(ctx context.Context, parent *store.Sandbox, image s
 // memory once restored, so the image goes with the request. It needs no
 // sync: no record names it, and the reconciler removes one a crash left.
 func (n *Node) checkpointForFork(ctx context.Context, sandboxID string) (*store.Sandbox, string, error) {
-	inst, rec, err := n.open(ctx, sandboxID)
+	sb, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
 		return nil, "", err
 	}
-	defer inst.mu.Unlock()
-	if err := inst.requireState("fork", stateRunning); err != nil {
+	defer sb.mu.Unlock()
+	if err := sb.requireState("fork", stateRunning); err != nil {
 		return nil, "", err
 	}
 	dir := filepath.Join(n.cfg.DataDir, "snapshots", "fork-"+id.New("", 12))
 	start := time.Now()
-	if err := inst.box.sb.Checkpoint(ctx, dir, true); err != nil {
+	if err := sb.box.sb.Checkpoint(ctx, dir, true); err != nil {
 		if rerr := os.RemoveAll(dir); rerr != nil {
 			n.log.Warn("fork: remove checkpoint image", "sandbox", sandboxID, "err", rerr)
 		}
@@ -101,9 +101,9 @@ func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image stri
 	// runs must not make reconcile remove the parent's container.
 	child.ContainerID, child.Slot, child.HostAddr = "", -1, ""
 	child.PauseImageTarget, child.PauseChecksum, child.PauseFilesOnly = "", "", false
-	inst := n.track(child.ID, stateCreating)
-	defer inst.mu.Unlock()
-	if err := n.start(ctx, inst, &child, child.Boot, image, parent.EnvdToken); err != nil {
+	sb := n.track(child.ID, stateCreating)
+	defer sb.mu.Unlock()
+	if err := sb.start(ctx, &child, child.Boot, image, parent.EnvdToken); err != nil {
 		return nil, err
 	}
 	n.event(child.ID, "info", "forked from %s", parent.ID)

@@ -46,8 +46,8 @@ func (n *Node) SandboxLogs(ctx context.Context, sandboxID string) ([]cube.LogEnt
 	}
 	var box *container
 	n.mu.Lock()
-	if inst := n.sandboxes[sandboxID]; inst != nil {
-		box = inst.box
+	if sb := n.sandboxes[sandboxID]; sb != nil {
+		box = sb.box
 	}
 	n.mu.Unlock()
 	if box != nil {

@@ -16,9 +16,9 @@ func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end 
 	}
 	n.mu.Lock()
 	var box *container
-	inst := n.sandboxes[sandboxID]
-	if inst != nil {
-		box = inst.box
+	sb := n.sandboxes[sandboxID]
+	if sb != nil {
+		box = sb.box
 	}
 	n.mu.Unlock()
 	if box == nil {
@@ -31,14 +31,14 @@ func (n *Node) SandboxMetrics(ctx context.Context, sandboxID string, start, end 
 	now := time.Now()
 	n.mu.Lock()
 	pct := 0.0
-	if !inst.cpuAt.IsZero() {
-		if dt := now.Sub(inst.cpuAt); dt > 0 {
-			pct = 100 * float64(st.CPUTime-inst.cpuTime) / float64(dt)
+	if !sb.cpuAt.IsZero() {
+		if dt := now.Sub(sb.cpuAt); dt > 0 {
+			pct = 100 * float64(st.CPUTime-sb.cpuTime) / float64(dt)
 		}
 	} else if up := now.Sub(rec.StartedAt); up > 0 {
 		pct = 100 * float64(st.CPUTime) / float64(up)
 	}
-	inst.cpuAt, inst.cpuTime = now, st.CPUTime
+	sb.cpuAt, sb.cpuTime = now, st.CPUTime
 	n.mu.Unlock()
 	cpus := max(rec.CPUCount, 1)
 	m := cube.Metric{

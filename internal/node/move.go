@@ -37,24 +37,24 @@ var errNotMovable = errors.New("not a sandbox paused on disk of that node")
 // the files of its boot template under template/. The sandbox stays this
 // node's, and untouchable, until HandedOver.
 func (n *Node) HandOver(ctx context.Context, sandboxID string, withTemplate bool, w io.Writer) error {
-	inst, rec, err := n.open(ctx, sandboxID)
+	sb, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
 		return err
 	}
-	if err := inst.requireState("move", statePausedOnDisk); err != nil {
-		inst.mu.Unlock()
+	if err := sb.requireState("move", statePausedOnDisk); err != nil {
+		sb.mu.Unlock()
 		return err
 	}
 	if rec.Boot == nil || len(rec.Boot.Mounts) > 0 || rec.PauseImage == "" {
-		inst.mu.Unlock()
+		sb.mu.Unlock()
 		return cube.Errorf(cube.Conflict, "sandbox %q cannot move: it mounts volumes, which stay on node %s", sandboxID, n.cfg.NodeID)
 	}
 	n.mu.Lock()
-	inst.state = stateMoving
-	inst.handOvers++
-	this := inst.handOvers
+	sb.state = stateMoving
+	sb.handOvers++
+	this := sb.handOvers
 	n.mu.Unlock()
-	inst.mu.Unlock()
+	sb.mu.Unlock()
 	time.AfterFunc(moveTimeout, func() { n.handedOver(context.Background(), sandboxID, this) })
 	trees := []treecopy.Tree{{Name: "pause", Path: rec.PauseImage}}
 	if withTemplate {
@@ -84,20 +84,20 @@ func (n *Node) HandedOver(ctx context.Context, sandboxID string) {
 // then, under load; that must not end the second.
 func (n *Node) handedOver(ctx context.Context, sandboxID string, which uint64) {
 	n.mu.Lock()
-	inst := n.sandboxes[sandboxID]
+	sb := n.sandboxes[sandboxID]
 	n.mu.Unlock()
-	if inst == nil {
+	if sb == nil {
 		return
 	}
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	if inst.gone || inst.state != stateMoving || which != 0 && which != inst.handOvers {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.gone || sb.state != stateMoving || which != 0 && which != sb.handOvers {
 		return
 	}
 	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
 	switch {
 	case err == nil && rec.Node != n.cfg.NodeID, errors.Is(err, store.ErrNotFound):
-		n.untrack(inst)
+		n.untrack(sb)
 		if err := os.RemoveAll(n.sandboxDir(sandboxID)); err != nil {
 			n.log.Warn("remove a sandbox handed over", "sandbox", sandboxID, "err", err)
 		}
@@ -107,7 +107,7 @@ func (n *Node) handedOver(ctx context.Context, sandboxID string, which uint64) {
 		time.AfterFunc(moveTimeout, func() { n.handedOver(context.Background(), sandboxID, which) })
 	default:
 		n.mu.Lock()
-		inst.state = statePausedOnDisk
+		sb.state = statePausedOnDisk
 		n.mu.Unlock()
 	}
 }

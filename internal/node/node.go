@@ -130,62 +130,24 @@ type Config struct {
 	MaxVolumeBytes int64
 }
 
-// Node owns the sandboxes of this host.
+// Node owns the sandboxes of this host: it finds them (the registry),
+// decides where new ones come from (the pools, copies of other nodes'
+// templates, volumes) and puts the host right after a crash (Reconcile).
+// What a sandbox does to itself is the sandbox's (sandbox.go); the node
+// looks it up and asks it.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	tel   *telemetry
-	store *store.Store
-	rt    Runtime
-	slots Slots
-	// agentDir holds the cube-envd this node boots new templates with.
-	agentDir string
+	// host is shared with every sandbox; embedded so the node's own code
+	// reads the runtime, store and configuration as its own.
+	*host
 	// pullMu makes copies of other nodes' templates one at a time, and
 	// moveMu takes sandboxes over from other nodes one at a time.
 	pullMu, moveMu sync.Mutex
 	// offered are the fork images other nodes may fetch, by name.
 	offered sync.Map
-	agentAt func(host netip.Addr) Agent
 	// audit queues the egress Filter's events for sandbox logs.
 	audit auditLog
-
-	// mu guards the maps below and the shared fields of each instance.
-	mu sync.Mutex
-	// sandboxes holds every sandbox of this node by ID, running, paused
-	// or being created; an entry goes with its sandbox.
-	sandboxes map[string]*instance
-
-	// warm holds restored, not yet handed out sandboxes per template.
-	warm   map[string][]*container
-	refill chan struct{}
-	// demand grows a template's pool past PoolSize (pool.go); filling
-	// counts the refills under way per template.
-	demand  map[string]*poolDemand
-	filling map[string]int
-	// prepared holds containers made ahead of restores, per PrepareKey;
-	// wants the kinds of restore asked for recently.
-	prepared map[string][]*preparedBox
-	wants    map[string]*preparedWant
-	prepare  chan struct{}
-	// preparing counts the prepares under way (at most one: the
-	// preparer makes one container at a time).
-	preparing int
-	// closing is set by Close: no background work starts from then on,
-	// and no warm sandbox joins the pool.
-	closing bool
-
-	// ctx ends background work (reaper, refiller, write-outs) when Close
-	// cancels it; wg waits for that work.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
 	// vols holds the persistent volumes (volumes.go).
 	vols volumeSet
-
-	// goneMu guards gone, the functions OnGone registered.
-	goneMu sync.Mutex
-	gone   []func(containerID string)
 }
 
 // New prepares the data directory and returns a Node. Call Reconcile
@@ -202,18 +164,17 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	n := &Node{
+	h := &host{
 		cfg: cfg, log: cfg.Logger, tel: newTelemetry(), store: cfg.Store, rt: cfg.Runtime, slots: cfg.Slots,
 		agentAt:   cfg.AgentAt,
-		sandboxes: map[string]*instance{},
-		warm:      map[string][]*container{}, refill: make(chan struct{}, 1),
-		demand: map[string]*poolDemand{}, filling: map[string]int{},
-		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, prepare: make(chan struct{}, 1),
+		sandboxes: map[string]*sandbox{},
 	}
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	if n.agentAt == nil {
-		n.agentAt = func(host netip.Addr) Agent { return envdclient.At(envdclient.NoKeepAlive, host) }
+	h.pools = newPools(h)
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	if h.agentAt == nil {
+		h.agentAt = func(addr netip.Addr) Agent { return envdclient.At(envdclient.NoKeepAlive, addr) }
 	}
+	n := &Node{host: h}
 	dir, err := installEnvd(cfg.DataDir, cfg.Envd)
 	if err != nil {
 		return nil, err
@@ -274,17 +235,17 @@ func (n *Node) AgentDir() string { return n.agentDir }
 
 // retire stops a container that is done (if it still runs), frees its
 // slot and tells those registered with OnGone.
-func (n *Node) retire(c *container) error {
+func (h *host) retire(c *container) error {
 	var errs []error
 	if err := c.sb.Kill(context.Background()); err != nil {
 		errs = append(errs, fmt.Errorf("kill container %s: %w", c.sb.ID(), err))
 	}
-	if err := n.release(c.slot); err != nil {
+	if err := h.release(c.slot); err != nil {
 		errs = append(errs, fmt.Errorf("release network slot %d: %w", c.slot.Index, err))
 	}
-	n.goneMu.Lock()
-	gone := n.gone
-	n.goneMu.Unlock()
+	h.goneMu.Lock()
+	gone := h.gone
+	h.goneMu.Unlock()
 	for _, f := range gone {
 		f(c.sb.ID())
 	}
@@ -313,11 +274,11 @@ func (n *Node) Start() {
 	n.background(func() { n.reaper(n.ctx) })
 	n.background(func() { n.watchAlive(n.ctx) })
 	if n.cfg.PoolSize > 0 {
-		n.background(func() { n.refiller(n.ctx) })
-		nudge(n.refill)
+		n.background(func() { n.pools.refiller(n.ctx) })
+		nudge(n.pools.refill)
 	}
-	if n.preparer() != nil {
-		n.background(func() { n.prepareLoop(n.ctx) })
+	if n.pools.preparer() != nil {
+		n.background(func() { n.pools.prepareLoop(n.ctx) })
 	}
 	if n.cfg.FetchTemplate != nil {
 		n.background(func() {
@@ -333,13 +294,13 @@ func (n *Node) Start() {
 // background runs f on its own goroutine, which Close waits for; once
 // Close has begun it runs nothing, so Close never waits for work started
 // after it.
-func (n *Node) background(f func()) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closing {
+func (h *host) background(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
 		return
 	}
-	n.wg.Go(f)
+	h.wg.Go(f)
 }
 
 // Close stops background work, waits for it, and empties the warm pool
@@ -352,20 +313,20 @@ func (n *Node) Close() {
 	n.mu.Unlock()
 	n.cancel()
 	n.wg.Wait()
-	n.drainWarm("")
-	n.drainPrepared()
+	n.pools.drainWarm("")
+	n.pools.drainPrepared()
 }
 
 // event appends a lifecycle line to a sandbox's log.
-func (n *Node) event(id, level, format string, args ...any) {
+func (h *host) event(id, level, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if err := n.store.AddEvent(context.Background(), id, level, msg); err != nil {
-		n.log.Warn("record sandbox event", "sandbox", id, "err", err)
+	if err := h.store.AddEvent(context.Background(), id, level, msg); err != nil {
+		h.log.Warn("record sandbox event", "sandbox", id, "err", err)
 	}
 }
 
 // sandboxDir is where a sandbox's own files (pause images) live.
-func (n *Node) sandboxDir(id string) string { return filepath.Join(n.cfg.DataDir, "sandboxes", id) }
+func (h *host) sandboxDir(id string) string { return filepath.Join(h.cfg.DataDir, "sandboxes", id) }
 
 // Spec is the runtime spec that boots or restores tpl as container id in
 // netns. Restores must use the same rootfs and agent as the checkpoint.
@@ -408,8 +369,8 @@ func (n *Node) Running() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	running := 0
-	for _, inst := range n.sandboxes {
-		if inst.box != nil {
+	for _, sb := range n.sandboxes {
+		if sb.box != nil {
 			running++
 		}
 	}

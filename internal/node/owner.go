@@ -15,8 +15,8 @@ import (
 
 // mine reports whether rec is this node's sandbox. A record without a
 // node is, until the reconciler takes it (see takeUnowned).
-func (n *Node) mine(rec *store.Sandbox) bool {
-	return rec.Node == "" || rec.Node == n.cfg.NodeID
+func (h *host) mine(rec *store.Sandbox) bool {
+	return rec.Node == "" || rec.Node == h.cfg.NodeID
 }
 
 // ownSandboxes lists this node's sandbox records in the given states (all

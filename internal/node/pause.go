@@ -19,15 +19,15 @@ import (
 // files are kept, written to disk before PauseSandbox returns; a resume
 // then boots the template afresh with them (see pauseAs).
 func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bool) error {
-	inst, rec, err := n.open(ctx, sandboxID)
+	sb, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
 		return err
 	}
-	defer inst.mu.Unlock()
-	if inst.state.paused() {
+	defer sb.mu.Unlock()
+	if sb.state.paused() {
 		return cube.Errorf(cube.Conflict, "Error pausing sandbox - sandbox '%s' is already paused", sandboxID)
 	}
-	if err := n.pauseAs(ctx, inst, rec, !keepMemory); err != nil {
+	if err := sb.pauseAs(ctx, rec, !keepMemory); err != nil {
 		return err
 	}
 	n.event(sandboxID, "info", "paused")
@@ -39,19 +39,19 @@ func (n *Node) PauseSandbox(ctx context.Context, sandboxID string, keepMemory bo
 // frees the container and slot: nothing of the sandbox's memory is worth
 // keeping frozen. If that write fails the sandbox is thawed and runs on,
 // so a failed pause loses nothing. The caller holds its lock.
-func (n *Node) pauseAs(ctx context.Context, inst *instance, rec *store.Sandbox, filesOnly bool) error {
+func (s *sandbox) pauseAs(ctx context.Context, rec *store.Sandbox, filesOnly bool) error {
 	if !filesOnly {
-		return n.pause(ctx, inst, rec)
+		return s.pause(ctx, rec)
 	}
-	if err := n.freeze(ctx, inst, rec, true); err != nil {
+	if err := s.freeze(ctx, rec, true); err != nil {
 		return err
 	}
-	if err := n.writeOutLocked(ctx, inst, rec); err != nil {
-		if rerr := n.resume(context.WithoutCancel(ctx), inst, rec); rerr != nil {
+	if err := s.writeOutLocked(ctx, rec); err != nil {
+		if rerr := s.resume(context.WithoutCancel(ctx), rec); rerr != nil {
 			// Still frozen and recorded as paused: the usual write-out
 			// keeps its files on disk.
-			n.log.Warn("thaw after a failed files-only pause", "sandbox", rec.ID, "err", rerr)
-			n.scheduleWriteOut(inst, rec.PausedAt)
+			s.h.log.Warn("thaw after a failed files-only pause", "sandbox", rec.ID, "err", rerr)
+			s.scheduleWriteOut(rec.PausedAt)
 		}
 		return fmt.Errorf("pause: save the sandbox's files: %w", err)
 	}
@@ -61,37 +61,37 @@ func (n *Node) pauseAs(ctx context.Context, inst *instance, rec *store.Sandbox, 
 // pause freezes a running sandbox's processes and records it as paused;
 // the write-out to disk follows after PauseWriteDelay. The caller holds
 // its lock.
-func (n *Node) pause(ctx context.Context, inst *instance, rec *store.Sandbox) error {
-	if err := n.freeze(ctx, inst, rec, false); err != nil {
+func (s *sandbox) pause(ctx context.Context, rec *store.Sandbox) error {
+	if err := s.freeze(ctx, rec, false); err != nil {
 		return err
 	}
-	n.scheduleWriteOut(inst, rec.PausedAt)
+	s.scheduleWriteOut(rec.PausedAt)
 	return nil
 }
 
 // freeze stops a running sandbox's processes and records it as paused,
 // and whether its pause keeps files only. The caller holds its lock.
-func (n *Node) freeze(ctx context.Context, inst *instance, rec *store.Sandbox, filesOnly bool) error {
-	if err := inst.requireState("pause", stateRunning); err != nil {
+func (s *sandbox) freeze(ctx context.Context, rec *store.Sandbox, filesOnly bool) error {
+	if err := s.requireState("pause", stateRunning); err != nil {
 		return err
 	}
-	box := inst.box
+	box := s.box
 	at := time.Now()
 	if err := box.sb.Pause(ctx); err != nil {
 		return fmt.Errorf("pause: %w", err)
 	}
-	at = n.tel.phase("pause", "freeze", at)
+	at = s.h.tel.phase("pause", "freeze", at)
 	var c cleanup
-	defer n.cleanUp(&c, "pause", "sandbox", rec.ID)
+	defer s.h.cleanUp(&c, "pause", "sandbox", rec.ID)
 	c.Add(func() error { return box.sb.Resume(context.WithoutCancel(ctx)) })
-	n.changeState(inst, rec, statePaused)
-	c.Add(func() error { n.changeState(inst, rec, stateRunning); return nil })
+	s.changeState(rec, statePaused)
+	c.Add(func() error { s.changeState(rec, stateRunning); return nil })
 	rec.PausedAt, rec.PauseFilesOnly = time.Now().UTC(), filesOnly
 	c.Add(func() error { rec.PausedAt, rec.PauseFilesOnly = time.Time{}, false; return nil })
-	if err := n.save(ctx, rec); err != nil {
+	if err := s.h.save(ctx, rec); err != nil {
 		return err
 	}
-	n.tel.phase("pause", "record", at)
+	s.h.tel.phase("pause", "record", at)
 	c.Release()
 	return nil
 }
@@ -101,26 +101,26 @@ func (n *Node) freeze(ctx context.Context, inst *instance, rec *store.Sandbox, f
 // its lock. Time spent paused does not count against the timeout. An
 // image that does not match its checksum is not restored: the sandbox
 // stays paused and its image stays where it is.
-func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) error {
-	if err := inst.requireState("resume", statePaused, statePausedOnDisk); err != nil {
+func (s *sandbox) resume(ctx context.Context, rec *store.Sandbox) error {
+	if err := s.requireState("resume", statePaused, statePausedOnDisk); err != nil {
 		return err
 	}
 	paused := time.Since(rec.PausedAt)
 	var c cleanup
-	defer n.cleanUp(&c, "resume", "sandbox", rec.ID)
+	defer s.h.cleanUp(&c, "resume", "sandbox", rec.ID)
 	// A pause image no longer needed once the sandbox runs; removed only
 	// after the record stops naming it.
 	var stale string
 	at, op := time.Now(), "resume"
-	if inst.state == statePaused {
-		box := inst.box
+	if s.state == statePaused {
+		box := s.box
 		if err := box.sb.Resume(ctx); err != nil {
 			return fmt.Errorf("resume: %w", err)
 		}
-		at = n.tel.phase(op, "thaw", at)
+		at = s.h.tel.phase(op, "thaw", at)
 		c.Add(func() error { return box.sb.Pause(context.WithoutCancel(ctx)) })
-		n.changeState(inst, rec, stateRunning)
-		c.Add(func() error { n.changeState(inst, rec, statePaused); return nil })
+		s.changeState(rec, stateRunning)
+		c.Add(func() error { s.changeState(rec, statePaused); return nil })
 		// A write-out whose last save failed may have recorded the
 		// sandbox as gone from its slot; it is still there.
 		rec.Slot, rec.HostAddr, rec.ContainerID = box.slot.Index, box.slot.HostAddr.String(), box.sb.ID()
@@ -131,25 +131,25 @@ func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) e
 		}
 	} else {
 		op = "resume-from-disk"
-		image, err := n.resumeFromDisk(ctx, inst, rec, &c)
+		image, err := s.resumeFromDisk(ctx, rec, &c)
 		if err != nil {
 			return err
 		}
-		at = n.tel.phase(op, "launch", at)
+		at = s.h.tel.phase(op, "launch", at)
 		stale = image
 	}
 	rec.EndAt = rec.EndAt.Add(paused)
 	rec.PauseImage, rec.PauseChecksum, rec.PauseImageTarget, rec.PausedAt = "", "", "", time.Time{}
 	rec.PauseFilesOnly = false
-	if err := n.save(ctx, rec); err != nil {
+	if err := s.h.save(ctx, rec); err != nil {
 		return err
 	}
-	n.tel.phase(op, "record", at)
+	s.h.tel.phase(op, "record", at)
 	c.Release()
-	n.event(rec.ID, "info", "resumed after %s paused", paused.Round(time.Millisecond))
+	s.h.event(rec.ID, "info", "resumed after %s paused", paused.Round(time.Millisecond))
 	if stale != "" {
 		if err := os.RemoveAll(stale); err != nil {
-			n.log.Warn("remove pause image after resume", "sandbox", rec.ID, "err", err)
+			s.h.log.Warn("remove pause image after resume", "sandbox", rec.ID, "err", err)
 		}
 	}
 	return nil
@@ -159,7 +159,7 @@ func (n *Node) resume(ctx context.Context, inst *instance, rec *store.Sandbox) e
 // records it as running; it returns the image, now stale. Its undos go
 // into c: a failure then, or later in the resume, leaves the sandbox
 // paused on disk with its image intact.
-func (n *Node) resumeFromDisk(ctx context.Context, inst *instance, rec *store.Sandbox, c *cleanup) (string, error) {
+func (s *sandbox) resumeFromDisk(ctx context.Context, rec *store.Sandbox, c *cleanup) (string, error) {
 	if rec.Boot == nil || rec.PauseImage == "" {
 		return "", fmt.Errorf("sandbox %q has no pause image", rec.ID)
 	}
@@ -170,27 +170,27 @@ func (n *Node) resumeFromDisk(ctx context.Context, inst *instance, rec *store.Sa
 	before := *rec
 	c.Add(func() error {
 		*rec = before
-		n.changeState(inst, rec, statePausedOnDisk)
-		return n.save(context.WithoutCancel(ctx), rec)
+		s.changeState(rec, statePausedOnDisk)
+		return s.h.save(context.WithoutCancel(ctx), rec)
 	})
-	n.changeState(inst, rec, stateResuming)
-	if err := n.save(ctx, rec); err != nil {
+	s.changeState(rec, stateResuming)
+	if err := s.h.save(ctx, rec); err != nil {
 		return "", err
 	}
-	launch := n.launch
+	launch := s.h.launch
 	if rec.PauseFilesOnly {
-		launch = n.bootWithFiles
+		launch = s.h.bootWithFiles
 	}
 	box, err := launch(ctx, rec, rec.Boot, image, rec.EnvdToken)
 	if err != nil {
 		return "", fmt.Errorf("resume: %w", err)
 	}
 	c.Add(func() error {
-		n.setBox(inst, nil, rec, cube.Network{})
-		return n.retire(box)
+		s.setBox(nil, rec, cube.Network{})
+		return s.h.retire(box)
 	})
 	rec.PauseImage, rec.PauseChecksum = "", ""
-	if err := n.attach(ctx, inst, rec, box); err != nil {
+	if err := s.attach(ctx, rec, box); err != nil {
 		return "", err
 	}
 	return image, nil

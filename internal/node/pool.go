@@ -45,150 +45,185 @@ type poolDemand struct {
 	lastMiss time.Time // when a create last found the pool empty or emptied it
 }
 
+// pools are the containers kept ready for sandboxes to start in: warm
+// sandboxes per template (this file) and prepared containers per kind of
+// restore (prepared.go). They have no records; the node drains them on
+// Close, and the reconciler removes what a crash left.
+type pools struct {
+	h *host
+
+	// mu guards the maps and counts below.
+	mu sync.Mutex
+	// warm holds restored, not yet handed out sandboxes per template.
+	warm   map[string][]*container
+	refill chan struct{}
+	// demand grows a template's pool past PoolSize; filling counts the
+	// refills under way per template.
+	demand  map[string]*poolDemand
+	filling map[string]int
+	// prepared holds containers made ahead of restores, per PrepareKey;
+	// wants the kinds of restore asked for recently.
+	prepared map[string][]*preparedBox
+	wants    map[string]*preparedWant
+	prepare  chan struct{}
+	// preparing counts the prepares under way (at most one: the
+	// preparer makes one container at a time).
+	preparing int
+}
+
+func newPools(h *host) *pools {
+	return &pools{
+		h:    h,
+		warm: map[string][]*container{}, refill: make(chan struct{}, 1),
+		demand: map[string]*poolDemand{}, filling: map[string]int{},
+		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, prepare: make(chan struct{}, 1),
+	}
+}
+
 // takeWarm claims a warm sandbox of a template, if one is ready. A create
 // that finds the pool empty (a miss), or empties it, grows the pool.
-func (n *Node) takeWarm(tplID string) *container {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	defer nudge(n.refill)
-	list := n.warm[tplID]
+func (p *pools) takeWarm(tplID string) *container {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer nudge(p.refill)
+	list := p.warm[tplID]
 	if len(list) == 0 {
-		n.tel.poolMisses.WithLabelValues(tplID).Inc()
-		n.growPool(tplID)
+		p.h.tel.poolMisses.WithLabelValues(tplID).Inc()
+		p.growPool(tplID)
 		return nil
 	}
 	box := list[len(list)-1]
-	n.warm[tplID] = list[:len(list)-1]
+	p.warm[tplID] = list[:len(list)-1]
 	if len(list) == 1 {
-		n.growPool(tplID)
+		p.growPool(tplID)
 	}
 	return box
 }
 
 // growPool adds one to tplID's pool target, up to poolGrowth times
-// PoolSize; n.mu held.
-func (n *Node) growPool(tplID string) {
-	d := n.demand[tplID]
+// PoolSize; p.mu held.
+func (p *pools) growPool(tplID string) {
+	d := p.demand[tplID]
 	if d == nil {
 		d = &poolDemand{}
-		n.demand[tplID] = d
+		p.demand[tplID] = d
 	}
 	d.lastMiss = time.Now()
-	if d.extra < (poolGrowth-1)*n.cfg.PoolSize {
+	if d.extra < (poolGrowth-1)*p.h.cfg.PoolSize {
 		d.extra++
 	}
 }
 
-// poolTarget is how many warm sandboxes tplID should have now; n.mu held.
-func (n *Node) poolTarget(tplID string, now time.Time) int {
-	d := n.demand[tplID]
+// poolTarget is how many warm sandboxes tplID should have now; p.mu held.
+func (p *pools) poolTarget(tplID string, now time.Time) int {
+	d := p.demand[tplID]
 	if d == nil {
-		return n.cfg.PoolSize
+		return p.h.cfg.PoolSize
 	}
 	shrink := time.Duration(poolShrinkAfter.Load())
 	for d.extra > 0 && now.Sub(d.lastMiss) > shrink {
 		d.extra--
 		d.lastMiss = d.lastMiss.Add(shrink)
 	}
-	return n.cfg.PoolSize + d.extra
+	return p.h.cfg.PoolSize + d.extra
 }
 
 // refiller keeps every pool at its target until ctx is cancelled. Each of
 // the refillWorkers runs one restore at a time.
-func (n *Node) refiller(ctx context.Context) {
+func (p *pools) refiller(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range refillWorkers {
-		wg.Go(func() { every(ctx, 2*time.Second, n.refill, n.refillPools) })
+		wg.Go(func() { every(ctx, 2*time.Second, p.refill, p.refillPools) })
 	}
 	wg.Wait()
 }
 
 // refillPools trims one pool deeper than its target and fills pools
 // until none is short.
-func (n *Node) refillPools(ctx context.Context) {
-	n.trimOne(time.Now())
-	for ctx.Err() == nil && n.fillOne(ctx) {
-		nudge(n.refill) // more to do: let the other worker help
+func (p *pools) refillPools(ctx context.Context) {
+	p.trimOne(time.Now())
+	for ctx.Err() == nil && p.fillOne(ctx) {
+		nudge(p.refill) // more to do: let the other worker help
 	}
 }
 
 // fillOne adds one warm sandbox to the pool furthest below its target and
 // reports whether it did.
-func (n *Node) fillOne(ctx context.Context) bool {
-	tpls, err := n.store.Templates().List(ctx, string(store.TemplateReady))
+func (p *pools) fillOne(ctx context.Context) bool {
+	tpls, err := p.h.store.Templates().List(ctx, string(store.TemplateReady))
 	if err != nil {
 		if ctx.Err() == nil {
-			n.log.Warn("warm pool: list templates", "err", err)
+			p.h.log.Warn("warm pool: list templates", "err", err)
 		}
 		return false
 	}
 	var target *store.Template
 	short := 0
 	now := time.Now()
-	n.mu.Lock()
+	p.mu.Lock()
 	for _, t := range tpls {
-		if t.SourceSandbox != "" || t.Checkpoint == "" || !t.HeldBy(n.cfg.NodeID) {
+		if t.SourceSandbox != "" || t.Checkpoint == "" || !t.HeldBy(p.h.cfg.NodeID) {
 			continue // snapshots are restored on demand; other nodes' templates warm there
 		}
-		have := len(n.warm[t.ID]) + n.filling[t.ID]
-		if gap := n.poolTarget(t.ID, now) - have; gap > short {
+		have := len(p.warm[t.ID]) + p.filling[t.ID]
+		if gap := p.poolTarget(t.ID, now) - have; gap > short {
 			target, short = t, gap
 		}
 	}
 	if target != nil {
-		n.filling[target.ID]++
+		p.filling[target.ID]++
 	}
-	n.mu.Unlock()
+	p.mu.Unlock()
 	if target == nil {
 		return false
 	}
 	defer func() {
-		n.mu.Lock()
-		if n.filling[target.ID]--; n.filling[target.ID] <= 0 {
-			delete(n.filling, target.ID)
+		p.mu.Lock()
+		if p.filling[target.ID]--; p.filling[target.ID] <= 0 {
+			delete(p.filling, target.ID)
 		}
-		n.mu.Unlock()
+		p.mu.Unlock()
 	}()
 	// A restore begun is finished: Close waits the moment it takes, and
 	// the container is then drained with the pool.
-	box, err := n.restore(context.WithoutCancel(ctx), target, target.Checkpoint, warmPrefix+id.New("", 12), false)
+	box, err := p.h.restore(context.WithoutCancel(ctx), target, target.Checkpoint, warmPrefix+id.New("", 12), false)
 	if cube.KindOf(err) == cube.Capacity {
 		return false // every slot serves a sandbox: no room for the pool
 	}
 	if err != nil {
-		n.log.Warn("warm pool: restore failed", "template", target.ID, "err", err)
+		p.h.log.Warn("warm pool: restore failed", "template", target.ID, "err", err)
 		return false
 	}
 	// A template deleted after this read is drained by drainWarm, which
-	// waits for this refill; the store is read outside n.mu.
-	t, err := n.store.Templates().Get(context.WithoutCancel(ctx), target.ID)
-	n.mu.Lock()
-	if err != nil || t.Status != store.TemplateReady || n.closing {
-		n.mu.Unlock()
-		n.discard(box, "") // deleted or shutting down meanwhile
+	// waits for this refill; the store is read outside p.mu.
+	t, err := p.h.store.Templates().Get(context.WithoutCancel(ctx), target.ID)
+	p.mu.Lock()
+	if err != nil || t.Status != store.TemplateReady || p.h.closed() {
+		p.mu.Unlock()
+		p.h.discard(box, "") // deleted or shutting down meanwhile
 		return false
 	}
-	n.warm[target.ID] = append(n.warm[target.ID], box)
-	n.mu.Unlock()
+	p.warm[target.ID] = append(p.warm[target.ID], box)
+	p.mu.Unlock()
 	return true
 }
 
 // trimOne discards one warm sandbox of a pool deeper than its target now,
 // if any: a pool deepened by a burst gives its sandboxes (memory, slots)
 // back one at a time as demand falls, one per refiller tick.
-func (n *Node) trimOne(now time.Time) {
-	n.mu.Lock()
+func (p *pools) trimOne(now time.Time) {
+	p.mu.Lock()
 	var box *container
-	for t, list := range n.warm {
-		if len(list) > n.poolTarget(t, now) {
+	for t, list := range p.warm {
+		if len(list) > p.poolTarget(t, now) {
 			box = list[len(list)-1]
-			n.warm[t] = list[:len(list)-1]
+			p.warm[t] = list[:len(list)-1]
 			break
 		}
 	}
-	n.mu.Unlock()
+	p.mu.Unlock()
 	if box != nil {
-		n.discard(box, "")
+		p.h.discard(box, "")
 	}
 }
 
@@ -196,62 +231,63 @@ func (n *Node) trimOne(now time.Time) {
 // tplID is empty, waits (a while) for refills under way to end, and kills
 // what they added meanwhile: each one finds the template gone or is
 // drained here.
-func (n *Node) drainWarm(tplID string) {
-	n.takeOutWarm(tplID)
-	n.waitBackground(func() bool {
-		for t, k := range n.filling {
+func (p *pools) drainWarm(tplID string) {
+	p.takeOutWarm(tplID)
+	p.waitBackground(func() bool {
+		for t, k := range p.filling {
 			if (tplID == "" || t == tplID) && k > 0 {
 				return false
 			}
 		}
 		return true
 	}, time.Minute)
-	n.takeOutWarm(tplID)
+	p.takeOutWarm(tplID)
 }
 
 // takeOutWarm kills the warm sandboxes of one template, or of all.
-func (n *Node) takeOutWarm(tplID string) {
-	n.mu.Lock()
+func (p *pools) takeOutWarm(tplID string) {
+	p.mu.Lock()
 	var out []*container
-	for t, list := range n.warm {
+	for t, list := range p.warm {
 		if tplID == "" || t == tplID {
 			out = append(out, list...)
-			delete(n.warm, t)
-			delete(n.demand, t)
+			delete(p.warm, t)
+			delete(p.demand, t)
 		}
 	}
-	n.mu.Unlock()
+	p.mu.Unlock()
 	for _, box := range out {
-		n.discard(box, "")
+		p.h.discard(box, "")
 	}
 }
 
 // freeWarmSlot discards one warm sandbox of the deepest pool, if any, so
 // that its slot serves a sandbox asked for instead, and reports whether
 // it did.
-func (n *Node) freeWarmSlot() bool {
-	n.mu.Lock()
+func (p *pools) freeWarmSlot() bool {
+	p.mu.Lock()
 	var deepest string
-	for t, list := range n.warm {
-		if len(list) > len(n.warm[deepest]) {
+	for t, list := range p.warm {
+		if len(list) > len(p.warm[deepest]) {
 			deepest = t
 		}
 	}
-	list := n.warm[deepest]
+	list := p.warm[deepest]
 	if len(list) == 0 {
-		n.mu.Unlock()
+		p.mu.Unlock()
 		return false
 	}
 	box := list[len(list)-1]
-	n.warm[deepest] = list[:len(list)-1]
-	n.mu.Unlock()
-	n.discard(box, "")
+	p.warm[deepest] = list[:len(list)-1]
+	p.mu.Unlock()
+	p.h.discard(box, "")
 	return true
 }
 
 // Warm is the number of warm sandboxes ready for a template.
 func (n *Node) Warm(tplID string) int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.warm[tplID])
+	p := n.pools
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.warm[tplID])
 }

@@ -42,20 +42,20 @@ type preparedWant struct {
 
 // preparer is the runtime's Preparer, or nil when it has none or the
 // pool is off.
-func (n *Node) preparer() runtime.Preparer {
-	if n.cfg.PreparedPerKey <= 0 {
+func (p *pools) preparer() runtime.Preparer {
+	if p.h.cfg.PreparedPerKey <= 0 {
 		return nil
 	}
-	p, _ := n.rt.(runtime.Preparer)
-	return p
+	pr, _ := p.h.rt.(runtime.Preparer)
+	return pr
 }
 
 // restorePrepared restores image into a prepared container of its kind,
 // if one waits, and notes the kind as wanted either way. nil means
 // restore cold: no container waited, or restoring into it failed (the
 // container is then gone, and a cold restore says why if it fails too).
-func (n *Node) restorePrepared(ctx context.Context, tpl *store.Template, image string) *container {
-	pr := n.preparer()
+func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image string) *container {
+	pr := p.preparer()
 	if pr == nil {
 		return nil
 	}
@@ -64,28 +64,28 @@ func (n *Node) restorePrepared(ctx context.Context, tpl *store.Template, image s
 	if err != nil {
 		return nil
 	}
-	n.mu.Lock()
+	p.mu.Lock()
 	// Prepare from an image that lasts: a template's or snapshot's own
 	// checkpoint rather than a clone's or a pause's, which go soon.
-	if w := n.wants[key]; w != nil && image != tpl.Checkpoint {
+	if w := p.wants[key]; w != nil && image != tpl.Checkpoint {
 		w.last = time.Now()
 	} else {
-		n.wants[key] = &preparedWant{image: image, tpl: *tpl, last: time.Now()}
+		p.wants[key] = &preparedWant{image: image, tpl: *tpl, last: time.Now()}
 	}
 	var pb *preparedBox
-	if list := n.prepared[key]; len(list) > 0 {
+	if list := p.prepared[key]; len(list) > 0 {
 		pb = list[len(list)-1]
-		n.prepared[key] = list[:len(list)-1]
+		p.prepared[key] = list[:len(list)-1]
 	}
-	n.mu.Unlock()
-	nudge(n.prepare)
+	p.mu.Unlock()
+	nudge(p.prepare)
 	if pb == nil {
 		return nil
 	}
 	sb, err := pb.p.Restore(ctx, image)
 	if err != nil {
-		n.log.Warn("restore into a prepared container failed; restoring cold", "template", tpl.ID, "container", pb.p.ID(), "err", err)
-		n.release(pb.slot)
+		p.h.log.Warn("restore into a prepared container failed; restoring cold", "template", tpl.ID, "container", pb.p.ID(), "err", err)
+		p.h.release(pb.slot)
 		return nil
 	}
 	return &container{sb: sb, slot: pb.slot}
@@ -93,90 +93,90 @@ func (n *Node) restorePrepared(ctx context.Context, tpl *store.Template, image s
 
 // prepareLoop keeps PreparedPerKey containers ready for every wanted kind
 // until ctx is cancelled, one at a time, and drops kinds gone stale.
-func (n *Node) prepareLoop(ctx context.Context) {
-	every(ctx, 5*time.Second, n.prepare, func(ctx context.Context) {
-		n.dropStalePrepared(time.Now())
-		for ctx.Err() == nil && n.prepareOne(ctx) {
+func (p *pools) prepareLoop(ctx context.Context) {
+	every(ctx, 5*time.Second, p.prepare, func(ctx context.Context) {
+		p.dropStalePrepared(time.Now())
+		for ctx.Err() == nil && p.prepareOne(ctx) {
 		}
 	})
 }
 
 // prepareOne makes one container for the wanted kind that has the fewest
 // and reports whether it did anything.
-func (n *Node) prepareOne(ctx context.Context) bool {
-	pr := n.preparer()
-	n.mu.Lock()
+func (p *pools) prepareOne(ctx context.Context) bool {
+	pr := p.preparer()
+	p.mu.Lock()
 	var key string
 	var want *preparedWant
-	best := n.cfg.PreparedPerKey
-	for k, w := range n.wants {
-		if have := len(n.prepared[k]); have < best {
+	best := p.h.cfg.PreparedPerKey
+	for k, w := range p.wants {
+		if have := len(p.prepared[k]); have < best {
 			key, want, best = k, w, have
 		}
 	}
-	n.mu.Unlock()
+	p.mu.Unlock()
 	if want == nil || pr == nil {
 		return false
 	}
-	slot, err := n.slots.Acquire(ctx)
+	slot, err := p.h.slots.Acquire(ctx)
 	if err != nil {
 		return false // no slot to spare: the sandboxes need them more
 	}
-	n.mu.Lock()
-	n.preparing++
-	n.mu.Unlock()
+	p.mu.Lock()
+	p.preparing++
+	p.mu.Unlock()
 	defer func() {
-		n.mu.Lock()
-		n.preparing--
-		n.mu.Unlock()
+		p.mu.Lock()
+		p.preparing--
+		p.mu.Unlock()
 	}()
 	cid := "p" + id.New("", 12)
 	start := time.Now()
-	p, err := pr.Prepare(context.WithoutCancel(ctx), want.image, Spec(&want.tpl, cid, slot.NetNS))
+	made, err := pr.Prepare(context.WithoutCancel(ctx), want.image, Spec(&want.tpl, cid, slot.NetNS))
 	if err != nil {
-		n.release(slot)
-		n.log.Warn("prepare a container failed; not preparing this kind until asked again", "template", want.tpl.ID, "err", err)
-		n.mu.Lock()
-		if n.wants[key] == want {
-			delete(n.wants, key)
+		p.h.release(slot)
+		p.h.log.Warn("prepare a container failed; not preparing this kind until asked again", "template", want.tpl.ID, "err", err)
+		p.mu.Lock()
+		if p.wants[key] == want {
+			delete(p.wants, key)
 		}
-		n.mu.Unlock()
+		p.mu.Unlock()
 		return true
 	}
-	n.tel.phase("prepare", "create", start)
-	pb := &preparedBox{p: p, slot: slot}
-	n.mu.Lock()
-	if n.closing || n.wants[key] == nil {
-		n.mu.Unlock()
-		n.killPrepared(pb)
+	p.h.tel.phase("prepare", "create", start)
+	pb := &preparedBox{p: made, slot: slot}
+	p.mu.Lock()
+	if p.h.closed() || p.wants[key] == nil {
+		p.mu.Unlock()
+		p.killPrepared(pb)
 		return false
 	}
-	n.prepared[key] = append(n.prepared[key], pb)
-	n.mu.Unlock()
+	p.prepared[key] = append(p.prepared[key], pb)
+	p.mu.Unlock()
 	return true
 }
 
 // dropStalePrepared forgets kinds not asked for since preparedTTL before
 // now and discards their containers.
-func (n *Node) dropStalePrepared(now time.Time) {
-	n.forgetKinds(func(w *preparedWant) bool { return now.Sub(w.last) > preparedTTL })
+func (p *pools) dropStalePrepared(now time.Time) {
+	p.forgetKinds(func(w *preparedWant) bool { return now.Sub(w.last) > preparedTTL })
 }
 
 // forgetKinds forgets the wanted kinds of restore that match picks and
 // discards their containers.
-func (n *Node) forgetKinds(match func(*preparedWant) bool) {
+func (p *pools) forgetKinds(match func(*preparedWant) bool) {
 	var out []*preparedBox
-	n.mu.Lock()
-	for k, w := range n.wants {
+	p.mu.Lock()
+	for k, w := range p.wants {
 		if match(w) {
-			delete(n.wants, k)
-			out = append(out, n.prepared[k]...)
-			delete(n.prepared, k)
+			delete(p.wants, k)
+			out = append(out, p.prepared[k]...)
+			delete(p.prepared, k)
 		}
 	}
-	n.mu.Unlock()
+	p.mu.Unlock()
 	for _, pb := range out {
-		n.killPrepared(pb)
+		p.killPrepared(pb)
 	}
 }
 
@@ -185,21 +185,21 @@ func (n *Node) forgetKinds(match func(*preparedWant) bool) {
 // discards their containers: a template's files go with it, and its
 // prepared containers hold them open. A prepare under way finds its kind
 // gone and discards what it made; this waits (a while) for it.
-func (n *Node) dropPreparedOf(tpl *store.Template) {
-	n.forgetKinds(func(w *preparedWant) bool {
+func (p *pools) dropPreparedOf(tpl *store.Template) {
+	p.forgetKinds(func(w *preparedWant) bool {
 		return w.tpl.ID == tpl.ID || (tpl.SourceSandbox == "" && w.tpl.Rootfs == tpl.Rootfs)
 	})
-	n.waitBackground(func() bool { return n.preparing == 0 }, time.Minute)
+	p.waitBackground(func() bool { return p.preparing == 0 }, time.Minute)
 }
 
-// waitBackground waits until done (called with n.mu held) reports true,
+// waitBackground waits until done (called with p.mu held) reports true,
 // or for at most limit.
-func (n *Node) waitBackground(done func() bool, limit time.Duration) bool {
+func (p *pools) waitBackground(done func() bool, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for {
-		n.mu.Lock()
+		p.mu.Lock()
 		ok := done()
-		n.mu.Unlock()
+		p.mu.Unlock()
 		if ok || time.Now().After(deadline) {
 			return ok
 		}
@@ -209,53 +209,54 @@ func (n *Node) waitBackground(done func() bool, limit time.Duration) bool {
 
 // freePreparedSlot discards one prepared container, if any, so that its
 // slot serves a sandbox instead, and reports whether it did.
-func (n *Node) freePreparedSlot() bool {
-	n.mu.Lock()
+func (p *pools) freePreparedSlot() bool {
+	p.mu.Lock()
 	var pb *preparedBox
-	for k, list := range n.prepared {
+	for k, list := range p.prepared {
 		if len(list) > 0 {
 			pb = list[len(list)-1]
-			n.prepared[k] = list[:len(list)-1]
+			p.prepared[k] = list[:len(list)-1]
 			break
 		}
 	}
-	n.mu.Unlock()
+	p.mu.Unlock()
 	if pb == nil {
 		return false
 	}
-	n.killPrepared(pb)
+	p.killPrepared(pb)
 	return true
 }
 
 // drainPrepared discards every prepared container.
-func (n *Node) drainPrepared() {
-	n.mu.Lock()
+func (p *pools) drainPrepared() {
+	p.mu.Lock()
 	var out []*preparedBox
-	for k, list := range n.prepared {
+	for k, list := range p.prepared {
 		out = append(out, list...)
-		delete(n.prepared, k)
+		delete(p.prepared, k)
 	}
-	n.mu.Unlock()
+	p.mu.Unlock()
 	for _, pb := range out {
-		n.killPrepared(pb)
+		p.killPrepared(pb)
 	}
 }
 
-func (n *Node) killPrepared(pb *preparedBox) {
+func (p *pools) killPrepared(pb *preparedBox) {
 	if err := pb.p.Kill(context.Background()); err != nil {
-		n.log.Warn("discard prepared container", "container", pb.p.ID(), "err", err)
+		p.h.log.Warn("discard prepared container", "container", pb.p.ID(), "err", err)
 	}
-	if err := n.release(pb.slot); err != nil {
-		n.log.Warn("release network slot", "slot", pb.slot.Index, "err", err)
+	if err := p.h.release(pb.slot); err != nil {
+		p.h.log.Warn("release network slot", "slot", pb.slot.Index, "err", err)
 	}
 }
 
 // Prepared is the number of prepared containers waiting, of every kind.
 func (n *Node) Prepared() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	p := n.pools
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	total := 0
-	for _, list := range n.prepared {
+	for _, list := range p.prepared {
 		total += len(list)
 	}
 	return total

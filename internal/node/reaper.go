@@ -60,27 +60,27 @@ func (n *Node) reap(ctx context.Context) {
 // expire ends one sandbox whose end time has passed, unless it changed
 // meanwhile.
 func (n *Node) expire(ctx context.Context, sandboxID string) {
-	inst, rec, err := n.open(ctx, sandboxID)
+	sb, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
 		if !isNotFound(err) {
 			n.log.Warn("reaper: load sandbox", "sandbox", sandboxID, "err", err)
 		}
 		return
 	}
-	defer inst.mu.Unlock()
-	if inst.state != stateRunning || rec.EndAt.After(time.Now()) {
+	defer sb.mu.Unlock()
+	if sb.state != stateRunning || rec.EndAt.After(time.Now()) {
 		return // changed meanwhile
 	}
 	if rec.AutoPause {
-		err := n.pauseAs(ctx, inst, rec, rec.AutoPauseFilesOnly)
+		err := sb.pauseAs(ctx, rec, rec.AutoPauseFilesOnly)
 		switch {
 		case err == nil || !rec.AutoPauseFilesOnly:
-		case inst.state == stateRunning:
+		case sb.state == stateRunning:
 			// Its files could not be saved alone: keeping its memory too
 			// loses less than the kill below.
 			n.log.Warn("auto-pause without memory failed; pausing with memory", "sandbox", sandboxID, "err", err)
-			err = n.pause(ctx, inst, rec)
-		case inst.state.paused():
+			err = sb.pause(ctx, rec)
+		case sb.state.paused():
 			// It could not be thawed either: it stays paused in memory,
 			// to be written out as such.
 			n.log.Warn("auto-pause without memory failed; the sandbox stays paused with its memory", "sandbox", sandboxID, "err", err)
@@ -93,7 +93,7 @@ func (n *Node) expire(ctx context.Context, sandboxID string) {
 			return
 		}
 	}
-	if err := n.destroy(ctx, inst, rec, "timeout"); err != nil {
+	if err := sb.destroy(ctx, rec, "timeout"); err != nil {
 		n.log.Warn("reaper: kill", "sandbox", sandboxID, "err", err)
 	}
 }

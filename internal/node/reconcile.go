@@ -70,10 +70,10 @@ func (n *Node) Reconcile(ctx context.Context) error {
 			}
 		case statePaused, statePausedOnDisk:
 			if s == statePaused {
-				if inst := n.adopt(ctx, rec, running[rec.ContainerID], statePaused); inst != nil {
+				if sb := n.adopt(ctx, rec, running[rec.ContainerID], statePaused); sb != nil {
 					// Paused in memory when the server stopped: keep it
 					// frozen and write it out as planned.
-					n.scheduleWriteOut(inst, rec.PausedAt)
+					sb.scheduleWriteOut(rec.PausedAt)
 					keep(rec)
 					continue
 				}
@@ -165,11 +165,11 @@ func (n *Node) settleWriteOut(ctx context.Context, rec *store.Sandbox, alive boo
 		n.log.Info("reconcile: finished interrupted write-out; sandbox paused on disk", "sandbox", rec.ID, "image", target)
 		return writeOutFinished
 	}
-	var inst *instance
+	var sb *sandbox
 	if rec.ContainerID != "" {
-		inst = n.adopt(ctx, rec, alive, statePaused)
+		sb = n.adopt(ctx, rec, alive, statePaused)
 	}
-	if inst != nil {
+	if sb != nil {
 		for _, dir := range []string{target, target + ".tmp"} {
 			if err := os.RemoveAll(dir); err != nil {
 				n.log.Warn("reconcile: remove partial pause image", "sandbox", rec.ID, "dir", dir, "err", err)
@@ -179,7 +179,7 @@ func (n *Node) settleWriteOut(ctx context.Context, rec *store.Sandbox, alive boo
 		if err := n.save(ctx, rec); err != nil {
 			n.log.Warn("reconcile: record rolled-back write-out", "sandbox", rec.ID, "err", err)
 		}
-		n.scheduleWriteOut(inst, rec.PausedAt)
+		sb.scheduleWriteOut(rec.PausedAt)
 		n.log.Info("reconcile: rolled back interrupted write-out; sandbox paused in memory", "sandbox", rec.ID)
 		return writeOutRolledBack
 	}
@@ -252,8 +252,8 @@ func (n *Node) sweepSnapshots(ctx context.Context) {
 
 // adopt takes over a sandbox that survived the server, in state s: its
 // container must run and its slot must still be intact. It returns the
-// sandbox's instance, or nil when the sandbox cannot be adopted.
-func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s state) *instance {
+// sandbox's sandbox, or nil when the sandbox cannot be adopted.
+func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s state) *sandbox {
 	if !alive || rec.Slot < 0 {
 		return nil
 	}
@@ -262,7 +262,7 @@ func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s stat
 		n.log.Warn("reconcile: network settings", "sandbox", rec.ID, "err", err)
 		return nil
 	}
-	sb, err := n.rt.Attach(ctx, rec.ContainerID)
+	rs, err := n.rt.Attach(ctx, rec.ContainerID)
 	if err != nil {
 		n.log.Warn("reconcile: attach", "sandbox", rec.ID, "err", err)
 		return nil
@@ -277,11 +277,11 @@ func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s stat
 		n.release(slot)
 		return nil
 	}
-	inst := n.track(rec.ID, s)
-	defer inst.mu.Unlock()
-	n.setBox(inst, &container{sb: sb, slot: slot}, rec, nw)
+	sb := n.track(rec.ID, s)
+	defer sb.mu.Unlock()
+	sb.setBox(&container{sb: rs, slot: slot}, rec, nw)
 	n.log.Info("reconcile: re-adopted running sandbox", "sandbox", rec.ID, "slot", rec.Slot)
-	return inst
+	return sb
 }
 
 // trackOnDisk takes over a sandbox paused on disk.

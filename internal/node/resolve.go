@@ -23,14 +23,14 @@ import (
 // and woken by Resume once the proxy has checked the request.
 func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Target, error) {
 	n.mu.Lock()
-	inst := n.sandboxes[sandboxID]
-	if inst != nil && inst.state == stateRunning && inst.box != nil {
+	sb := n.sandboxes[sandboxID]
+	if sb != nil && sb.state == stateRunning && sb.box != nil {
 		t := cube.Target{
-			Addr:               net.JoinHostPort(inst.box.slot.HostAddr.String(), strconv.Itoa(port)),
-			Upstream:           inst.box.sb.ID(),
-			TrafficAccessToken: inst.trafficToken,
-			MaskRequestHost:    inst.maskHost,
-			HTTPS:              slices.Contains(inst.httpsPorts, port),
+			Addr:               net.JoinHostPort(sb.box.slot.HostAddr.String(), strconv.Itoa(port)),
+			Upstream:           sb.box.sb.ID(),
+			TrafficAccessToken: sb.trafficToken,
+			MaskRequestHost:    sb.maskHost,
+			HTTPS:              slices.Contains(sb.httpsPorts, port),
 		}
 		n.mu.Unlock()
 		return t, nil
@@ -107,9 +107,9 @@ func filesOnlyPaused(sandboxID string) error {
 func (n *Node) FindByToken(ctx context.Context, made func(token string) bool) (string, bool) {
 	n.mu.Lock()
 	tokens := make(map[string]string, len(n.sandboxes))
-	for id, inst := range n.sandboxes {
-		if inst.box != nil && inst.envdToken != "" && (inst.state == stateRunning || inst.state == statePaused) {
-			tokens[id] = inst.envdToken
+	for id, sb := range n.sandboxes {
+		if sb.box != nil && sb.envdToken != "" && (sb.state == stateRunning || sb.state == statePaused) {
+			tokens[id] = sb.envdToken
 		}
 	}
 	n.mu.Unlock()

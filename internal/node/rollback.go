@@ -15,11 +15,11 @@ import (
 // is replaced only once the snapshot's is running, so a failed rollback
 // leaves the sandbox as it was.
 func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string) (*cube.Rollback, error) {
-	inst, rec, err := n.open(ctx, sandboxID)
+	sb, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
 		return nil, err
 	}
-	defer inst.mu.Unlock()
+	defer sb.mu.Unlock()
 	snap, err := n.Template(ctx, snapshotID)
 	if err != nil {
 		return nil, err
@@ -30,7 +30,7 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 	if snap.SourceSandbox != sandboxID {
 		return nil, cube.Errorf(cube.Forbidden, "snapshot %q was not taken from sandbox %q; a sandbox rolls back only to its own snapshots", snapshotID, sandboxID)
 	}
-	if err := inst.requireState("rollback", stateRunning); err != nil {
+	if err := sb.requireState("rollback", stateRunning); err != nil {
 		return nil, err
 	}
 	box, err := n.launch(ctx, rec, snap, snap.Checkpoint, snap.EnvdToken)
@@ -41,8 +41,8 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 	defer n.cleanUp(&c, "rollback", "sandbox", sandboxID)
 	c.Add(func() error { return n.retire(box) })
 	fault.Point(fault.RollbackAfterRestore)
-	old := inst.box
-	if err := n.attach(ctx, inst, rec, box); err != nil {
+	old := sb.box
+	if err := sb.attach(ctx, rec, box); err != nil {
 		return nil, err
 	}
 	c.Release()

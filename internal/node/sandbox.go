@@ -2,129 +2,192 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"cube/internal/cube"
 	"cube/internal/netslot"
+	"cube/internal/runtime"
 	"cube/internal/store"
 )
 
-// The settings of a sandbox that change while it lives: its end time,
-// its lifecycle flags on connect, and its egress policy.
-
-// SetTimeout moves a sandbox's end time to now+timeout (never earlier when
-// extendOnly).
-func (n *Node) SetTimeout(ctx context.Context, sandboxID string, timeout time.Duration, extendOnly bool) error {
-	inst, rec, err := n.open(ctx, sandboxID)
-	if err != nil {
-		return err
-	}
-	defer inst.mu.Unlock()
-	if err := inst.requireState("set timeout", stateRunning, statePaused, statePausedOnDisk); err != nil {
-		return err
-	}
-	end := time.Now().UTC().Add(timeout)
-	if extendOnly && end.Before(rec.EndAt) {
-		return nil
-	}
-	rec.EndAt = end
-	return n.save(ctx, rec)
+// container is a runsc container in its network slot: what a running or
+// frozen sandbox holds of the host, and what a warm one waits with.
+type container struct {
+	sb   runtime.Sandbox
+	slot *netslot.Slot
 }
 
-// ConnectSandbox returns a running sandbox and extends its end time. A
-// request to move the sandbox here (cube.MoveFrom) takes it over from its
-// node first.
-func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req cube.ConnectRequest) (*cube.Sandbox, bool, error) {
-	if from := cube.MoveFrom(ctx); from != "" && from != n.cfg.NodeID && !n.Holds(sandboxID) {
-		if err := n.adoptMoved(ctx, sandboxID, from); err != nil {
-			return nil, false, err
-		}
-	}
-	inst, rec, err := n.open(ctx, sandboxID)
-	if err != nil {
-		return nil, false, err
-	}
-	defer inst.mu.Unlock()
-	if err := inst.requireState("connect", stateRunning, statePaused, statePausedOnDisk); err != nil {
-		return nil, false, err
-	}
-	resumed := false
-	if inst.state == stateRunning {
-		if req.RequirePaused {
-			return nil, false, cube.Errorf(cube.Conflict, "sandbox %q is already running", sandboxID)
-		}
-	} else {
-		if err := n.resume(ctx, inst, rec); err != nil {
-			return nil, false, err
-		}
-		resumed = true
-	}
-	if req.AutoPause != nil {
-		rec.AutoPause = *req.AutoPause
-	}
-	if end := time.Now().UTC().Add(req.Timeout); end.After(rec.EndAt) {
-		rec.EndAt = end
-	}
-	if err := n.save(ctx, rec); err != nil {
-		return nil, false, err
-	}
-	v, err := n.view(rec)
-	if err != nil {
-		return nil, false, err
-	}
-	return v, resumed, nil
+// sandbox is one sandbox this node holds, from its create (or its
+// adoption by the reconciler) to its removal, which also drops its lock.
+// Each lifecycle method has the same shape: lock, requireState, act
+// (registering undos in a cleanup), changeState, save. The caller takes
+// the lock (host.open); the method does the rest, so the rules for what a
+// sandbox may do next are in its methods and in state.go.
+type sandbox struct {
+	id string
+	// h is what the sandbox acts with: the runtime, store, slots and pools
+	// it shares with the node.
+	h *host
+	// mu is held for a whole lifecycle operation, so kill, pause, resume
+	// and snapshot of one sandbox are serialised.
+	mu sync.Mutex
+
+	// The fields below are written with both mu and h.mu held,
+	// and read with either: the resolver and metrics only look.
+	state state
+	// box is the sandbox's container; nil while it is paused on disk.
+	box *container
+	// gone is set when the sandbox is removed, for operations that were
+	// waiting for mu.
+	gone bool
+	// trafficToken and maskHost are what the proxy needs of the record on
+	// every request; neither changes while the container runs.
+	trafficToken, maskHost string
+	// httpsPorts are the ports the proxy reaches over TLS.
+	httpsPorts []int
+	// envdToken finds the sandbox of a signed file URL (FindByToken).
+	envdToken string
+	// cpu is the last CPU reading, for utilisation between samples.
+	cpuAt   time.Time
+	cpuTime time.Duration
+	// handOvers counts the hand-overs begun (move.go), so that the end of
+	// one that failed late cannot end a newer one.
+	handOvers uint64
 }
 
-// applyPolicy puts rec's egress policy on its slot: before the user's
-// code can run, and again after an adoption.
-func (n *Node) applyPolicy(slot *netslot.Slot, rec *store.Sandbox) error {
-	if n.cfg.Egress == nil {
+// track registers a sandbox the node now holds and returns it locked.
+func (h *host) track(sandboxID string, s state) *sandbox {
+	sb := &sandbox{id: sandboxID, h: h, state: s}
+	sb.mu.Lock()
+	h.mu.Lock()
+	h.sandboxes[sandboxID] = sb
+	h.mu.Unlock()
+	return sb
+}
+
+// untrack forgets a removed sandbox, its lock included. The caller holds
+// sb.mu; operations waiting for it find the sandbox gone.
+func (h *host) untrack(sb *sandbox) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sb.gone, sb.box = true, nil
+	if h.sandboxes[sb.id] == sb {
+		delete(h.sandboxes, sb.id)
+	}
+}
+
+// lock takes a sandbox's lock for a lifecycle operation; the caller
+// unlocks sb.mu. A sandbox the node does not hold is not found.
+func (h *host) lock(sandboxID string) (*sandbox, error) {
+	h.mu.Lock()
+	sb := h.sandboxes[sandboxID]
+	h.mu.Unlock()
+	if sb == nil {
+		return nil, notFound(sandboxID)
+	}
+	sb.mu.Lock()
+	if sb.gone {
+		sb.mu.Unlock()
+		return nil, notFound(sandboxID)
+	}
+	return sb, nil
+}
+
+// open locks a sandbox and loads its record; the caller unlocks sb.mu.
+func (h *host) open(ctx context.Context, sandboxID string) (*sandbox, *store.Sandbox, error) {
+	sb, err := h.lock(sandboxID)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := h.record(ctx, sandboxID)
+	if err != nil {
+		sb.mu.Unlock()
+		return nil, nil, err
+	}
+	return sb, rec, nil
+}
+
+// notFound is E2B's answer for a sandbox that does not exist, word for
+// word: users and tools match on it.
+func notFound(sandboxID string) error {
+	return cube.Errorf(cube.NotFound, "Sandbox %q doesn't exist or you don't have access to it", sandboxID)
+}
+
+// requireState refuses op unless the sandbox is in one of allowed, with
+// the Conflict message each operation has always given.
+func (s *sandbox) requireState(op string, allowed ...state) error {
+	if slices.Contains(allowed, s.state) {
 		return nil
 	}
-	nw, err := network(rec)
-	if err != nil {
-		return err
+	if s.state == stateMoving {
+		return cube.Errorf(cube.Conflict, "sandbox %q is moving to another node to resume there; try again in a moment", s.id).WithRetryAfter(2 * time.Second)
 	}
-	p := policyOf(nw)
-	p.Owner = rec.ID
-	if err := n.cfg.Egress.Apply(slot, p); err != nil {
-		return fmt.Errorf("egress policy: %w", err)
+	switch op {
+	case "rollback":
+		return cube.Errorf(cube.Conflict, "sandbox %q is %s; connect to it first", s.id, s.state)
+	case "move":
+		return cube.Errorf(cube.Conflict, "sandbox %q is %s; only a sandbox paused on disk moves to another node", s.id, s.state)
+	case "connect", "kill", "set timeout", "update network":
+		return cube.Errorf(cube.Conflict, "sandbox %q is %s", s.id, s.state)
+	}
+	return cube.Errorf(cube.Conflict, "sandbox %q is %s, not running", s.id, s.state)
+}
+
+// changeState moves a locked sandbox to st, and its record with it; the
+// caller saves the record.
+func (s *sandbox) changeState(rec *store.Sandbox, st state) {
+	s.h.mu.Lock()
+	s.state = st
+	s.h.mu.Unlock()
+	rec.State = st.stored()
+}
+
+// setBox gives a locked sandbox its container (nil: none), with what the
+// resolver needs of rec.
+func (s *sandbox) setBox(box *container, rec *store.Sandbox, nw cube.Network) {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	s.box = box
+	s.trafficToken, s.maskHost, s.httpsPorts = rec.TrafficToken, nw.MaskRequestHost, nw.HTTPSPorts
+	s.envdToken = rec.EnvdToken
+	s.cpuAt, s.cpuTime = time.Time{}, 0
+}
+
+// save writes a sandbox's record.
+func (h *host) save(ctx context.Context, rec *store.Sandbox) error {
+	if err := h.store.Sandboxes().Put(ctx, rec); err != nil {
+		return fmt.Errorf("record sandbox %s: %w", rec.ID, err)
 	}
 	return nil
 }
 
-// UpdateNetwork replaces a running sandbox's egress policy, live.
-func (n *Node) UpdateNetwork(ctx context.Context, sandboxID string, nw cube.Network) error {
-	if err := n.checkNetwork(nw); err != nil {
-		return err
+// cleanUp runs c's undos after op failed, logging what could not be
+// undone with attrs (which name what op was on); it is meant for a defer.
+func (h *host) cleanUp(c *cleanup, op string, attrs ...any) {
+	if err := c.Clean(); err != nil {
+		h.log.Warn(op+": undo after failure", append(attrs, "err", err)...)
 	}
-	inst, rec, err := n.open(ctx, sandboxID)
-	if err != nil {
-		return err
-	}
-	defer inst.mu.Unlock()
-	if err := inst.requireState("update network", stateRunning, statePaused, statePausedOnDisk); err != nil {
-		return err
-	}
-	old, err := network(rec)
-	if err != nil {
-		return err
-	}
-	// Only the egress part is replaced; inbound settings stay.
-	old.AllowInternetAccess, old.AllowOut, old.DenyOut, old.Rules = nw.AllowInternetAccess, nw.AllowOut, nw.DenyOut, nw.Rules
-	if rec.Network, err = json.Marshal(old); err != nil {
-		return err
-	}
-	if box := inst.box; box != nil {
-		if err := n.applyPolicy(box.slot, rec); err != nil {
-			return err
-		}
-	}
-	if err := n.save(ctx, rec); err != nil {
-		return err
-	}
-	n.event(sandboxID, "info", "network policy replaced")
-	return nil
 }
+
+// discard retires a container, logging what failed; for containers no
+// caller waits on (warm ones, replaced ones).
+func (h *host) discard(c *container, sandboxID string) {
+	if err := h.retire(c); err != nil {
+		h.log.Warn("retire container", "sandbox", sandboxID, "container", c.sb.ID(), "err", err)
+	}
+}
+
+// release returns a network slot to the pool. The egress filter forgets
+// the slot first: once released, the slot may be handed to another sandbox
+// at once, and a Forget after that would drop the new sandbox's policy.
+func (h *host) release(s *netslot.Slot) error {
+	if h.cfg.Egress != nil {
+		h.cfg.Egress.Forget(s)
+	}
+	return h.slots.Release(s)
+}
+
+func isNotFound(err error) bool { return cube.KindOf(err) == cube.NotFound }

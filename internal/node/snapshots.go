@@ -45,18 +45,18 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 		}
 		names = []string{name}
 	}
-	inst, rec, err := n.open(ctx, sandboxID)
+	sb, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
 		return nil, err
 	}
-	defer inst.mu.Unlock()
-	if err := inst.requireState("snapshot", stateRunning); err != nil {
+	defer sb.mu.Unlock()
+	if err := sb.requireState("snapshot", stateRunning); err != nil {
 		return nil, err
 	}
 	if err := n.checkReserve("snapshot"); err != nil {
 		return nil, err
 	}
-	box := inst.box
+	box := sb.box
 	snapID := id.New("snap-", 16)
 	dir := filepath.Join(n.cfg.DataDir, "snapshots", snapID)
 	t := snapshotTemplate(rec, snapID, dir, names)

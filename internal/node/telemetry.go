@@ -68,14 +68,15 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
 	ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(n.cfg.MaxSandboxes))
 	now := time.Now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for tpl, list := range n.warm {
+	p := n.pools
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for tpl, list := range p.warm {
 		ch <- prometheus.MustNewConstMetric(warmDesc, prometheus.GaugeValue, float64(len(list)), tpl)
-		ch <- prometheus.MustNewConstMetric(warmWantDesc, prometheus.GaugeValue, float64(n.poolTarget(tpl, now)), tpl)
+		ch <- prometheus.MustNewConstMetric(warmWantDesc, prometheus.GaugeValue, float64(p.poolTarget(tpl, now)), tpl)
 	}
 	prepared := 0
-	for _, list := range n.prepared {
+	for _, list := range p.prepared {
 		prepared += len(list)
 	}
 	ch <- prometheus.MustNewConstMetric(preparedDesc, prometheus.GaugeValue, float64(prepared))

@@ -127,8 +127,8 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 // prepared sandboxes restored from it are discarded and the image removed.
 // Sandboxes created from it keep running; they hold their own memory.
 func (n *Node) releaseImage(t *store.Template) {
-	n.drainWarm(t.ID)
-	n.dropPreparedOf(t)
+	n.pools.drainWarm(t.ID)
+	n.pools.dropPreparedOf(t)
 	n.removeImage(t)
 }
 

@@ -60,9 +60,9 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	boxes := map[string]*container{}
 	c.n.mu.Lock()
-	for id, inst := range c.n.sandboxes {
-		if inst.state == stateRunning && inst.box != nil {
-			boxes[id] = inst.box
+	for id, sb := range c.n.sandboxes {
+		if sb.state == stateRunning && sb.box != nil {
+			boxes[id] = sb.box
 		}
 	}
 	c.n.mu.Unlock()

@@ -18,8 +18,8 @@ import (
 
 // record loads a sandbox's record; unknown, still being created or being
 // deleted → NotFound.
-func (n *Node) record(ctx context.Context, sandboxID string) (*store.Sandbox, error) {
-	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+func (h *host) record(ctx context.Context, sandboxID string) (*store.Sandbox, error) {
+	rec, err := h.store.Sandboxes().Get(ctx, sandboxID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.State == store.Creating || rec.State == store.Killing)) {
 		return nil, notFound(sandboxID)
 	}
@@ -27,12 +27,12 @@ func (n *Node) record(ctx context.Context, sandboxID string) (*store.Sandbox, er
 }
 
 // view is the API's picture of a record.
-func (n *Node) view(rec *store.Sandbox) (*cube.Sandbox, error) {
+func (h *host) view(rec *store.Sandbox) (*cube.Sandbox, error) {
 	state := cube.StateRunning
 	if rec.State == store.Paused {
 		state = cube.StatePaused
 	}
-	if !n.mine(rec) && n.cfg.PeerAlive != nil && !n.cfg.PeerAlive(rec.Node) {
+	if !h.mine(rec) && h.cfg.PeerAlive != nil && !h.cfg.PeerAlive(rec.Node) {
 		state = cube.StateLost
 	}
 	netw, err := network(rec)
@@ -40,7 +40,7 @@ func (n *Node) view(rec *store.Sandbox) (*cube.Sandbox, error) {
 		return nil, err
 	}
 	return &cube.Sandbox{
-		ID: rec.ID, TemplateID: rec.TemplateID, Node: cmp.Or(rec.Node, n.cfg.NodeID), Alias: rec.Alias, EnvdVersion: n.cfg.EnvdVersion,
+		ID: rec.ID, TemplateID: rec.TemplateID, Node: cmp.Or(rec.Node, h.cfg.NodeID), Alias: rec.Alias, EnvdVersion: h.cfg.EnvdVersion,
 		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
 		StartedAt: rec.StartedAt, EndAt: rec.EndAt, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB,
 		DiskSizeMB: rec.DiskSizeMB, Metadata: rec.Metadata, Network: netw,

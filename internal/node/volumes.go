@@ -348,29 +348,29 @@ func needsBoot(rec *store.Sandbox, tpl *store.Template) bool {
 // network slot and hands its envd the sandbox's token and environment.
 // It takes the template's boot time instead of a restore's: the price of
 // mounts the template's checkpoint does not have.
-func (n *Node) bootWithVolumes(ctx context.Context, rec *store.Sandbox, _ *store.Template) (*container, error) {
+func (h *host) bootWithVolumes(ctx context.Context, rec *store.Sandbox, _ *store.Template) (*container, error) {
 	start := time.Now()
 	own := *rec.Boot
 	own.CPUCount, own.MemoryMB = rec.CPUCount, rec.MemoryMB
-	slot, err := n.acquireSlot(ctx, true)
+	slot, err := h.acquireSlot(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	var c cleanup
-	defer n.cleanUp(&c, "boot with volumes", "sandbox", rec.ID)
-	c.Add(func() error { return n.release(slot) })
-	sb, err := n.rt.Boot(ctx, Spec(&own, containerID(rec.ID), slot.NetNS))
+	defer h.cleanUp(&c, "boot with volumes", "sandbox", rec.ID)
+	c.Add(func() error { return h.release(slot) })
+	sb, err := h.rt.Boot(ctx, Spec(&own, containerID(rec.ID), slot.NetNS))
 	if err != nil {
 		return nil, fmt.Errorf("boot sandbox %s with its volumes: %w", rec.ID, err)
 	}
 	box := &container{sb: sb, slot: slot}
 	c.Release()
-	c.Add(func() error { return n.retire(box) })
-	booted := n.tel.phase("boot-volumes", "boot", start)
-	if err := n.ready(ctx, box, rec, ""); err != nil {
+	c.Add(func() error { return h.retire(box) })
+	booted := h.tel.phase("boot-volumes", "boot", start)
+	if err := h.ready(ctx, box, rec, ""); err != nil {
 		return nil, err
 	}
-	n.tel.phase("boot-volumes", "init", booted)
+	h.tel.phase("boot-volumes", "init", booted)
 	c.Release()
 	return box, nil
 }

@@ -16,18 +16,18 @@ import (
 // unless it was resumed (or paused anew) since pausedAt. Close cancels
 // the wait: the next start re-adopts the frozen sandbox and schedules it
 // again; a write-out already begun is finished.
-func (n *Node) scheduleWriteOut(inst *instance, pausedAt time.Time) {
-	ctx := n.ctx
-	n.background(func() {
-		t := time.NewTimer(n.cfg.PauseWriteDelay)
+func (s *sandbox) scheduleWriteOut(pausedAt time.Time) {
+	ctx := s.h.ctx
+	s.h.background(func() {
+		t := time.NewTimer(s.h.cfg.PauseWriteDelay)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := n.writeOut(context.WithoutCancel(ctx), inst, pausedAt); err != nil {
-			n.log.Warn("write paused sandbox to disk; it stays paused in memory", "sandbox", inst.id, "err", err)
+		if err := s.writeOut(context.WithoutCancel(ctx), pausedAt); err != nil {
+			s.h.log.Warn("write paused sandbox to disk; it stays paused in memory", "sandbox", s.id, "err", err)
 		}
 	})
 }
@@ -43,13 +43,13 @@ func (n *Node) scheduleWriteOut(inst *instance, pausedAt time.Time) {
 // store says the sandbox is on disk. The checkpoint leaves the container
 // frozen in memory, so until then a failure (or a crash) still has the
 // sandbox there.
-func (n *Node) writeOut(ctx context.Context, inst *instance, pausedAt time.Time) error {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	if inst.gone || inst.state != statePaused {
+func (s *sandbox) writeOut(ctx context.Context, pausedAt time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone || s.state != statePaused {
 		return nil
 	}
-	rec, err := n.store.Sandboxes().Get(ctx, inst.id)
+	rec, err := s.h.store.Sandboxes().Get(ctx, s.id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -59,21 +59,21 @@ func (n *Node) writeOut(ctx context.Context, inst *instance, pausedAt time.Time)
 	if rec.State != store.Paused || !rec.PausedAt.Equal(pausedAt) {
 		return nil
 	}
-	return n.writeOutLocked(ctx, inst, rec)
+	return s.writeOutLocked(ctx, rec)
 }
 
 // writeOutLocked is writeOut's work, for a sandbox the caller holds
 // locked and paused in memory. The image holds memory and files, or the
 // files alone when the pause keeps no memory.
-func (n *Node) writeOutLocked(ctx context.Context, inst *instance, rec *store.Sandbox) error {
-	box := inst.box
+func (s *sandbox) writeOutLocked(ctx context.Context, rec *store.Sandbox) error {
+	box := s.box
 	var c cleanup
-	defer n.cleanUp(&c, "write out", "sandbox", rec.ID)
-	n.changeState(inst, rec, stateWritingOut)
-	c.Add(func() error { n.changeState(inst, rec, statePaused); return nil })
-	dir := filepath.Join(n.sandboxDir(rec.ID), "pause")
+	defer s.h.cleanUp(&c, "write out", "sandbox", rec.ID)
+	s.changeState(rec, stateWritingOut)
+	c.Add(func() error { s.changeState(rec, statePaused); return nil })
+	dir := filepath.Join(s.h.sandboxDir(rec.ID), "pause")
 	rec.PauseImageTarget, rec.PauseChecksum = dir, ""
-	if err := n.save(ctx, rec); err != nil {
+	if err := s.h.save(ctx, rec); err != nil {
 		return err
 	}
 	fault.Point(fault.PauseAfterIntent)
@@ -81,7 +81,7 @@ func (n *Node) writeOutLocked(ctx context.Context, inst *instance, rec *store.Sa
 	if rec.PauseFilesOnly {
 		save = func(tmp string) error { return box.sb.SaveFiles(ctx, tmp) }
 	}
-	tmp, sum, err := n.writeImageWith(ctx, dir, "pause", save)
+	tmp, sum, err := s.h.writeImageWith(ctx, dir, "pause", save)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (n *Node) writeOutLocked(ctx context.Context, inst *instance, rec *store.Sa
 	c.Add(func() error { return os.RemoveAll(tmp) })
 	fault.Point(fault.PauseAfterCheckpoint)
 	rec.PauseChecksum = sum
-	if err := n.save(ctx, rec); err != nil {
+	if err := s.h.save(ctx, rec); err != nil {
 		return err
 	}
 	fault.Point(fault.PauseAfterChecksum)
@@ -97,18 +97,18 @@ func (n *Node) writeOutLocked(ctx context.Context, inst *instance, rec *store.Sa
 		return diskError("pause", err)
 	}
 	fault.Point(fault.PauseAfterRename)
-	n.changeState(inst, rec, statePausedOnDisk)
+	s.changeState(rec, statePausedOnDisk)
 	rec.PauseImage, rec.PauseImageTarget = dir, ""
 	rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
-	if err := n.save(ctx, rec); err != nil {
+	if err := s.h.save(ctx, rec); err != nil {
 		// The store may or may not name the image now, so it stays; the
 		// frozen container stays too and the sandbox is paused in memory.
 		return err
 	}
 	c.Release()
 	fault.Point(fault.PauseAfterRecord)
-	n.setBox(inst, nil, rec, cube.Network{})
-	n.discard(box, rec.ID)
-	n.event(rec.ID, "info", "paused sandbox written to disk")
+	s.setBox(nil, rec, cube.Network{})
+	s.h.discard(box, rec.ID)
+	s.h.event(rec.ID, "info", "paused sandbox written to disk")
 	return nil
 }
