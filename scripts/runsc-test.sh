@@ -19,9 +19,10 @@ PKGS=(pkg/sentry/mm pkg/sentry/pgalloc)
 GO=$GO ./scripts/build-runsc.sh --source
 # What the tests need beside them: the packages' test files and the
 # test-only context package they import.
-git --git-dir="$(git -C "$GVISOR_GIT" rev-parse --git-dir 2>/dev/null || echo "$GVISOR_GIT")" \
-	archive "$REV" "${PKGS[@]}" pkg/sentry/contexttest |
-	tar -x -C "$WORK/gvisor" --wildcards '*_test.go' 'pkg/sentry/contexttest/*'
+git_dir=$(git -C "$GVISOR_GIT" rev-parse --absolute-git-dir 2>/dev/null || echo "$GVISOR_GIT")
+git --git-dir="$git_dir" archive "$REV" "${PKGS[@]}" |
+	tar -x -C "$WORK/gvisor" --wildcards --wildcards-match-slash '*_test.go'
+git --git-dir="$git_dir" archive "$REV" pkg/sentry/contexttest | tar -x -C "$WORK/gvisor"
 for p in scripts/runsc-patches/tests/*.patch; do
 	[[ -e $p ]] || continue
 	echo "runsc-test: applying $p"
