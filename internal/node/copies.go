@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -29,16 +30,24 @@ import (
 // so placement prefers it next time. A copy goes when its template has gone
 // or was rebuilt and no sandbox of this node boots from it.
 
+// templateCopies are this node's copies of other nodes' templates.
+type templateCopies struct {
+	h *host
+	// mu makes copies one at a time; a pull under way is a hidden
+	// directory that the removal of stale copies must not take.
+	mu sync.Mutex
+}
+
 // copiesDir holds this node's copies of other nodes' templates.
-func (n *Node) copiesDir() string { return filepath.Join(n.cfg.DataDir, "copies") }
+func (tc *templateCopies) copiesDir() string { return filepath.Join(tc.h.cfg.DataDir, "copies") }
 
 // copyDir is where this node keeps its copy of tpl's current build.
-func (n *Node) copyDir(tpl *store.Template) string {
+func (tc *templateCopies) copyDir(tpl *store.Template) string {
 	sum := tpl.Checksum
 	if len(sum) > 16 {
 		sum = sum[:16]
 	}
-	return filepath.Join(n.copiesDir(), tpl.ID+"."+sum)
+	return filepath.Join(tc.copiesDir(), tpl.ID+"."+sum)
 }
 
 // copyMarker is written into a copy once it is whole and verified.
@@ -47,25 +56,25 @@ const copyMarker = "complete"
 // localTemplate returns tpl with its files' paths on this host, copying
 // them here first when this node has none. A template this node holds is
 // returned as it is.
-func (n *Node) localTemplate(ctx context.Context, tpl *store.Template) (*store.Template, error) {
-	if local, ok := n.heldFiles(tpl); ok {
+func (tc *templateCopies) localTemplate(ctx context.Context, tpl *store.Template) (*store.Template, error) {
+	if local, ok := tc.heldFiles(tpl); ok {
 		return local, nil
 	}
-	if err := n.pullTemplate(ctx, tpl); err != nil {
+	if err := tc.pullTemplate(ctx, tpl); err != nil {
 		return nil, err
 	}
-	local, _ := n.heldFiles(tpl)
+	local, _ := tc.heldFiles(tpl)
 	return local, nil
 }
 
 // heldFiles returns tpl with the paths of its files on this host, and
 // whether this node has them: it built the template, or holds a whole
 // copy of its current build.
-func (n *Node) heldFiles(tpl *store.Template) (*store.Template, bool) {
-	if tpl.HeldBy(n.cfg.NodeID) {
+func (tc *templateCopies) heldFiles(tpl *store.Template) (*store.Template, bool) {
+	if tpl.HeldBy(tc.h.cfg.NodeID) {
 		return tpl, true
 	}
-	dir := n.copyDir(tpl)
+	dir := tc.copyDir(tpl)
 	b, err := os.ReadFile(filepath.Join(dir, copyMarker))
 	if err != nil || strings.TrimSpace(string(b)) != tpl.Checksum {
 		return nil, false
@@ -73,7 +82,7 @@ func (n *Node) heldFiles(tpl *store.Template) (*store.Template, bool) {
 	local := *tpl
 	local.Rootfs = filepath.Join(dir, "rootfs")
 	local.Checkpoint = filepath.Join(dir, "checkpoint")
-	local.Envd = filepath.Join(n.cfg.DataDir, "envd", filepath.Base(tpl.Envd))
+	local.Envd = filepath.Join(tc.h.cfg.DataDir, "envd", filepath.Base(tpl.Envd))
 	if _, err := os.Stat(filepath.Join(local.Envd, "cube-envd")); err != nil {
 		return nil, false
 	}
@@ -83,48 +92,48 @@ func (n *Node) heldFiles(tpl *store.Template) (*store.Template, bool) {
 // pullTemplate copies tpl's current build from a node that has it: its
 // builder first, then the nodes that copied it. Pulls run one at a time,
 // so two creates of one template copy it once.
-func (n *Node) pullTemplate(ctx context.Context, tpl *store.Template) error {
-	if n.cfg.FetchTemplate == nil {
+func (tc *templateCopies) pullTemplate(ctx context.Context, tpl *store.Template) error {
+	if tc.h.cfg.FetchTemplate == nil {
 		return cube.Errorf(cube.Unavailable, "template %s is held by node %s and this node cannot copy templates", tpl.ID, tpl.Node)
 	}
 	if tpl.Checksum == "" {
 		return cube.Errorf(cube.Unavailable, "template %s on node %s has no checksum to verify a copy by: create the sandbox through node %s", tpl.ID, tpl.Node, tpl.Node)
 	}
-	n.pullMu.Lock()
-	defer n.pullMu.Unlock()
-	if _, ok := n.heldFiles(tpl); ok {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if _, ok := tc.heldFiles(tpl); ok {
 		return nil
 	}
 	var errs []error
 	for _, src := range tpl.Holders() {
-		if src == n.cfg.NodeID {
+		if src == tc.h.cfg.NodeID {
 			continue
 		}
-		err := n.pullFrom(ctx, tpl, src)
+		err := tc.pullFrom(ctx, tpl, src)
 		if err == nil {
 			return nil
 		}
-		n.log.Warn("copy a template", "template", tpl.ID, "from", src, "err", err)
+		tc.h.log.Warn("copy a template", "template", tpl.ID, "from", src, "err", err)
 		errs = append(errs, fmt.Errorf("from node %s: %w", src, err))
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return cube.Errorf(cube.Unavailable, "template %s could not be copied to node %s: %v", tpl.ID, n.cfg.NodeID, errors.Join(errs...)).WithRetryAfter(5 * time.Second)
+	return cube.Errorf(cube.Unavailable, "template %s could not be copied to node %s: %v", tpl.ID, tc.h.cfg.NodeID, errors.Join(errs...)).WithRetryAfter(5 * time.Second)
 }
 
 // pullFrom copies tpl's files from node src into this node's copies.
-func (n *Node) pullFrom(ctx context.Context, tpl *store.Template, src string) error {
+func (tc *templateCopies) pullFrom(ctx context.Context, tpl *store.Template, src string) error {
 	start := time.Now()
-	if err := os.MkdirAll(n.copiesDir(), 0o700); err != nil {
+	if err := os.MkdirAll(tc.copiesDir(), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(n.copiesDir(), "."+tpl.ID+".")
+	tmp, err := os.MkdirTemp(tc.copiesDir(), "."+tpl.ID+".")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	body, err := n.cfg.FetchTemplate(ctx, src, tpl.ID)
+	body, err := tc.h.cfg.FetchTemplate(ctx, src, tpl.ID)
 	if err != nil {
 		return err
 	}
@@ -138,10 +147,10 @@ func (n *Node) pullFrom(ctx context.Context, tpl *store.Template, src string) er
 		return err
 	}
 	fault.Point(fault.TemplateCopyAfterExtract)
-	if err := n.keepCopy(ctx, tmp, tpl); err != nil {
+	if err := tc.keepCopy(ctx, tmp, tpl); err != nil {
 		return err
 	}
-	n.log.Info("copied template", "template", tpl.ID, "from", src, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
+	tc.h.log.Info("copied template", "template", tpl.ID, "from", src, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -151,11 +160,11 @@ func (n *Node) pullFrom(ctx context.Context, tpl *store.Template, src string) er
 // recorded in the template's Copies (when the template still exists).
 // A copy that fails a check is left for the caller to remove, and its
 // agent is not installed.
-func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) error {
-	if err := n.verifyCopy(dir, tpl); err != nil {
+func (tc *templateCopies) keepCopy(ctx context.Context, dir string, tpl *store.Template) error {
+	if err := tc.verifyCopy(dir, tpl); err != nil {
 		return err
 	}
-	if err := n.installCopiedAgent(dir, tpl); err != nil {
+	if err := tc.installCopiedAgent(dir, tpl); err != nil {
 		return err
 	}
 	if err := syncFS(dir); err != nil {
@@ -164,8 +173,8 @@ func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) er
 	if err := os.WriteFile(filepath.Join(dir, copyMarker), []byte(tpl.Checksum+"\n"), 0o600); err != nil {
 		return err
 	}
-	dst := n.copyDir(tpl)
-	if err := os.MkdirAll(n.copiesDir(), 0o700); err != nil {
+	dst := tc.copyDir(tpl)
+	if err := os.MkdirAll(tc.copiesDir(), 0o700); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dst); err != nil {
@@ -174,13 +183,13 @@ func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) er
 	if err := os.Rename(dir, dst); err != nil {
 		return err
 	}
-	if err := fsyncPath(n.copiesDir()); err != nil {
+	if err := fsyncPath(tc.copiesDir()); err != nil {
 		return err
 	}
 	fault.Point(fault.TemplateCopyAfterRename)
-	err := n.store.Templates().Update(ctx, tpl.ID, func(t *store.Template) error {
-		if t.Checksum == tpl.Checksum && !slices.Contains(t.Copies, n.cfg.NodeID) {
-			t.Copies = append(t.Copies, n.cfg.NodeID)
+	err := tc.h.store.Templates().Update(ctx, tpl.ID, func(t *store.Template) error {
+		if t.Checksum == tpl.Checksum && !slices.Contains(t.Copies, tc.h.cfg.NodeID) {
+			t.Copies = append(t.Copies, tc.h.cfg.NodeID)
 		}
 		return nil
 	})
@@ -198,7 +207,7 @@ func (n *Node) keepCopy(ctx context.Context, dir string, tpl *store.Template) er
 // checksum, and every file against the manifest the checksum covers. A
 // template built before manifests has only its checkpoint checked; its
 // rootfs and agent are what the sender's digest says they are.
-func (n *Node) verifyCopy(dir string, tpl *store.Template) error {
+func (tc *templateCopies) verifyCopy(dir string, tpl *store.Template) error {
 	checkpoint := filepath.Join(dir, treeCheckpoint)
 	sum, err := imageChecksum(checkpoint)
 	if err != nil {
@@ -212,7 +221,7 @@ func (n *Node) verifyCopy(dir string, tpl *store.Template) error {
 		return fmt.Errorf("the copy's manifest: %w", err)
 	}
 	if m == nil {
-		n.log.Warn("template copy unverified by manifest: the template was built before manifests, so its rootfs and agent are checked only against the sending node's digest; rebuild it to have them checked",
+		tc.h.log.Warn("template copy unverified by manifest: the template was built before manifests, so its rootfs and agent are checked only against the sending node's digest; rebuild it to have them checked",
 			"template", tpl.ID)
 		return nil
 	}
@@ -222,8 +231,8 @@ func (n *Node) verifyCopy(dir string, tpl *store.Template) error {
 // installCopiedAgent puts the agent a copied checkpoint was taken with in
 // this node's envd directory, named as the template names it (by its
 // hash), unless this node has it already.
-func (n *Node) installCopiedAgent(tmp string, tpl *store.Template) error {
-	dst := filepath.Join(n.cfg.DataDir, "envd", filepath.Base(tpl.Envd))
+func (tc *templateCopies) installCopiedAgent(tmp string, tpl *store.Template) error {
+	dst := filepath.Join(tc.h.cfg.DataDir, "envd", filepath.Base(tpl.Envd))
 	if _, err := os.Stat(filepath.Join(dst, "cube-envd")); err == nil {
 		return nil
 	}
@@ -259,7 +268,7 @@ func (n *Node) ExportTemplate(ctx context.Context, templateID string, w io.Write
 	if err != nil {
 		return err
 	}
-	local, ok := n.heldFiles(tpl)
+	local, ok := n.copies.heldFiles(tpl)
 	if !ok || tpl.Status != store.TemplateReady {
 		return cube.Errorf(cube.Conflict, "node %s has no ready copy of template %s", n.cfg.NodeID, templateID)
 	}
@@ -269,22 +278,22 @@ func (n *Node) ExportTemplate(ctx context.Context, templateID string, w io.Write
 // dropStaleCopies removes the copies of templates that are gone or were
 // rebuilt since, unless a sandbox of this node boots from them, and the
 // leftovers of pulls cut short.
-func (n *Node) dropStaleCopies(ctx context.Context) error {
-	n.pullMu.Lock() // a pull under way is a hidden directory here
-	defer n.pullMu.Unlock()
-	entries, err := os.ReadDir(n.copiesDir())
+func (tc *templateCopies) dropStaleCopies(ctx context.Context) error {
+	tc.mu.Lock() // a pull under way is a hidden directory here
+	defer tc.mu.Unlock()
+	entries, err := os.ReadDir(tc.copiesDir())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	recs, err := n.ownSandboxes(ctx)
+	recs, err := tc.h.ownSandboxes(ctx)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		dir := filepath.Join(n.copiesDir(), e.Name())
+		dir := filepath.Join(tc.copiesDir(), e.Name())
 		if strings.HasPrefix(e.Name(), ".") {
 			os.RemoveAll(dir)
 			continue
@@ -293,11 +302,11 @@ func (n *Node) dropStaleCopies(ctx context.Context) error {
 		if i := strings.LastIndexByte(id, '.'); i > 0 {
 			id = id[:i] // <template>.<checksum>
 		}
-		tpl, err := n.store.Templates().Get(ctx, id)
+		tpl, err := tc.h.store.Templates().Get(ctx, id)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if err == nil && n.copyDir(tpl) == dir {
+		if err == nil && tc.copyDir(tpl) == dir {
 			continue
 		}
 		if slices.ContainsFunc(recs, func(r *store.Sandbox) bool {
@@ -305,7 +314,7 @@ func (n *Node) dropStaleCopies(ctx context.Context) error {
 		}) {
 			continue
 		}
-		n.log.Info("removing the copy of a template that is gone or rebuilt", "copy", e.Name())
+		tc.h.log.Info("removing the copy of a template that is gone or rebuilt", "copy", e.Name())
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}

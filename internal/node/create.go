@@ -28,7 +28,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	if tpl.Status != store.TemplateReady {
 		return nil, cube.Errorf(cube.Conflict, "template %q is %s, not ready", req.Template, tpl.Status)
 	}
-	if tpl, err = n.localTemplate(ctx, tpl); err != nil {
+	if tpl, err = n.copies.localTemplate(ctx, tpl); err != nil {
 		return nil, err
 	}
 	if err := n.checkNetwork(req.Network); err != nil {
@@ -55,7 +55,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	boot := *tpl
 	boot.Aliases = nil
 	rec.Boot = &boot
-	unlock, err := n.mountVolumes(ctx, &boot, req.VolumeMounts)
+	unlock, err := n.vols.mountVolumes(ctx, &boot, req.VolumeMounts)
 	if err != nil {
 		return nil, err
 	}
@@ -298,13 +298,13 @@ func (h *host) verifyImage(tpl *store.Template, image string) error {
 	return nil
 }
 
-func (n *Node) checkCapacity(ctx context.Context) error {
-	all, err := n.ownSandboxes(ctx)
+func (h *host) checkCapacity(ctx context.Context) error {
+	all, err := h.ownSandboxes(ctx)
 	if err != nil {
 		return err
 	}
-	if len(all) >= n.cfg.MaxSandboxes {
-		return cube.Errorf(cube.Capacity, "sandbox limit of %d reached: kill sandboxes or raise --max-sandboxes", n.cfg.MaxSandboxes).WithRetryAfter(time.Second)
+	if len(all) >= h.cfg.MaxSandboxes {
+		return cube.Errorf(cube.Capacity, "sandbox limit of %d reached: kill sandboxes or raise --max-sandboxes", h.cfg.MaxSandboxes).WithRetryAfter(time.Second)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func egressRules(in map[string][]cube.NetworkRule) map[string][]egress.Rule {
 // checkNetwork validates a sandbox's network settings for a create or an
 // update: the policy itself, a CA to intercept with when there are rules,
 // and every secret the rules name.
-func (n *Node) checkNetwork(nw cube.Network) error {
+func (h *host) checkNetwork(nw cube.Network) error {
 	p := policyOf(nw)
 	if err := egress.Validate(p); err != nil {
 		field := "network"
@@ -44,11 +44,11 @@ func (n *Node) checkNetwork(nw cube.Network) error {
 	if len(nw.Rules) == 0 {
 		return nil
 	}
-	if n.cfg.Egress == nil || n.cfg.EgressCA == nil {
+	if h.cfg.Egress == nil || h.cfg.EgressCA == nil {
 		return cube.Errorf(cube.Unsupported, "network.rules: this server runs without an egress filter and CA, so rules cannot be applied").WithField("network.rules")
 	}
 	for _, ref := range egress.SecretRefs(p) {
-		if n.cfg.Secrets == nil || !n.cfg.Secrets.Exists(ref.Name) {
+		if h.cfg.Secrets == nil || !h.cfg.Secrets.Exists(ref.Name) {
 			return cube.Errorf(cube.Invalid, "%s: secret %q does not exist: create it with POST /secrets (Secret.create) first", ref.Field, ref.Name).WithField(ref.Field)
 		}
 	}
@@ -66,7 +66,7 @@ func (n *Node) EgressAudit(e egress.Event) {
 	if e.Owner == "" {
 		return
 	}
-	n.audit.once.Do(n.startAudit)
+	n.audit.once.Do(n.audit.start)
 	select {
 	case n.audit.ch <- e:
 	default:
@@ -76,33 +76,34 @@ func (n *Node) EgressAudit(e egress.Event) {
 
 // auditLog is the queue of EgressAudit.
 type auditLog struct {
+	h       *host
 	once    sync.Once
 	ch      chan egress.Event
 	dropped atomic.Int64
 }
 
-func (n *Node) startAudit() {
-	n.audit.ch = make(chan egress.Event, auditQueue)
+func (a *auditLog) start() {
+	a.ch = make(chan egress.Event, auditQueue)
 	go func() {
 		for {
 			select {
-			case <-n.ctx.Done():
+			case <-a.h.ctx.Done():
 				return
-			case e := <-n.audit.ch:
-				n.writeAudit(e)
+			case e := <-a.ch:
+				a.write(e)
 			}
 		}
 	}()
 }
 
-// writeAudit adds e to its sandbox's log, unless the sandbox is gone or
+// write adds e to its sandbox's log, unless the sandbox is gone or
 // being removed. The last events of a sandbox come in as its kill cuts
 // its connections, while the sandbox is deleted; one written after its
 // log was removed would stay behind with no sandbox to remove it with.
 // So an event for a sandbox that has gone by the time it is written is
 // taken out again, with the rest of that sandbox's log.
-func (n *Node) writeAudit(e egress.Event) {
-	if !n.auditable(e.Owner) {
+func (a *auditLog) write(e egress.Event) {
+	if !a.h.auditable(e.Owner) {
 		return
 	}
 	ctx := context.Background()
@@ -110,41 +111,41 @@ func (n *Node) writeAudit(e egress.Event) {
 	if e.Decision == egress.Denied || e.Decision == egress.Failed {
 		level = "warn"
 	}
-	if err := n.store.AddEvent(ctx, e.Owner, level, e.String()); err != nil {
-		n.log.Debug("record egress event", "sandbox", e.Owner, "err", err)
+	if err := a.h.store.AddEvent(ctx, e.Owner, level, e.String()); err != nil {
+		a.h.log.Debug("record egress event", "sandbox", e.Owner, "err", err)
 	}
-	if d := n.audit.dropped.Swap(0); d > 0 {
-		n.event(e.Owner, "warn", "egress audit: %d events dropped (too many at once)", d)
+	if d := a.dropped.Swap(0); d > 0 {
+		a.h.event(e.Owner, "warn", "egress audit: %d events dropped (too many at once)", d)
 	}
-	if n.auditable(e.Owner) {
+	if a.h.auditable(e.Owner) {
 		return
 	}
 	// Its destroy may have removed the log before the event was added. A
 	// sandbox still deleting removes its log itself, later; one whose
 	// record is gone does not any more.
-	if _, err := n.store.Sandboxes().Get(ctx, e.Owner); errors.Is(err, store.ErrNotFound) {
-		if err := n.store.DeleteEvents(ctx, e.Owner); err != nil {
-			n.log.Warn("delete events of a removed sandbox", "sandbox", e.Owner, "err", err)
+	if _, err := a.h.store.Sandboxes().Get(ctx, e.Owner); errors.Is(err, store.ErrNotFound) {
+		if err := a.h.store.DeleteEvents(ctx, e.Owner); err != nil {
+			a.h.log.Warn("delete events of a removed sandbox", "sandbox", e.Owner, "err", err)
 		}
 	}
 }
 
 // auditable reports whether a sandbox is on this node and not being
 // removed.
-func (n *Node) auditable(sandboxID string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	sb := n.sandboxes[sandboxID]
+func (h *host) auditable(sandboxID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sb := h.sandboxes[sandboxID]
 	return sb != nil && !sb.gone && sb.state != stateDeleting
 }
 
 // The /secrets routes (cube.Secrets).
 
-func (n *Node) secretStore() (*secrets.Store, error) {
-	if n.cfg.Secrets == nil {
+func (h *host) secretStore() (*secrets.Store, error) {
+	if h.cfg.Secrets == nil {
 		return nil, cube.Errorf(cube.Unsupported, "secrets are not enabled on this server")
 	}
-	return n.cfg.Secrets, nil
+	return h.cfg.Secrets, nil
 }
 
 func secretInfo(i secrets.Info) cube.SecretInfo {

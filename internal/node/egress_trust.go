@@ -44,14 +44,14 @@ const maxTrustBundle = 16 << 20
 
 // installEgressTrust writes the egress CA, alone and appended to the
 // host's trust store, into every agent directory sandboxes mount.
-func (n *Node) installEgressTrust() error {
-	if n.cfg.EgressCA == nil {
+func (h *host) installEgressTrust() error {
+	if h.cfg.EgressCA == nil {
 		return nil
 	}
-	ca := n.cfg.EgressCA.CertPEM()
+	ca := h.cfg.EgressCA.CertPEM()
 	system, _ := readTrust("/")
 	bundle := append(append(system, '\n'), ca...)
-	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, "envd", "*"))
+	dirs, _ := filepath.Glob(filepath.Join(h.cfg.DataDir, "envd", "*"))
 	for _, d := range dirs {
 		for name, data := range map[string][]byte{egressCAName: ca, egressBundleName: bundle} {
 			if err := writeIfChanged(filepath.Join(d, name), data); err != nil {

@@ -14,7 +14,7 @@ func SetPoolShrinkAfter(d time.Duration) (restore func()) {
 }
 
 // DropStaleCopies runs the removal of copies of templates that are gone.
-func (n *Node) DropStaleCopies(ctx context.Context) error { return n.dropStaleCopies(ctx) }
+func (n *Node) DropStaleCopies(ctx context.Context) error { return n.copies.dropStaleCopies(ctx) }
 
 // InstallEnvd is installEnvd, for tests.
 var InstallEnvd = installEnvd

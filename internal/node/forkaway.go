@@ -67,7 +67,7 @@ func (n *Node) ForkFrom(ctx context.Context, from, parentID, image string, req c
 	if parent.Node != from || parent.Boot == nil || len(parent.Boot.Mounts) > 0 {
 		return nil, cube.Errorf(cube.Conflict, "sandbox %q cannot be forked on node %s: it mounts volumes, or is no longer on node %s", parentID, n.cfg.NodeID, from)
 	}
-	boot, err := n.localTemplate(ctx, parent.Boot)
+	boot, err := n.copies.localTemplate(ctx, parent.Boot)
 	if err != nil {
 		return nil, err
 	}

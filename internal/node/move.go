@@ -138,7 +138,7 @@ func (n *Node) adoptMoved(ctx context.Context, sandboxID, from string) error {
 	// waiting and reads the record (moveTimeout).
 	ctx, cancel := context.WithTimeout(ctx, moveTimeout/2)
 	defer cancel()
-	_, haveTemplate := n.heldFiles(rec.Boot)
+	_, haveTemplate := n.copies.heldFiles(rec.Boot)
 	body, err := n.cfg.FetchSandbox(ctx, from, sandboxID, !haveTemplate)
 	if err != nil {
 		return cube.Errorf(cube.Unavailable, "sandbox %q could not be moved from node %s: %v", sandboxID, from, err).WithRetryAfter(5 * time.Second)
@@ -163,11 +163,11 @@ func (n *Node) adoptMoved(ctx context.Context, sandboxID, from string) error {
 	}
 	fault.Point(fault.SandboxMoveAfterExtract)
 	if !haveTemplate {
-		if err := n.keepCopy(ctx, filepath.Join(tmp, "template"), rec.Boot); err != nil {
+		if err := n.copies.keepCopy(ctx, filepath.Join(tmp, "template"), rec.Boot); err != nil {
 			return fmt.Errorf("move sandbox %s from node %s: its template: %w", sandboxID, from, err)
 		}
 	}
-	boot, ok := n.heldFiles(rec.Boot)
+	boot, ok := n.copies.heldFiles(rec.Boot)
 	if !ok {
 		return fmt.Errorf("move sandbox %s from node %s: its template's files are not here", sandboxID, from)
 	}

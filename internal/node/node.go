@@ -139,15 +139,16 @@ type Node struct {
 	// host is shared with every sandbox; embedded so the node's own code
 	// reads the runtime, store and configuration as its own.
 	*host
-	// pullMu makes copies of other nodes' templates one at a time, and
+	// copies are the templates of other nodes copied here.
+	copies *templateCopies
 	// moveMu takes sandboxes over from other nodes one at a time.
-	pullMu, moveMu sync.Mutex
+	moveMu sync.Mutex
 	// offered are the fork images other nodes may fetch, by name.
 	offered sync.Map
 	// audit queues the egress Filter's events for sandbox logs.
-	audit auditLog
+	audit *auditLog
 	// vols holds the persistent volumes (volumes.go).
-	vols volumeSet
+	vols *volumeSet
 }
 
 // New prepares the data directory and returns a Node. Call Reconcile
@@ -174,7 +175,7 @@ func New(cfg Config) (*Node, error) {
 	if h.agentAt == nil {
 		h.agentAt = func(addr netip.Addr) Agent { return envdclient.At(envdclient.NoKeepAlive, addr) }
 	}
-	n := &Node{host: h}
+	n := &Node{host: h, copies: &templateCopies{h: h}, audit: &auditLog{h: h}, vols: &volumeSet{h: h}}
 	dir, err := installEnvd(cfg.DataDir, cfg.Envd)
 	if err != nil {
 		return nil, err
@@ -283,7 +284,7 @@ func (n *Node) Start() {
 	if n.cfg.FetchTemplate != nil {
 		n.background(func() {
 			every(n.ctx, time.Minute, nil, func(ctx context.Context) {
-				if err := n.dropStaleCopies(ctx); err != nil {
+				if err := n.copies.dropStaleCopies(ctx); err != nil {
 					n.log.Warn("copies of templates", "err", err)
 				}
 			})

@@ -21,22 +21,22 @@ func (h *host) mine(rec *store.Sandbox) bool {
 
 // ownSandboxes lists this node's sandbox records in the given states (all
 // states when none are given).
-func (n *Node) ownSandboxes(ctx context.Context, states ...string) ([]*store.Sandbox, error) {
-	all, err := n.store.Sandboxes().List(ctx, states...)
+func (h *host) ownSandboxes(ctx context.Context, states ...string) ([]*store.Sandbox, error) {
+	all, err := h.store.Sandboxes().List(ctx, states...)
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(all, func(rec *store.Sandbox) bool { return !n.mine(rec) }), nil
+	return slices.DeleteFunc(all, func(rec *store.Sandbox) bool { return !h.mine(rec) }), nil
 }
 
 // takeUnowned writes this node's name into the records that have none:
 // those a single node wrote before it joined a cluster. Each is taken in
 // its own transaction, so two nodes starting at once cannot both take one.
-func (n *Node) takeUnowned(ctx context.Context) error {
-	if n.cfg.NodeID == "" {
+func (h *host) takeUnowned(ctx context.Context) error {
+	if h.cfg.NodeID == "" {
 		return nil
 	}
-	all, err := n.store.Sandboxes().List(ctx)
+	all, err := h.store.Sandboxes().List(ctx)
 	if err != nil {
 		return err
 	}
@@ -44,9 +44,9 @@ func (n *Node) takeUnowned(ctx context.Context) error {
 		if rec.Node != "" {
 			continue
 		}
-		err := n.store.Sandboxes().Update(ctx, rec.ID, func(r *store.Sandbox) error {
+		err := h.store.Sandboxes().Update(ctx, rec.ID, func(r *store.Sandbox) error {
 			if r.Node == "" {
-				r.Node = n.cfg.NodeID
+				r.Node = h.cfg.NodeID
 			}
 			return nil
 		})

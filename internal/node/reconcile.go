@@ -17,7 +17,7 @@ import (
 // is logged.
 func (n *Node) Reconcile(ctx context.Context) error {
 	// Volumes first: sandboxes restored or resumed from here on bind them.
-	if err := n.reconcileVolumes(ctx); err != nil {
+	if err := n.vols.reconcileVolumes(ctx); err != nil {
 		return err
 	}
 	containers, err := n.rt.List(ctx)
@@ -31,7 +31,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 	if err := n.takeUnowned(ctx); err != nil {
 		return err
 	}
-	if err := n.dropStaleCopies(ctx); err != nil {
+	if err := n.copies.dropStaleCopies(ctx); err != nil {
 		n.log.Warn("reconcile: copies of templates", "err", err)
 	}
 	recs, err := n.ownSandboxes(ctx)

@@ -51,7 +51,7 @@ func (n *Node) Template(ctx context.Context, idOrAlias string) (*store.Template,
 	return nil, cube.Errorf(cube.NotFound, "template %q not found: list templates with `cubemastercli tpl list`", idOrAlias)
 }
 
-func (n *Node) templateView(t *store.Template) cube.Template {
+func (h *host) templateView(t *store.Template) cube.Template {
 	status := "ready"
 	switch t.Status {
 	case store.TemplateBuilding:
@@ -62,7 +62,7 @@ func (n *Node) templateView(t *store.Template) cube.Template {
 	return cube.Template{
 		ID: t.ID, Aliases: t.Aliases, BuildID: cmp.Or(t.BuildJob, t.ID), BuildStatus: status, BuildCount: 1, Public: t.Public,
 		CPUCount: max(t.CPUCount, 1), MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
-		EnvdVersion: n.cfg.EnvdVersion, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		EnvdVersion: h.cfg.EnvdVersion, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
 }
 
@@ -126,33 +126,33 @@ func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 // releaseImage lets go of a template's checkpoint image: warm and
 // prepared sandboxes restored from it are discarded and the image removed.
 // Sandboxes created from it keep running; they hold their own memory.
-func (n *Node) releaseImage(t *store.Template) {
-	n.pools.drainWarm(t.ID)
-	n.pools.dropPreparedOf(t)
-	n.removeImage(t)
+func (h *host) releaseImage(t *store.Template) {
+	h.pools.drainWarm(t.ID)
+	h.pools.dropPreparedOf(t)
+	h.removeImage(t)
 }
 
 // removeImage removes a template's checkpoint image and what a write of
 // it left half-done.
-func (n *Node) removeImage(t *store.Template) {
+func (h *host) removeImage(t *store.Template) {
 	if t.Checkpoint == "" {
 		return
 	}
-	n.removeDir(t.Checkpoint)
-	n.removeDir(t.Checkpoint + ".tmp")
+	h.removeDir(t.Checkpoint)
+	h.removeDir(t.Checkpoint + ".tmp")
 }
 
 // removeTemplateFiles removes a template's checkpoint image, and the
 // template's own directory (every build of it) when the image is in one.
-func (n *Node) removeTemplateFiles(t *store.Template) {
-	n.removeImage(t)
-	n.removeOwnDir(t)
+func (h *host) removeTemplateFiles(t *store.Template) {
+	h.removeImage(t)
+	h.removeOwnDir(t)
 }
 
 // removeOwnDir removes the template's own directory (every build of it)
 // when its image is in one.
-func (n *Node) removeOwnDir(t *store.Template) {
-	if own := filepath.Join(n.cfg.DataDir, "templates", t.ID); t.Checkpoint != "" && strings.HasPrefix(t.Checkpoint, own+string(os.PathSeparator)) {
-		n.removeDir(own)
+func (h *host) removeOwnDir(t *store.Template) {
+	if own := filepath.Join(h.cfg.DataDir, "templates", t.ID); t.Checkpoint != "" && strings.HasPrefix(t.Checkpoint, own+string(os.PathSeparator)) {
+		h.removeDir(own)
 	}
 }

@@ -30,6 +30,7 @@ const (
 // the lock that keeps a volume from being deleted while a sandbox that
 // mounts it is being created (creates hold it shared, a delete alone).
 type volumeSet struct {
+	h     *host
 	once  sync.Once
 	disks *volume.Disks
 	err   error
@@ -37,11 +38,11 @@ type volumeSet struct {
 }
 
 // volumeDisks returns the disks under <data>/volumes.
-func (n *Node) volumeDisks() (*volume.Disks, error) {
-	n.vols.once.Do(func() {
-		n.vols.disks, n.vols.err = volume.NewDisks(filepath.Join(n.cfg.DataDir, "volumes"))
+func (vs *volumeSet) volumeDisks() (*volume.Disks, error) {
+	vs.once.Do(func() {
+		vs.disks, vs.err = volume.NewDisks(filepath.Join(vs.h.cfg.DataDir, "volumes"))
 	})
-	return n.vols.disks, n.vols.err
+	return vs.disks, vs.err
 }
 
 // DefaultVolumeBytes is the size of a volume created without one.
@@ -73,7 +74,7 @@ func (n *Node) CreateVolume(ctx context.Context, name string, sizeBytes int64) (
 	if sizeBytes < volume.MinBytes || sizeBytes > n.MaxVolumeBytes() {
 		return nil, cube.Errorf(cube.Invalid, "volume size %d bytes is out of range: give %d MiB to %d MiB", sizeBytes, volume.MinBytes>>20, n.MaxVolumeBytes()>>20).WithField("sizeMB")
 	}
-	disks, err := n.volumeDisks()
+	disks, err := n.vols.volumeDisks()
 	if err != nil {
 		return nil, err
 	}
@@ -125,12 +126,12 @@ func (n *Node) ListVolumes(ctx context.Context) ([]cube.Volume, error) {
 
 // GetVolume returns one ready volume with its usage.
 func (n *Node) GetVolume(ctx context.Context, volumeID string) (*cube.Volume, error) {
-	rec, err := n.volumeRecord(ctx, volumeID)
+	rec, err := n.vols.volumeRecord(ctx, volumeID)
 	if err != nil {
 		return nil, err
 	}
 	v := volumeView(rec)
-	if disks, err := n.volumeDisks(); err == nil {
+	if disks, err := n.vols.volumeDisks(); err == nil {
 		if used, _, err := disks.Usage(rec.ID); err == nil {
 			v.UsedBytes = used
 		}
@@ -138,12 +139,12 @@ func (n *Node) GetVolume(ctx context.Context, volumeID string) (*cube.Volume, er
 	return v, nil
 }
 
-func (n *Node) volumeRecord(ctx context.Context, volumeID string) (*store.Volume, error) {
+func (vs *volumeSet) volumeRecord(ctx context.Context, volumeID string) (*store.Volume, error) {
 	notFound := cube.Errorf(cube.NotFound, "volume %q not found", volumeID)
 	if !volume.ValidID(volumeID) {
 		return nil, notFound
 	}
-	rec, err := n.store.Volumes().Get(ctx, volumeID)
+	rec, err := vs.h.store.Volumes().Get(ctx, volumeID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.State != store.VolumeReady) {
 		return nil, notFound
 	}
@@ -152,7 +153,11 @@ func (n *Node) volumeRecord(ctx context.Context, volumeID string) (*store.Volume
 
 // VolumeNamed returns the live volume called name, or nil.
 func (n *Node) VolumeNamed(ctx context.Context, name string) (*store.Volume, error) {
-	recs, err := n.store.Volumes().List(ctx, string(store.VolumeReady), string(store.VolumeCreating))
+	return n.volumeNamed(ctx, name)
+}
+
+func (h *host) volumeNamed(ctx context.Context, name string) (*store.Volume, error) {
+	recs, err := h.store.Volumes().List(ctx, string(store.VolumeReady), string(store.VolumeCreating))
 	if err != nil {
 		return nil, err
 	}
@@ -168,17 +173,17 @@ func (n *Node) VolumeNamed(ctx context.Context, name string) (*store.Volume, err
 // (running, paused or being created) or a snapshot mounts is kept:
 // Conflict naming them, since their restores bind it again.
 func (n *Node) DeleteVolume(ctx context.Context, volumeID string) error {
-	disks, err := n.volumeDisks()
+	disks, err := n.vols.volumeDisks()
 	if err != nil {
 		return err
 	}
 	n.vols.mu.Lock()
 	defer n.vols.mu.Unlock()
-	rec, err := n.volumeRecord(ctx, volumeID)
+	rec, err := n.vols.volumeRecord(ctx, volumeID)
 	if err != nil {
 		return err
 	}
-	users, err := n.volumeUsers(ctx, rec.ID)
+	users, err := n.vols.volumeUsers(ctx, rec.ID)
 	if err != nil {
 		return err
 	}
@@ -203,9 +208,9 @@ func (n *Node) DeleteVolume(ctx context.Context, volumeID string) error {
 
 // volumeUsers names the sandboxes and snapshots whose boot record mounts
 // volume volumeID.
-func (n *Node) volumeUsers(ctx context.Context, volumeID string) ([]string, error) {
+func (vs *volumeSet) volumeUsers(ctx context.Context, volumeID string) ([]string, error) {
 	var users []string
-	sbs, err := n.store.Sandboxes().List(ctx)
+	sbs, err := vs.h.store.Sandboxes().List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +219,7 @@ func (n *Node) volumeUsers(ctx context.Context, volumeID string) ([]string, erro
 			users = append(users, "sandbox "+s.ID)
 		}
 	}
-	tpls, err := n.store.Templates().List(ctx)
+	tpls, err := vs.h.store.Templates().List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -232,11 +237,11 @@ func mountsVolume(t *store.Template, volumeID string) bool {
 
 // VolumeFiles opens a volume's content for the content API.
 func (n *Node) VolumeFiles(ctx context.Context, volumeID string) (cube.VolumeFiles, error) {
-	rec, err := n.volumeRecord(ctx, volumeID)
+	rec, err := n.vols.volumeRecord(ctx, volumeID)
 	if err != nil {
 		return nil, err
 	}
-	disks, err := n.volumeDisks()
+	disks, err := n.vols.volumeDisks()
 	if err != nil {
 		return nil, err
 	}
@@ -272,9 +277,9 @@ func (h *heldFiles) Close() error {
 // deletion until unlock is called. A snapshot keeps the mounts it was
 // taken with (a checkpoint cannot gain or lose one): asking for others
 // is Invalid.
-func (n *Node) mountVolumes(ctx context.Context, boot *store.Template, asked []cube.VolumeMount) (unlock func(), err error) {
-	n.vols.mu.RLock()
-	release := n.vols.mu.RUnlock
+func (vs *volumeSet) mountVolumes(ctx context.Context, boot *store.Template, asked []cube.VolumeMount) (unlock func(), err error) {
+	vs.mu.RLock()
+	release := vs.mu.RUnlock
 	defer func() {
 		if err != nil {
 			release()
@@ -284,13 +289,13 @@ func (n *Node) mountVolumes(ctx context.Context, boot *store.Template, asked []c
 	if len(asked) == 0 {
 		return unlock, nil
 	}
-	disks, err := n.volumeDisks()
+	disks, err := vs.volumeDisks()
 	if err != nil {
 		return nil, err
 	}
 	var mounts []store.VolumeMount
 	for _, m := range asked {
-		v, err := n.VolumeNamed(ctx, m.Name)
+		v, err := vs.h.volumeNamed(ctx, m.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -413,37 +418,37 @@ func volumeView(r *store.Volume) *cube.Volume {
 // start: ready volumes are mounted (they usually still are), a create or
 // delete a crash interrupted is undone or finished, and a directory no
 // record names is removed with its disk and loop device.
-func (n *Node) reconcileVolumes(ctx context.Context) error {
-	disks, err := n.volumeDisks()
+func (vs *volumeSet) reconcileVolumes(ctx context.Context) error {
+	disks, err := vs.volumeDisks()
 	if err != nil {
 		return err
 	}
-	recs, err := n.store.Volumes().List(ctx)
+	recs, err := vs.h.store.Volumes().List(ctx)
 	if err != nil {
 		return err
 	}
 	known := map[string]bool{}
 	for _, r := range recs {
 		known[r.ID] = true
-		if !r.HeldBy(n.cfg.NodeID) {
+		if !r.HeldBy(vs.h.cfg.NodeID) {
 			continue // another node's disk
 		}
 		switch r.State {
 		case store.VolumeReady:
 			if err := disks.Mount(r.ID); err != nil {
-				n.log.Error("reconcile: volume cannot be mounted", "volume", r.ID, "err", err)
+				vs.h.log.Error("reconcile: volume cannot be mounted", "volume", r.ID, "err", err)
 			}
 			continue
 		case store.VolumeCreating:
-			n.log.Warn("reconcile: removing volume whose create was interrupted", "volume", r.ID)
+			vs.h.log.Warn("reconcile: removing volume whose create was interrupted", "volume", r.ID)
 		default:
-			n.log.Warn("reconcile: finishing the delete of volume", "volume", r.ID)
+			vs.h.log.Warn("reconcile: finishing the delete of volume", "volume", r.ID)
 		}
 		if err := disks.Remove(r.ID); err != nil {
-			n.log.Error("reconcile: remove volume", "volume", r.ID, "err", err)
+			vs.h.log.Error("reconcile: remove volume", "volume", r.ID, "err", err)
 			continue
 		}
-		if err := n.store.Volumes().Delete(ctx, r.ID); err != nil {
+		if err := vs.h.store.Volumes().Delete(ctx, r.ID); err != nil {
 			return err
 		}
 	}
@@ -453,9 +458,9 @@ func (n *Node) reconcileVolumes(ctx context.Context) error {
 	}
 	for _, d := range dirs {
 		if !known[d] {
-			n.log.Warn("reconcile: removing volume directory no record names", "volume", d)
+			vs.h.log.Warn("reconcile: removing volume directory no record names", "volume", d)
 			if err := disks.Remove(d); err != nil {
-				n.log.Error("reconcile: remove volume", "volume", d, "err", err)
+				vs.h.log.Error("reconcile: remove volume", "volume", d, "err", err)
 			}
 		}
 	}
