@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"cube/internal/cube"
-	"cube/internal/envdclient"
 	"cube/internal/fault"
 	"cube/internal/node"
 	"cube/internal/oci"
@@ -223,56 +218,4 @@ func unpackError(src oci.Source, err error) error {
 		return fmt.Errorf("unpack %s: %w (the image has a layer entry Cube refuses to unpack; rebuild it)", src, err)
 	}
 	return fmt.Errorf("unpack %s: %w", src, err)
-}
-
-// Probe returns the readiness check of a build: HTTP GET
-// http://<addr>:<port><path> until it answers 2xx, for at most timeout.
-// Its error names the URL and the last answer or failure seen. Envd's own
-// health is asked through its client, like every other call to envd.
-func Probe(port int, path string, timeout time.Duration) func(ctx context.Context, addr netip.Addr) error {
-	return func(ctx context.Context, addr netip.Addr) error {
-		url := "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(port)) + path
-		check := envdclient.At(envdclient.NoKeepAlive, addr).Health
-		if port != DefaultProbePort || path != DefaultProbePath {
-			// Never through a proxy: the address is a local network slot.
-			client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-			check = func(ctx context.Context) error { return get(ctx, client, url) }
-		}
-		deadline := time.Now().Add(timeout)
-		var last error
-		for attempt := 0; ; attempt++ {
-			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			last = check(actx)
-			cancel()
-			if last == nil {
-				return nil
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if !time.Now().Before(deadline) {
-				return fmt.Errorf("probe: GET %s got no 2xx answer within %s (last: %v): check that the start command serves HTTP on port %d (--probe) and answers 2xx on %s (--probe-path)", url, timeout, last, port, path)
-			}
-			wait := min(time.Duration(50<<min(attempt, 4))*time.Millisecond, 500*time.Millisecond, time.Until(deadline))
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(max(wait, 0)):
-			}
-		}
-	}
-}
-
-// get is one probe of a port other than envd's: nil on a 2xx answer.
-func get(ctx context.Context, client *http.Client, url string) error {
-	r, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := client.Do(r)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("answered %s", resp.Status)
-	}
-	return nil
 }

@@ -254,3 +254,21 @@ func setAttrs(target string, st *unix.Stat_t, link bool) error {
 	ts := []unix.Timespec{st.Atim, st.Mtim}
 	return unix.UtimesNanoAt(unix.AT_FDCWD, target, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
+
+// holdLayer counts one more running build of a layer, which keeps it
+// from collection, and reports whether the layer is finished.
+func (b *Builder) holdLayer(key string) bool {
+	b.layerMu.Lock()
+	defer b.layerMu.Unlock()
+	b.layerUse[key]++
+	return b.haveLayer(key)
+}
+
+// dropLayer counts one less running build of a layer.
+func (b *Builder) dropLayer(key string) {
+	b.layerMu.Lock()
+	defer b.layerMu.Unlock()
+	if b.layerUse[key]--; b.layerUse[key] <= 0 {
+		delete(b.layerUse, key)
+	}
+}

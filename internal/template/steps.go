@@ -34,6 +34,7 @@ type stepError struct {
 }
 
 func (e *stepError) Error() string { return e.err.Error() }
+
 func (e *stepError) Unwrap() error { return e.err }
 
 // stepState is the filesystem and the settings a build has reached.
@@ -301,30 +302,6 @@ func (st *stepState) push(b *Builder, key string) {
 	st.key = key
 	st.lower = append([]string{filepath.Join(b.layerDir(key), "fs")}, st.lower...)
 	st.layers = append(st.layers, key)
-}
-
-// stageFiles puts a COPY step's uploaded tar where copyScript finds it.
-func stageFiles(upper, files string) error {
-	dir := filepath.Join(upper, ".cube-copy")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
-	}
-	// A copy, never a link: the sandbox writes to what it is given, and
-	// the stored upload serves later builds.
-	in, err := os.Open(files)
-	if err != nil {
-		return fmt.Errorf("the files of this step were not uploaded: %w", err)
-	}
-	defer in.Close()
-	out, err := os.Create(filepath.Join(dir, "files.tar"))
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // envMap turns KEY=VALUE pairs into a map.
