@@ -9,23 +9,23 @@ import (
 // watchAlive looks every few seconds, until ctx is cancelled, for
 // sandboxes whose container is gone (its PID 1 died, the host killed it
 // for memory): they must not be listed as running.
-func (n *Node) watchAlive(ctx context.Context) { every(ctx, 5*time.Second, nil, n.checkAlive) }
+func (h *host) watchAlive(ctx context.Context) { every(ctx, 5*time.Second, nil, h.checkAlive) }
 
 // checkAlive removes the sandboxes whose container the runtime no longer
 // lists. A container is only declared dead after a second listing under
 // the sandbox's lock, so one started or replaced meanwhile is spared.
-func (n *Node) checkAlive(ctx context.Context) {
-	ids, err := n.rt.List(ctx)
+func (h *host) checkAlive(ctx context.Context) {
+	ids, err := h.rt.List(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			n.log.Warn("check sandboxes alive: list containers", "err", err)
+			h.log.Warn("check sandboxes alive: list containers", "err", err)
 		}
 		return
 	}
-	n.mu.Lock()
+	h.mu.Lock()
 	var dead []*sandbox
 	var keep []consoleKeeper
-	for _, sb := range n.sandboxes {
+	for _, sb := range h.sandboxes {
 		if sb.box == nil {
 			continue
 		}
@@ -35,13 +35,13 @@ func (n *Node) checkAlive(ctx context.Context) {
 			keep = append(keep, k)
 		}
 	}
-	n.mu.Unlock()
+	h.mu.Unlock()
 	for _, sb := range dead {
 		sb.removeDead(context.WithoutCancel(ctx))
 	}
 	for _, k := range keep {
 		if err := k.KeepConsole(); err != nil {
-			n.log.Warn("check sandboxes alive: console keeper", "err", err)
+			h.log.Warn("check sandboxes alive: console keeper", "err", err)
 		}
 	}
 }

@@ -58,26 +58,36 @@ func (n *Node) startChildren(ctx context.Context, parent *store.Sandbox, image s
 // for its children, holding its lock only that long. Children hold their
 // memory once restored, so the image goes with the request. It needs no
 // sync: no record names it, and the reconciler removes one a crash left.
-func (n *Node) checkpointForFork(ctx context.Context, sandboxID string) (*store.Sandbox, string, error) {
-	sb, rec, err := n.open(ctx, sandboxID)
+func (h *host) checkpointForFork(ctx context.Context, sandboxID string) (*store.Sandbox, string, error) {
+	sb, rec, err := h.open(ctx, sandboxID)
 	if err != nil {
 		return nil, "", err
 	}
 	defer sb.mu.Unlock()
-	if err := sb.requireState("fork", stateRunning); err != nil {
+	dir, err := sb.checkpointForFork(ctx)
+	if err != nil {
 		return nil, "", err
 	}
-	dir := filepath.Join(n.cfg.DataDir, "snapshots", "fork-"+id.New("", 12))
-	start := time.Now()
-	if err := sb.box.sb.Checkpoint(ctx, dir, true); err != nil {
-		if rerr := os.RemoveAll(dir); rerr != nil {
-			n.log.Warn("fork: remove checkpoint image", "sandbox", sandboxID, "err", rerr)
-		}
-		return nil, "", diskError("fork", err)
-	}
-	n.tel.phase("clone", "checkpoint", start)
-	fault.Point(fault.ForkAfterCheckpoint)
 	return rec, dir, nil
+}
+
+// checkpointForFork writes the running sandbox's image for its children
+// and returns where; the sandbox runs on. The caller holds its lock.
+func (s *sandbox) checkpointForFork(ctx context.Context) (string, error) {
+	if err := s.requireState("fork", stateRunning); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.h.cfg.DataDir, "snapshots", "fork-"+id.New("", 12))
+	start := time.Now()
+	if err := s.box.sb.Checkpoint(ctx, dir, true); err != nil {
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			s.h.log.Warn("fork: remove checkpoint image", "sandbox", s.id, "err", rerr)
+		}
+		return "", diskError("fork", err)
+	}
+	s.h.tel.phase("clone", "checkpoint", start)
+	fault.Point(fault.ForkAfterCheckpoint)
+	return dir, nil
 }
 
 // startChild starts a copy of parent from its checkpoint image, with its

@@ -41,21 +41,12 @@ func (n *Node) HandOver(ctx context.Context, sandboxID string, withTemplate bool
 	if err != nil {
 		return err
 	}
-	if err := sb.requireState("move", statePausedOnDisk); err != nil {
-		sb.mu.Unlock()
+	this, err := sb.beginHandOver(rec)
+	sb.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	if rec.Boot == nil || len(rec.Boot.Mounts) > 0 || rec.PauseImage == "" {
-		sb.mu.Unlock()
-		return cube.Errorf(cube.Conflict, "sandbox %q cannot move: it mounts volumes, which stay on node %s", sandboxID, n.cfg.NodeID)
-	}
-	n.mu.Lock()
-	sb.state = stateMoving
-	sb.handOvers++
-	this := sb.handOvers
-	n.mu.Unlock()
-	sb.mu.Unlock()
-	time.AfterFunc(moveTimeout, func() { n.handedOver(context.Background(), sandboxID, this) })
+	time.AfterFunc(moveTimeout, func() { sb.handedOver(context.Background(), this) })
 	trees := []treecopy.Tree{{Name: "pause", Path: rec.PauseImage}}
 	if withTemplate {
 		trees = append(trees,
@@ -64,7 +55,7 @@ func (n *Node) HandOver(ctx context.Context, sandboxID string, withTemplate bool
 			treecopy.Tree{Name: "template/envd/cube-envd", Path: filepath.Join(rec.Boot.Envd, "cube-envd")})
 	}
 	if err := treecopy.Write(w, trees...); err != nil {
-		n.handedOver(context.WithoutCancel(ctx), sandboxID, this)
+		sb.handedOver(context.WithoutCancel(ctx), this)
 		return err
 	}
 	return nil
@@ -74,41 +65,56 @@ func (n *Node) HandOver(ctx context.Context, sandboxID string, withTemplate bool
 // it names another node, the sandbox is that node's and this one lets go
 // of it and its files; else it is paused on disk here again.
 func (n *Node) HandedOver(ctx context.Context, sandboxID string) {
-	n.handedOver(ctx, sandboxID, 0)
+	if sb := n.get(sandboxID); sb != nil {
+		sb.handedOver(ctx, 0)
+	}
 }
 
-// handedOver is HandedOver for hand-over number which of the sandbox (0:
-// the one under way). A hand-over's own ends (its write failing, its
-// timeout) name it: a receiver that gave up on a first hand-over may have
-// asked for a second one since, and the first one's write can fail only
-// then, under load; that must not end the second.
-func (n *Node) handedOver(ctx context.Context, sandboxID string, which uint64) {
-	n.mu.Lock()
-	sb := n.sandboxes[sandboxID]
-	n.mu.Unlock()
-	if sb == nil {
+// beginHandOver marks a sandbox paused on disk as moving, which keeps
+// every other operation off it until the hand-over ends, and returns the
+// hand-over's number. The caller holds its lock. Moving is not recorded:
+// the record stays paused on disk, which is what a crash should find.
+func (s *sandbox) beginHandOver(rec *store.Sandbox) (uint64, error) {
+	if err := s.requireState("move", statePausedOnDisk); err != nil {
+		return 0, err
+	}
+	if rec.Boot == nil || len(rec.Boot.Mounts) > 0 || rec.PauseImage == "" {
+		return 0, cube.Errorf(cube.Conflict, "sandbox %q cannot move: it mounts volumes, which stay on node %s", s.id, s.h.cfg.NodeID)
+	}
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	s.state = stateMoving
+	s.handOvers++
+	return s.handOvers, nil
+}
+
+// handedOver ends hand-over number which of the sandbox (0: the one
+// under way). A hand-over's own ends (its write failing, its timeout)
+// name it: a receiver that gave up on a first hand-over may have asked
+// for a second one since, and the first one's write can fail only then,
+// under load; that must not end the second.
+func (s *sandbox) handedOver(ctx context.Context, which uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone || s.requireState("end move", stateMoving) != nil || which != 0 && which != s.handOvers {
 		return
 	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if sb.gone || sb.state != stateMoving || which != 0 && which != sb.handOvers {
-		return
-	}
-	rec, err := n.store.Sandboxes().Get(ctx, sandboxID)
+	h := s.h
+	rec, err := h.store.Sandboxes().Get(ctx, s.id)
 	switch {
-	case err == nil && rec.Node != n.cfg.NodeID, errors.Is(err, store.ErrNotFound):
-		n.untrack(sb)
-		if err := os.RemoveAll(n.sandboxDir(sandboxID)); err != nil {
-			n.log.Warn("remove a sandbox handed over", "sandbox", sandboxID, "err", err)
+	case err == nil && rec.Node != h.cfg.NodeID, errors.Is(err, store.ErrNotFound):
+		h.untrack(s)
+		if err := os.RemoveAll(h.sandboxDir(s.id)); err != nil {
+			h.log.Warn("remove a sandbox handed over", "sandbox", s.id, "err", err)
 		}
-		n.log.Info("sandbox handed over", "sandbox", sandboxID, "to", rec.Node)
+		h.log.Info("sandbox handed over", "sandbox", s.id, "to", rec.Node)
 	case err != nil:
 		// The database is out of reach: ask again later.
-		time.AfterFunc(moveTimeout, func() { n.handedOver(context.Background(), sandboxID, which) })
+		time.AfterFunc(moveTimeout, func() { s.handedOver(context.Background(), which) })
 	default:
-		n.mu.Lock()
-		sb.state = statePausedOnDisk
-		n.mu.Unlock()
+		h.mu.Lock()
+		s.state = statePausedOnDisk
+		h.mu.Unlock()
 	}
 }
 

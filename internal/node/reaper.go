@@ -8,7 +8,7 @@ import (
 )
 
 // reaper ends sandboxes at their end time until ctx is cancelled.
-func (n *Node) reaper(ctx context.Context) { every(ctx, 500*time.Millisecond, nil, n.reap) }
+func (h *host) reaper(ctx context.Context) { every(ctx, 500*time.Millisecond, nil, h.reap) }
 
 // every calls f each interval, and at once whenever wake receives (nil:
 // never), until ctx is cancelled.
@@ -38,11 +38,11 @@ func nudge(ch chan struct{}) {
 // reap kills (or pauses, when the sandbox asks for it) every running
 // sandbox past its end time, each on its own goroutine so one slow kill
 // does not hold up the others.
-func (n *Node) reap(ctx context.Context) {
-	recs, err := n.ownSandboxes(ctx, string(store.Running))
+func (h *host) reap(ctx context.Context) {
+	recs, err := h.ownSandboxes(ctx, string(store.Running))
 	if err != nil {
 		if ctx.Err() == nil {
-			n.log.Warn("reaper: list sandboxes", "err", err)
+			h.log.Warn("reaper: list sandboxes", "err", err)
 		}
 		return
 	}
@@ -53,47 +53,55 @@ func (n *Node) reap(ctx context.Context) {
 		}
 		// A kill or pause begun is finished even when Close comes: it
 		// only takes a moment and leaves nothing half-way.
-		n.background(func() { n.expire(context.WithoutCancel(ctx), rec.ID) })
+		h.background(func() { h.expire(context.WithoutCancel(ctx), rec.ID) })
 	}
 }
 
 // expire ends one sandbox whose end time has passed, unless it changed
 // meanwhile.
-func (n *Node) expire(ctx context.Context, sandboxID string) {
-	sb, rec, err := n.open(ctx, sandboxID)
+func (h *host) expire(ctx context.Context, sandboxID string) {
+	sb, rec, err := h.open(ctx, sandboxID)
 	if err != nil {
 		if !isNotFound(err) {
-			n.log.Warn("reaper: load sandbox", "sandbox", sandboxID, "err", err)
+			h.log.Warn("reaper: load sandbox", "sandbox", sandboxID, "err", err)
 		}
 		return
 	}
 	defer sb.mu.Unlock()
-	if sb.state != stateRunning || rec.EndAt.After(time.Now()) {
+	sb.expire(ctx, rec)
+}
+
+// expire pauses the sandbox when it asks for that at its end time, and
+// kills it otherwise (or when the pause fails). The caller holds its
+// lock; a sandbox no longer running, or given more time meanwhile, is
+// left as it is.
+func (s *sandbox) expire(ctx context.Context, rec *store.Sandbox) {
+	if s.state != stateRunning || rec.EndAt.After(time.Now()) {
 		return // changed meanwhile
 	}
 	if rec.AutoPause {
-		err := sb.pauseAs(ctx, rec, rec.AutoPauseFilesOnly)
+		err := s.pauseAs(ctx, rec, rec.AutoPauseFilesOnly)
 		switch {
 		case err == nil || !rec.AutoPauseFilesOnly:
-		case sb.state == stateRunning:
+		case s.state == stateRunning:
 			// Its files could not be saved alone: keeping its memory too
 			// loses less than the kill below.
-			n.log.Warn("auto-pause without memory failed; pausing with memory", "sandbox", sandboxID, "err", err)
-			err = sb.pause(ctx, rec)
-		case sb.state.paused():
+			s.h.log.Warn("auto-pause without memory failed; pausing with memory", "sandbox", s.id, "err", err)
+			err = s.pause(ctx, rec)
+		case s.state.paused():
 			// It could not be thawed either: it stays paused in memory,
 			// to be written out as such.
-			n.log.Warn("auto-pause without memory failed; the sandbox stays paused with its memory", "sandbox", sandboxID, "err", err)
+			s.h.log.Warn("auto-pause without memory failed; the sandbox stays paused with its memory", "sandbox", s.id, "err", err)
 			err = nil
 		}
 		if err != nil {
-			n.log.Warn("auto-pause failed; killing", "sandbox", sandboxID, "err", err)
+			s.h.log.Warn("auto-pause failed; killing", "sandbox", s.id, "err", err)
 		} else {
-			n.event(sandboxID, "info", "paused at end of timeout")
+			s.h.event(s.id, "info", "paused at end of timeout")
 			return
 		}
 	}
-	if err := sb.destroy(ctx, rec, "timeout"); err != nil {
-		n.log.Warn("reaper: kill", "sandbox", sandboxID, "err", err)
+	if err := s.destroy(ctx, rec, "timeout"); err != nil {
+		s.h.log.Warn("reaper: kill", "sandbox", s.id, "err", err)
 	}
 }

@@ -253,40 +253,40 @@ func (n *Node) sweepSnapshots(ctx context.Context) {
 // adopt takes over a sandbox that survived the server, in state s: its
 // container must run and its slot must still be intact. It returns the
 // sandbox's sandbox, or nil when the sandbox cannot be adopted.
-func (n *Node) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s state) *sandbox {
+func (h *host) adopt(ctx context.Context, rec *store.Sandbox, alive bool, s state) *sandbox {
 	if !alive || rec.Slot < 0 {
 		return nil
 	}
 	nw, err := network(rec)
 	if err != nil {
-		n.log.Warn("reconcile: network settings", "sandbox", rec.ID, "err", err)
+		h.log.Warn("reconcile: network settings", "sandbox", rec.ID, "err", err)
 		return nil
 	}
-	rs, err := n.rt.Attach(ctx, rec.ContainerID)
+	rs, err := h.rt.Attach(ctx, rec.ContainerID)
 	if err != nil {
-		n.log.Warn("reconcile: attach", "sandbox", rec.ID, "err", err)
+		h.log.Warn("reconcile: attach", "sandbox", rec.ID, "err", err)
 		return nil
 	}
-	slot, err := n.slots.Adopt(rec.Slot)
+	slot, err := h.slots.Adopt(rec.Slot)
 	if err != nil {
-		n.log.Warn("reconcile: adopt slot", "sandbox", rec.ID, "slot", rec.Slot, "err", err)
+		h.log.Warn("reconcile: adopt slot", "sandbox", rec.ID, "slot", rec.Slot, "err", err)
 		return nil
 	}
-	if err := n.applyPolicy(slot, rec); err != nil {
-		n.log.Warn("reconcile: re-apply egress policy", "sandbox", rec.ID, "err", err)
-		n.release(slot)
+	if err := h.applyPolicy(slot, rec); err != nil {
+		h.log.Warn("reconcile: re-apply egress policy", "sandbox", rec.ID, "err", err)
+		h.release(slot)
 		return nil
 	}
-	sb := n.track(rec.ID, s)
+	sb := h.track(rec.ID, s)
 	defer sb.mu.Unlock()
 	sb.setBox(&container{sb: rs, slot: slot}, rec, nw)
-	n.log.Info("reconcile: re-adopted running sandbox", "sandbox", rec.ID, "slot", rec.Slot)
+	h.log.Info("reconcile: re-adopted running sandbox", "sandbox", rec.ID, "slot", rec.Slot)
 	return sb
 }
 
 // trackOnDisk takes over a sandbox paused on disk.
-func (n *Node) trackOnDisk(sandboxID string) {
-	n.track(sandboxID, statePausedOnDisk).mu.Unlock()
+func (h *host) trackOnDisk(sandboxID string) {
+	h.track(sandboxID, statePausedOnDisk).mu.Unlock()
 }
 
 // forget removes a sandbox the host no longer holds (or holds only in

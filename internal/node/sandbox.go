@@ -79,6 +79,13 @@ func (h *host) untrack(sb *sandbox) {
 	}
 }
 
+// get finds a sandbox the node holds, without taking its lock.
+func (h *host) get(sandboxID string) *sandbox {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sandboxes[sandboxID]
+}
+
 // lock takes a sandbox's lock for a lifecycle operation; the caller
 // unlocks sb.mu. A sandbox the node does not hold is not found.
 func (h *host) lock(sandboxID string) (*sandbox, error) {
