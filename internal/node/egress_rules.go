@@ -136,7 +136,7 @@ func (h *host) auditable(sandboxID string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	sb := h.sandboxes[sandboxID]
-	return sb != nil && !sb.gone && sb.state != stateDeleting
+	return sb != nil && !sb.gone && !sb.state.deleting()
 }
 
 // The /secrets routes (cube.Secrets).

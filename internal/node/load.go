@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-
-	"cube/internal/store"
 )
 
 // Load is what this node's sandboxes hold, for its heartbeat and the
@@ -24,12 +22,12 @@ func (n *Node) Load(ctx context.Context) (Load, error) {
 	}
 	var l Load
 	for _, rec := range recs {
-		switch rec.State {
-		case store.Running:
+		switch {
+		case recordIn(rec, stateRunning):
 			l.Running++
 			l.CPUs += rec.CPUCount
 			l.MemoryMB += rec.MemoryMB
-		case store.Creating:
+		case recordIn(rec, stateCreating):
 			l.Starting++
 		}
 		if rec.Slot >= 0 {

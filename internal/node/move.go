@@ -96,7 +96,7 @@ func (s *sandbox) beginHandOver(rec *store.Sandbox) (uint64, error) {
 func (s *sandbox) handedOver(ctx context.Context, which uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gone || s.requireState("end move", stateMoving) != nil || which != 0 && which != s.handOvers {
+	if s.gone || !s.state.moving() || which != 0 && which != s.handOvers {
 		return
 	}
 	h := s.h
@@ -132,7 +132,7 @@ func (n *Node) adoptMoved(ctx context.Context, sandboxID, from string) error {
 	if err != nil {
 		return err
 	}
-	if rec.Node != from || rec.State != store.Paused || rec.PauseImage == "" || rec.ContainerID != "" || rec.Boot == nil {
+	if rec.Node != from || !recordIn(rec, statePausedOnDisk) || rec.PauseImage == "" || rec.Boot == nil {
 		return fmt.Errorf("move sandbox %s from node %s: %w", sandboxID, from, errNotMovable)
 	}
 	n.moveMu.Lock()
@@ -193,7 +193,7 @@ func (n *Node) adoptMoved(ctx context.Context, sandboxID, from string) error {
 	}
 	fault.Point(fault.SandboxMoveAfterRename)
 	err = n.store.Sandboxes().Update(ctx, sandboxID, func(r *store.Sandbox) error {
-		if r.Node != from || r.State != store.Paused || r.PauseImage != rec.PauseImage {
+		if r.Node != from || !recordIn(r, statePausedOnDisk) || r.PauseImage != rec.PauseImage {
 			return errNotMovable
 		}
 		r.Node, r.PauseImage = n.cfg.NodeID, image

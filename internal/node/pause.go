@@ -112,7 +112,7 @@ func (s *sandbox) resume(ctx context.Context, rec *store.Sandbox) error {
 	// after the record stops naming it.
 	var stale string
 	at, op := time.Now(), "resume"
-	if s.state == statePaused {
+	if s.state.frozen() {
 		box := s.box
 		if err := box.sb.Resume(ctx); err != nil {
 			return fmt.Errorf("resume: %w", err)

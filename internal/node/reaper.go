@@ -76,14 +76,14 @@ func (h *host) expire(ctx context.Context, sandboxID string) {
 // lock; a sandbox no longer running, or given more time meanwhile, is
 // left as it is.
 func (s *sandbox) expire(ctx context.Context, rec *store.Sandbox) {
-	if s.state != stateRunning || rec.EndAt.After(time.Now()) {
+	if !s.state.running() || rec.EndAt.After(time.Now()) {
 		return // changed meanwhile
 	}
 	if rec.AutoPause {
 		err := s.pauseAs(ctx, rec, rec.AutoPauseFilesOnly)
 		switch {
 		case err == nil || !rec.AutoPauseFilesOnly:
-		case s.state == stateRunning:
+		case s.state.running():
 			// Its files could not be saved alone: keeping its memory too
 			// loses less than the kill below.
 			s.h.log.Warn("auto-pause without memory failed; pausing with memory", "sandbox", s.id, "err", err)

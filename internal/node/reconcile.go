@@ -69,7 +69,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 				keep(rec)
 			}
 		case statePaused, statePausedOnDisk:
-			if s == statePaused {
+			if s.frozen() {
 				if sb := n.adopt(ctx, rec, running[rec.ContainerID], statePaused); sb != nil {
 					// Paused in memory when the server stopped: keep it
 					// frozen and write it out as planned.
@@ -89,7 +89,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		case stateResuming:
 			if rec.PauseImage != "" {
 				if imageComplete(rec.PauseImage) {
-					rec.State, rec.Slot, rec.HostAddr, rec.ContainerID = store.Paused, -1, "", ""
+					rec.State, rec.Slot, rec.HostAddr, rec.ContainerID = statePausedOnDisk.stored(), -1, "", ""
 					if err := n.save(ctx, rec); err != nil {
 						// Read as resuming again at the next start, and
 						// settled the same way.

@@ -24,7 +24,7 @@ import (
 func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Target, error) {
 	n.mu.Lock()
 	sb := n.sandboxes[sandboxID]
-	if sb != nil && sb.state == stateRunning && sb.box != nil {
+	if sb != nil && sb.state.running() && sb.box != nil {
 		t := cube.Target{
 			Addr:               net.JoinHostPort(sb.box.slot.HostAddr.String(), strconv.Itoa(port)),
 			Upstream:           sb.box.sb.ID(),
@@ -44,11 +44,11 @@ func (n *Node) Resolve(ctx context.Context, sandboxID string, port int) (cube.Ta
 		return cube.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
 	}
 	switch {
-	case rec.State == store.Paused && rec.PauseFilesOnly:
+	case recordPaused(rec) && rec.PauseFilesOnly:
 		return cube.Target{}, filesOnlyPaused(sandboxID)
-	case rec.State == store.Paused && rec.AutoResume:
+	case recordPaused(rec) && rec.AutoResume:
 		return cube.Target{Paused: true, TrafficAccessToken: rec.TrafficToken, EnvdAccessToken: rec.EnvdToken}, nil
-	case rec.State != store.Running:
+	case !recordIn(rec, stateRunning):
 		return cube.Target{}, fmt.Errorf("sandbox %q is %s", sandboxID, rec.State)
 	}
 	netw, err := network(rec)
@@ -74,7 +74,7 @@ func (n *Node) Resume(ctx context.Context, sandboxID string, port int) (cube.Tar
 	if err != nil {
 		return cube.Target{}, fmt.Errorf("sandbox %q cannot be looked up: %v", sandboxID, err)
 	}
-	if rec.State == store.Paused {
+	if recordPaused(rec) {
 		if rec.PauseFilesOnly {
 			return cube.Target{}, filesOnlyPaused(sandboxID)
 		}
@@ -108,7 +108,7 @@ func (n *Node) FindByToken(ctx context.Context, made func(token string) bool) (s
 	n.mu.Lock()
 	tokens := make(map[string]string, len(n.sandboxes))
 	for id, sb := range n.sandboxes {
-		if sb.box != nil && sb.envdToken != "" && (sb.state == stateRunning || sb.state == statePaused) {
+		if sb.box != nil && sb.envdToken != "" && sb.state.inMemory() {
 			tokens[id] = sb.envdToken
 		}
 	}

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -121,26 +120,6 @@ func (h *host) open(ctx context.Context, sandboxID string) (*sandbox, *store.San
 // word: users and tools match on it.
 func notFound(sandboxID string) error {
 	return cube.Errorf(cube.NotFound, "Sandbox %q doesn't exist or you don't have access to it", sandboxID)
-}
-
-// requireState refuses op unless the sandbox is in one of allowed, with
-// the Conflict message each operation has always given.
-func (s *sandbox) requireState(op string, allowed ...state) error {
-	if slices.Contains(allowed, s.state) {
-		return nil
-	}
-	if s.state == stateMoving {
-		return cube.Errorf(cube.Conflict, "sandbox %q is moving to another node to resume there; try again in a moment", s.id).WithRetryAfter(2 * time.Second)
-	}
-	switch op {
-	case "rollback":
-		return cube.Errorf(cube.Conflict, "sandbox %q is %s; connect to it first", s.id, s.state)
-	case "move":
-		return cube.Errorf(cube.Conflict, "sandbox %q is %s; only a sandbox paused on disk moves to another node", s.id, s.state)
-	case "connect", "kill", "set timeout", "update network":
-		return cube.Errorf(cube.Conflict, "sandbox %q is %s", s.id, s.state)
-	}
-	return cube.Errorf(cube.Conflict, "sandbox %q is %s, not running", s.id, s.state)
 }
 
 // changeState moves a locked sandbox to st, and its record with it; the

@@ -51,7 +51,7 @@ func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req cube.Co
 		return nil, false, err
 	}
 	resumed := false
-	if sb.state == stateRunning {
+	if sb.state.running() {
 		if req.RequirePaused {
 			return nil, false, cube.Errorf(cube.Conflict, "sandbox %q is already running", sandboxID)
 		}

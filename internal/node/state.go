@@ -2,6 +2,10 @@ package node
 
 import (
 	"fmt"
+	"slices"
+	"time"
+
+	"cube/internal/cube"
 
 	"cube/internal/store"
 )
@@ -47,6 +51,22 @@ const (
 	// a crash interrupted.
 	stateDeleting
 )
+
+// running: the container runs.
+func (s state) running() bool { return s == stateRunning }
+
+// frozen: paused in memory, its container still there to thaw.
+func (s state) frozen() bool { return s == statePaused }
+
+// inMemory: its container runs or is frozen, so its envd answers (or
+// will once thawed) without a restore.
+func (s state) inMemory() bool { return s == stateRunning || s == statePaused }
+
+// moving: handed to another node, which has not said how it went.
+func (s state) moving() bool { return s == stateMoving }
+
+// deleting: being removed, and no longer found.
+func (s state) deleting() bool { return s == stateDeleting }
 
 // paused reports whether s is one of the paused states.
 func (s state) paused() bool {
@@ -96,4 +116,36 @@ func stateOf(rec *store.Sandbox) (s state, ok bool) {
 		return stateDeleting, true
 	}
 	return 0, false
+}
+
+// requireState refuses op unless the sandbox is in one of allowed, with
+// the Conflict message each operation has always given.
+func (s *sandbox) requireState(op string, allowed ...state) error {
+	if slices.Contains(allowed, s.state) {
+		return nil
+	}
+	if s.state.moving() {
+		return cube.Errorf(cube.Conflict, "sandbox %q is moving to another node to resume there; try again in a moment", s.id).WithRetryAfter(2 * time.Second)
+	}
+	switch op {
+	case "rollback":
+		return cube.Errorf(cube.Conflict, "sandbox %q is %s; connect to it first", s.id, s.state)
+	case "move":
+		return cube.Errorf(cube.Conflict, "sandbox %q is %s; only a sandbox paused on disk moves to another node", s.id, s.state)
+	case "connect", "kill", "set timeout", "update network":
+		return cube.Errorf(cube.Conflict, "sandbox %q is %s", s.id, s.state)
+	}
+	return cube.Errorf(cube.Conflict, "sandbox %q is %s, not running", s.id, s.state)
+}
+
+// recordIn reports whether rec was left in one of states (see stateOf).
+func recordIn(rec *store.Sandbox, states ...state) bool {
+	s, ok := stateOf(rec)
+	return ok && slices.Contains(states, s)
+}
+
+// recordPaused reports whether rec was left in one of the paused states.
+func recordPaused(rec *store.Sandbox) bool {
+	s, ok := stateOf(rec)
+	return ok && s.paused()
 }

@@ -61,7 +61,7 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	boxes := map[string]*container{}
 	c.n.mu.Lock()
 	for id, sb := range c.n.sandboxes {
-		if sb.state == stateRunning && sb.box != nil {
+		if sb.state.running() && sb.box != nil {
 			boxes[id] = sb.box
 		}
 	}

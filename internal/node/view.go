@@ -20,7 +20,7 @@ import (
 // deleted → NotFound.
 func (h *host) record(ctx context.Context, sandboxID string) (*store.Sandbox, error) {
 	rec, err := h.store.Sandboxes().Get(ctx, sandboxID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.State == store.Creating || rec.State == store.Killing)) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && recordIn(rec, stateCreating, stateDeleting)) {
 		return nil, notFound(sandboxID)
 	}
 	return rec, err
@@ -29,7 +29,7 @@ func (h *host) record(ctx context.Context, sandboxID string) (*store.Sandbox, er
 // view is the API's picture of a record.
 func (h *host) view(rec *store.Sandbox) (*cube.Sandbox, error) {
 	state := cube.StateRunning
-	if rec.State == store.Paused {
+	if recordPaused(rec) {
 		state = cube.StatePaused
 	}
 	if !h.mine(rec) && h.cfg.PeerAlive != nil && !h.cfg.PeerAlive(rec.Node) {

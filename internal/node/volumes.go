@@ -215,7 +215,7 @@ func (vs *volumeSet) volumeUsers(ctx context.Context, volumeID string) ([]string
 		return nil, err
 	}
 	for _, s := range sbs {
-		if s.State != store.Killing && mountsVolume(s.Boot, volumeID) {
+		if !recordIn(s, stateDeleting) && mountsVolume(s.Boot, volumeID) {
 			users = append(users, "sandbox "+s.ID)
 		}
 	}

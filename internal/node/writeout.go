@@ -46,7 +46,7 @@ func (s *sandbox) scheduleWriteOut(pausedAt time.Time) {
 func (s *sandbox) writeOut(ctx context.Context, pausedAt time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gone || s.state != statePaused {
+	if s.gone || !s.state.frozen() {
 		return nil
 	}
 	rec, err := s.h.store.Sandboxes().Get(ctx, s.id)
@@ -56,7 +56,7 @@ func (s *sandbox) writeOut(ctx context.Context, pausedAt time.Time) error {
 	if err != nil {
 		return err
 	}
-	if rec.State != store.Paused || !rec.PausedAt.Equal(pausedAt) {
+	if !recordIn(rec, statePaused) || !rec.PausedAt.Equal(pausedAt) {
 		return nil
 	}
 	return s.writeOutLocked(ctx, rec)
