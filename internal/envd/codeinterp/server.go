@@ -123,9 +123,26 @@ func (s *Server) Start(ctx context.Context) {
 			return
 		}
 		defer c.turn.Unlock()
-		c.ensureKernel() // failures are logged, and retried by the first execution
+		k, err := c.ensureKernel()
+		if err != nil {
+			return // logged, and retried by the first execution
+		}
+		// The warm kernel goes into the template's snapshot, whose memory
+		// every sandbox of the template shares until it writes a page, and
+		// each first write costs a page fault. A full collection now, then
+		// moving every object to the collector's permanent generation,
+		// keeps later collections from writing to the shared heap.
+		if err := runSilently(ctx, k.Kernel, warmPython); err != nil {
+			s.log.Warn("warming the default python kernel failed", "err", err)
+		}
 	}()
 }
+
+// warmPython runs once in the default python kernel before the sandbox
+// reports ready; it leaves no names behind.
+const warmPython = "import gc as _cube_gc\n_cube_gc.collect()\n_cube_gc.freeze()\ndel _cube_gc\n"
+
+
 
 // Ready reports whether the default python context's kernel is up.
 func (s *Server) Ready() bool {

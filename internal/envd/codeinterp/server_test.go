@@ -504,6 +504,23 @@ func TestExecute(t *testing.T) {
 	})
 }
 
+// The default kernel is warmed for a template's shared snapshot: its
+// objects are frozen out of the collector's reach, the warm-up leaves no
+// names, and the user's first cell is still execution 1.
+func TestDefaultKernelIsWarmed(t *testing.T) {
+	ts := newTestServer(t, []string{jupytertest.SpecDir(t)}, nil)
+	ts.Start(context.Background())
+	e := ts.code(t, "import gc\ngc.get_freeze_count() > 1000 and not any(n.startswith('_cube') for n in globals())")
+	e.noError(t)
+	if got := e.mainText(t); got != "True" {
+		t.Fatalf("frozen and clean: %q, want True", got)
+	}
+	counts := e.ofType("number_of_executions")
+	if len(counts) != 1 || counts[0]["execution_count"].(float64) != 1 {
+		t.Fatalf("first cell's number_of_executions lines %v, want execution 1", counts)
+	}
+}
+
 func TestKeepalive(t *testing.T) {
 	old := keepaliveInterval
 	keepaliveInterval = 100 * time.Millisecond
