@@ -91,6 +91,8 @@ step create-c20 -c 20 -n "$(q 300 40)" -w 3 -q
 
 note "3.3 density: batches 1+4+5+10 = 20 idle sandboxes, as the report"
 step density density --data-dir "$DATA_DIR" -b "$(q 1,4,5,10 1,4)" -q
+note "3.3 density at 50 idle sandboxes (sandboxes share their template's memory)"
+step density-n50 density --data-dir "$DATA_DIR" -b "$(q 10,10,10,10,10 5,5)" -q
 
 note "4.1 snapshot at c=1/5/10"
 for c in 1 5 10; do step "snapshot-c$c" snapshot -c "$c" -n "$(q 5 2)" -q; done

@@ -65,6 +65,7 @@ type resultSet struct {
 	baseline   map[int]*BaselineReport // raw runsc at concurrency c, idle
 	baseDirty  map[int]*BaselineReport // raw runsc at c=1 with d MB
 	density    *DensityReport
+	densityAt  map[int]*DensityReport // density-nN: N idle sandboxes
 	snapshot   map[int]*OpReport
 	dirty      map[int]*OpReport
 	cfs        map[int]*OpReport
@@ -81,7 +82,8 @@ var numbered = regexp.MustCompile(`^([a-z-]+)-([a-z])(\d+)\.(json|err)$`)
 func loadResults(dir string) (*resultSet, error) {
 	rs := &resultSet{dir: dir,
 		create: map[int]*CreateReport{}, baseline: map[int]*BaselineReport{}, baseDirty: map[int]*BaselineReport{},
-		snapshot: map[int]*OpReport{}, dirty: map[int]*OpReport{}, cfs: map[int]*OpReport{},
+		densityAt: map[int]*DensityReport{},
+		snapshot:  map[int]*OpReport{}, dirty: map[int]*OpReport{}, cfs: map[int]*OpReport{},
 		rollback: map[int]*OpReport{}, clone: map[int]*OpReport{}, pause: map[int]*OpReport{},
 		pauseDisk: map[int]*OpReport{}, pauseFiles: map[int]*OpReport{}, failures: map[string]string{}}
 	ents, err := os.ReadDir(dir)
@@ -132,6 +134,8 @@ func loadResults(dir string) (*resultSet, error) {
 			target = newEntry(rs.pauseDisk, n)
 		case "pause-resume-files-c":
 			target = newEntry(rs.pauseFiles, n)
+		case "density-n":
+			target = newEntry(rs.densityAt, n)
 		default:
 			continue
 		}
@@ -301,6 +305,7 @@ func WriteReport(w io.Writer, o ReportOptions) error {
 	p.header()
 	p.targets()
 	p.speedTargets()
+	p.sharedMemoryTargets()
 	p.commands()
 	p.createSection()
 	p.densitySection()

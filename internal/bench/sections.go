@@ -91,6 +91,15 @@ func (p *page) densitySection() {
 		}
 		p.f("\n")
 	}
+	if d := p.rs.densityAt[50]; d != nil && len(d.Points) > 0 {
+		p.f("%d idle sandboxes, in batches of %v:\n\n", d.Points[len(d.Points)-1].Sandboxes, d.Config.Batches)
+		p.f("| sandboxes | used MB | per sandbox MB (used) | per sandbox MB (runsc PSS) | runsc processes |\n|---|---|---|---|---|\n")
+		for _, pt := range d.Points {
+			p.f("| %d | %s | %s | %s | %d |\n", pt.Sandboxes, f1(pt.UsedMB), f1(pt.PerSandboxMB), f1(pt.PerSandboxPSSMB), pt.RunscProcs)
+		}
+		p.f("\n")
+	}
+	p.failure("density-n50")
 	var base *BaselineReport
 	for _, c := range sortedKeys(p.rs.baseline) {
 		if b := p.rs.baseline[c]; b.Density != nil {

@@ -17,13 +17,16 @@ type measured struct {
 	clone1, clonePer10              float64 // n=1 wall; n=10 per clone
 	pause, resume, resumeDisk       float64 // c=1
 	density                         float64 // MiB per idle sandbox
+	density50, density50PSS         float64 // MiB per idle sandbox of 50: used, runsc PSS
+	snapRollback                    float64 // snapshot + rollback, c=1
 }
 
 func (p *page) measure() measured {
 	rs := p.rs
 	nan := math.NaN()
 	m := measured{createP50: nan, createAvg: nan, createP95: nan, createCPU: nan, snapshot: nan, cfs: nan, rollback: nan,
-		clone1: nan, clonePer10: nan, pause: nan, resume: nan, resumeDisk: nan, density: nan}
+		clone1: nan, clonePer10: nan, pause: nan, resume: nan, resumeDisk: nan, density: nan,
+		density50: nan, density50PSS: nan, snapRollback: nan}
 	if r := rs.create[1]; r != nil && r.Create.Count > 0 {
 		m.createP50, m.createAvg, m.createP95 = r.Create.P50, r.Create.Avg, r.Create.P95
 	}
@@ -59,6 +62,13 @@ func (p *page) measure() measured {
 	}
 	if d := rs.density; d != nil && len(d.Points) > 0 {
 		m.density = d.Points[len(d.Points)-1].PerSandboxMB
+	}
+	if d := rs.densityAt[50]; d != nil && len(d.Points) > 0 {
+		last := d.Points[len(d.Points)-1]
+		m.density50, m.density50PSS = last.PerSandboxMB, last.PerSandboxPSSMB
+	}
+	if r := row(rs.rollback[1], "snapshot+rollback"); r != nil {
+		m.snapRollback = r.Wall.Avg
 	}
 	return m
 }
@@ -147,6 +157,50 @@ func (p *page) speedTargets() {
 	p.f("| resume from disk c=1 ≤ 100 ms | %s | %s |\n", f1(m.resumeDisk), verdict(m.resumeDisk, 100, "ms"))
 	p.f("| host memory per idle sandbox ≤ 30 MiB (first step) | %s | %s |\n", f1(m.density), verdict(m.density, 30, "MiB"))
 	p.f("| host memory per idle sandbox ≤ 15 MiB (second step) | %s | %s |\n\n", f1(m.density), verdict(m.density, 15, "MiB"))
+}
+
+// wave3 is one row of the shared-memory wave's table: where Cube stood
+// before it (make bench on main, 2 cores, systrap), CubeSandbox's published
+// number, and the goal.
+type wave3 struct {
+	name, before, cube string
+	goal               float64
+	unit               string
+	value              func(measured) float64
+}
+
+// wave3Rows are the rows of issue 28's table, in its order.
+var wave3Rows = []wave3{
+	{"memory per idle sandbox (20 sandboxes, used)", "67.4 MiB (75 PSS)", "30 (PVM) / 25 (bare metal)", 20, "MiB", func(m measured) float64 { return m.density }},
+	{"memory per idle sandbox (50 sandboxes, used)", "—", "25 (bare metal, 1000 sandboxes)", 20, "MiB", func(m measured) float64 { return m.density50 }},
+	{"memory per idle sandbox (50 sandboxes, runsc PSS)", "—", "—", 20, "MiB", func(m measured) float64 { return m.density50PSS }},
+	{"snapshot of an idle sandbox", "180 ms", "41–50 ms", 40, "ms", func(m measured) float64 { return m.snapshot }},
+	{"snapshot growth per 100 MB dirtied", "178 ms", "22–40 ms", 22, "ms", func(m measured) float64 { return m.slope }},
+	{"create from a snapshot, c=1", "165 ms", "60–85 ms", 60, "ms", func(m measured) float64 { return m.cfs }},
+	{"rollback, c=1", "302 ms", "82 ms", 80, "ms", func(m measured) float64 { return m.rollback }},
+	{"snapshot + rollback, c=1", "513 ms", "90 ms", 120, "ms", func(m measured) float64 { return m.snapRollback }},
+	{"clone n=1", "281 ms", "220–271 ms", 150, "ms", func(m measured) float64 { return m.clone1 }},
+	{"clone n=10 c=5, per clone", "121 ms", "54 ms", 40, "ms", func(m measured) float64 { return m.clonePer10 }},
+	{"resume of a pause written to disk", "234 ms", "42 ms", 60, "ms", func(m measured) float64 { return m.resumeDisk }},
+	{"create c=1 P95", "87 ms", "57–78 ms", 60, "ms", func(m measured) float64 { return m.createP95 }},
+	{"host CPU per create+delete", "293 ms", "—", 120, "ms", func(m measured) float64 { return m.createCPU }},
+	{"create c=1 average (keep)", "41 ms", "—", 41, "ms", func(m measured) float64 { return m.createAvg }},
+	{"pause (keep)", "2.6 ms", "—", 100, "ms", func(m measured) float64 { return m.pause }},
+	{"resume in memory (keep)", "2.3 ms", "—", 20, "ms", func(m measured) float64 { return m.resume }},
+}
+
+// sharedMemoryTargets is the table of the speed work's third wave:
+// sandboxes share their template's memory copy-on-write.
+func (p *page) sharedMemoryTargets() {
+	m := p.measure()
+	p.f("## Targets (speed, wave 3: shared template memory)\n\n")
+	p.f("*before* is `make bench` on main before sandboxes shared their template's memory.\n\n")
+	p.f("| row | before | CubeSandbox | measured | verdict |\n|---|---|---|---|---|\n")
+	for _, r := range wave3Rows {
+		v := r.value(m)
+		p.f("| %s | %s | %s | %s | %s |\n", r.name, r.before, r.cube, f1(v), verdict(v, r.goal, r.unit))
+	}
+	p.f("\n")
 }
 
 // dirtySlope fits snapshot time against dirty MB (least squares) and
