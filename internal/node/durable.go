@@ -133,39 +133,56 @@ func imageComplete(dir string) bool {
 }
 
 // imageChecksum fingerprints a checkpoint image: the kernel state and
-// page metadata in full, and every file's size. It is cheap enough to check
-// before each restore, and catches truncated or replaced images.
+// page metadata in full, and every file's size, the parent images an
+// incremental image carries (parents/<ID>/) included. It is cheap enough
+// to check before each restore, and catches truncated or replaced images.
 func imageChecksum(dir string) (string, error) {
+	h := sha256.New()
+	if err := hashImageDir(h, dir, ""); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashImageDir adds the files under dir to h, each named by prefix and
+// its name, in name order.
+func hashImageDir(h io.Writer, dir, prefix string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", err
+		return err
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
 	sort.Strings(names)
-	h := sha256.New()
 	for _, name := range names {
-		info, err := os.Stat(filepath.Join(dir, name))
+		path := filepath.Join(dir, name)
+		info, err := os.Stat(path)
 		if err != nil {
-			return "", err
+			return err
 		}
-		fmt.Fprintf(h, "%s %d\n", name, info.Size())
+		if info.IsDir() {
+			if err := hashImageDir(h, path, prefix+name+"/"); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(h, "%s%s %d\n", prefix, name, info.Size())
 		if name == "pages.img" {
 			continue // large; covered by its size and pages_meta
 		}
-		f, err := os.Open(filepath.Join(dir, name))
+		f, err := os.Open(path)
 		if err != nil {
-			return "", err
+			return err
 		}
 		_, err = io.Copy(h, f)
 		f.Close()
 		if err != nil {
-			return "", err
+			return err
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return nil
 }
 
 // removeDir removes a directory the node no longer needs, logging a

@@ -273,7 +273,8 @@ func writeSnapshotManifest(dir string, boot *store.Template) (bool, error) {
 		return false, err
 	}
 	own, err := makeManifest([]treecopy.Tree{{Name: treeCheckpoint, Path: dir}}, func(name string) bool {
-		return name == treeCheckpoint+"/pages.img"
+		// An incremental image's parents (parents/<ID>/pages.img) too.
+		return strings.HasPrefix(name, treeCheckpoint+"/") && path.Base(name) == "pages.img"
 	})
 	if err != nil {
 		return false, err

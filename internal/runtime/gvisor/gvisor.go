@@ -252,7 +252,31 @@ func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) 
 	if err != nil {
 		return nil, err
 	}
-	return r.start(ctx, spec, base, "restore", "--detach", "--background", "--image-path", image)
+	args, err := r.restoreArgs(filepath.Join(r.cfg.Bundles, spec.ID), image)
+	if err != nil {
+		return nil, err
+	}
+	return r.start(ctx, spec, base, args...)
+}
+
+// restoreArgs are the arguments of a restore of image into the container
+// with bundle dir: the image, its parents, and for a sandbox that shares
+// memory, the images it maps kept in dir (keepImages). A sandbox whose
+// images cannot be kept is still restored; its checkpoints are full.
+func (r *Runtime) restoreArgs(dir, image string) ([]string, error) {
+	args := []string{"restore", "--detach", "--background", "--image-path", image}
+	if r.cfg.PrivateMemory {
+		return args, nil
+	}
+	parents, err := parentFlags(image)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint image %s: %w", image, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	keepImages(dir, image) // on failure nothing is kept: full checkpoints
+	return append(args, parents...), nil
 }
 
 // PrepareKey names the containers Prepare makes that a restore of image
@@ -322,7 +346,13 @@ func (p *prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, 
 		p.Kill(context.Background())
 		return nil, fmt.Errorf("console of %s: %w", p.id, err)
 	}
-	if err := p.r.runDetached(ctx, p.spec, dir, w, "restore", "--detach", "--background", "--image-path", image); err != nil {
+	args, err := p.r.restoreArgs(dir, image)
+	if err != nil {
+		w.Close()
+		p.Kill(context.Background())
+		return nil, err
+	}
+	if err := p.r.runDetached(ctx, p.spec, dir, w, args...); err != nil {
 		return nil, p.r.failed(p.id, dir, w, "restore", err)
 	}
 	w.Close()
@@ -466,9 +496,19 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	if leaveRunning {
 		args = append(args, "--leave-running")
 	}
+	bundle := filepath.Join(s.r.cfg.Bundles, s.id)
+	inc := !s.r.cfg.PrivateMemory && incremental(bundle)
+	if inc {
+		args = append(args, "--cow-incremental")
+	}
 	args = append(args, s.id)
 	if _, err := s.r.runsc(ctx, s.id, &s.spec, args...); err != nil {
 		return err
+	}
+	if inc {
+		if err := linkParents(bundle, dir); err != nil {
+			return err
+		}
 	}
 	cfg, err := os.ReadFile(filepath.Join(s.r.cfg.Bundles, s.id, "config.json"))
 	if err == nil {

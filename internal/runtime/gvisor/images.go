@@ -1,0 +1,171 @@
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A sandbox that shares its image's memory (Config.PrivateMemory unset)
+// is checkpointed incrementally: the new image's pages.img holds only the
+// pages the sandbox has of its own, and the pages it still shares stay in
+// the images it was restored from, its parents. runsc names each image by
+// the ID in its pages.id and lists the IDs an image needs in its
+// pages.parents.
+//
+// An image carries its parents with it, hard-linked under parents/<ID>/:
+// the file system counts the references, so deleting a template, a
+// snapshot or a pause image never takes pages from an image that needs
+// them, a crash cannot leave a reference behind, and a copy of the image
+// directory (to another node) is complete. A sandbox keeps links to the
+// images it maps in its bundle (images/<ID>/) for the same reason: its
+// image may be deleted or replaced while it runs, and its next checkpoint
+// links from there.
+const (
+	imageIDFile      = "pages.id"
+	imageParentsFile = "pages.parents"
+	imagePagesFile   = "pages.img"
+	parentsDir       = "parents"
+	keptImagesDir    = "images"
+	// maxImageChain is the longest chain of images (the image and its
+	// parents) a checkpoint may extend: past it the checkpoint is written
+	// in full, so a restore never needs more than this many files.
+	maxImageChain = 4
+)
+
+// imageChain lists the images a restore of image maps: image itself,
+// when runsc gave it an ID, and every parent it carries, by ID.
+func imageChain(image string) (map[string]string, error) {
+	chain := map[string]string{}
+	if id, err := readImageID(image); err == nil {
+		chain[id] = image
+	} else if !os.IsNotExist(err) {
+		return nil, err
+	}
+	ents, err := os.ReadDir(filepath.Join(image, parentsDir))
+	if os.IsNotExist(err) {
+		return chain, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		dir := filepath.Join(image, parentsDir, e.Name())
+		id, err := readImageID(dir)
+		if err != nil {
+			return nil, fmt.Errorf("parent image %s: %w", dir, err)
+		}
+		if id != e.Name() {
+			return nil, fmt.Errorf("parent image %s says it is %s", dir, id)
+		}
+		chain[id] = dir
+	}
+	return chain, nil
+}
+
+func readImageID(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, imageIDFile))
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" || strings.ContainsAny(id, "/.\x00") {
+		return "", fmt.Errorf("%s: not an image ID: %q", filepath.Join(dir, imageIDFile), b)
+	}
+	return id, nil
+}
+
+// parentFlags are the restore flags that hand runsc the parents of image.
+func parentFlags(image string) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(image, parentsDir))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var f []string
+	for _, e := range ents {
+		f = append(f, "--cow-parent", filepath.Join(image, parentsDir, e.Name()))
+	}
+	return f, nil
+}
+
+// linkImage hard-links the image files of src (an image or a kept copy)
+// into dst, which it creates.
+func linkImage(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	for _, name := range []string{imagePagesFile, imageIDFile} {
+		if err := os.Link(filepath.Join(src, name), filepath.Join(dst, name)); err != nil && !os.IsExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// keepImages links the images a restore of image maps into the bundle
+// dir, before the restore opens them, so the sandbox's checkpoints can
+// link them into theirs whatever happens to image meanwhile. It returns
+// whether the sandbox may be checkpointed incrementally: image has an ID
+// (images written by a runsc without one are checkpointed in full) and
+// its chain is short enough to extend.
+func keepImages(dir, image string) (bool, error) {
+	kept := filepath.Join(dir, keptImagesDir)
+	if err := os.RemoveAll(kept); err != nil {
+		return false, err
+	}
+	chain, err := imageChain(image)
+	if err != nil {
+		return false, err
+	}
+	if _, err := readImageID(image); err != nil {
+		return false, nil
+	}
+	for id, src := range chain {
+		if err := linkImage(src, filepath.Join(kept, id)); err != nil {
+			os.RemoveAll(kept)
+			return false, fmt.Errorf("keep image %s: %w", src, err)
+		}
+	}
+	if len(chain) >= maxImageChain {
+		return false, nil
+	}
+	return true, os.WriteFile(filepath.Join(kept, incrementalMark), nil, 0o600)
+}
+
+// incremental reports whether the sandbox with bundle dir may be
+// checkpointed incrementally (keepImages said so at its restore).
+func incremental(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, keptImagesDir, incrementalMark))
+	return err == nil
+}
+
+// incrementalMark is the file in a bundle's kept images that says its
+// chain may be extended.
+const incrementalMark = ".incremental"
+
+// linkParents gives the image a checkpoint just wrote into image the
+// parents its pages.parents names, from the sandbox's kept images.
+func linkParents(dir, image string) error {
+	b, err := os.ReadFile(filepath.Join(image, imageParentsFile))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, id := range strings.Fields(string(b)) {
+		src := filepath.Join(dir, keptImagesDir, id)
+		if _, err := os.Stat(src); err != nil {
+			return errors.Join(fmt.Errorf("the checkpoint needs image %s, which the sandbox does not keep", id), err)
+		}
+		if err := linkImage(src, filepath.Join(image, parentsDir, id)); err != nil {
+			return fmt.Errorf("link parent image %s: %w", id, err)
+		}
+	}
+	return nil
+}
