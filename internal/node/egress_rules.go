@@ -9,7 +9,6 @@ import (
 
 	"cube/internal/cube"
 	"cube/internal/egress"
-	"cube/internal/secrets"
 	"cube/internal/store"
 )
 
@@ -137,64 +136,4 @@ func (h *host) auditable(sandboxID string) bool {
 	defer h.mu.Unlock()
 	sb := h.sandboxes[sandboxID]
 	return sb != nil && !sb.gone && !sb.state.deleting()
-}
-
-// The /secrets routes (cube.Secrets).
-
-func (h *host) secretStore() (*secrets.Store, error) {
-	if h.cfg.Secrets == nil {
-		return nil, cube.Errorf(cube.Unsupported, "secrets are not enabled on this server")
-	}
-	return h.cfg.Secrets, nil
-}
-
-func secretInfo(i secrets.Info) cube.SecretInfo {
-	return cube.SecretInfo{ID: i.ID, Name: i.Name, Version: i.Version, Metadata: i.Metadata, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
-}
-
-func (n *Node) CreateSecret(_ context.Context, name, value string, md map[string]string) (cube.SecretInfo, error) {
-	s, err := n.secretStore()
-	if err != nil {
-		return cube.SecretInfo{}, err
-	}
-	i, err := s.Create(name, value, md)
-	return secretInfo(i), err
-}
-
-func (n *Node) UpdateSecret(_ context.Context, ref, value string, md map[string]string) (cube.SecretInfo, error) {
-	s, err := n.secretStore()
-	if err != nil {
-		return cube.SecretInfo{}, err
-	}
-	i, err := s.Update(ref, value, md)
-	return secretInfo(i), err
-}
-
-func (n *Node) GetSecret(_ context.Context, ref string) (cube.SecretInfo, error) {
-	s, err := n.secretStore()
-	if err != nil {
-		return cube.SecretInfo{}, err
-	}
-	i, err := s.Get(ref)
-	return secretInfo(i), err
-}
-
-func (n *Node) ListSecrets(context.Context) ([]cube.SecretInfo, error) {
-	s, err := n.secretStore()
-	if err != nil {
-		return nil, err
-	}
-	var out []cube.SecretInfo
-	for _, i := range s.List() {
-		out = append(out, secretInfo(i))
-	}
-	return out, nil
-}
-
-func (n *Node) DeleteSecret(_ context.Context, ref string) error {
-	s, err := n.secretStore()
-	if err != nil {
-		return err
-	}
-	return s.Delete(ref)
 }

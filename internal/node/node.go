@@ -29,7 +29,6 @@ import (
 	"cube/internal/envdclient"
 	"cube/internal/netslot"
 	"cube/internal/runtime"
-	"cube/internal/secrets"
 	"cube/internal/store"
 )
 
@@ -46,6 +45,13 @@ type Slots interface {
 	Release(s *netslot.Slot) error
 	Adopt(index int) (*netslot.Slot, error)
 	Reconcile(inUse map[int]bool) ([]string, error)
+}
+
+// SecretNames is what the node needs of the secret store: a create or
+// network update whose rules name a secret that does not exist is refused
+// before anything is applied.
+type SecretNames interface {
+	Exists(ref string) bool
 }
 
 // Agent is what the node asks of the envd inside one sandbox. It is an
@@ -106,9 +112,10 @@ type Config struct {
 	// sandbox with the slots' base isolation only.
 	Egress *egress.Filter
 	// EgressCA and Secrets serve network.rules: the CA sandboxes trust for
-	// intercepted hosts, the values rules insert. Both may be nil.
+	// intercepted hosts, and the names of the secrets rules may insert
+	// (the Filter reads their values as requests leave). Both may be nil.
 	EgressCA *egress.CA
-	Secrets  *secrets.Store
+	Secrets  SecretNames
 	// PauseWriteDelay is how long a paused sandbox stays frozen in memory
 	// (resuming in milliseconds) before it is written to disk and its
 	// memory and slot are freed.

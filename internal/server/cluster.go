@@ -323,13 +323,15 @@ func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, 
 	return results, nil
 }
 
-// clusterBackend gives b what it needs to fork onto other nodes, in a
-// cluster.
-func clusterBackend(o Options, b backend, st *store.Store, fwd *atomic.Pointer[forward.Handler]) backend {
-	if o.Store != "" {
-		b.st, b.fwd = st, fwd
+// newForkAway lets forks of a node that takes no new sandboxes start on
+// another node, in a cluster; nil for a single node.
+func newForkAway(o Options, st *store.Store, reg *cluster.Registry, nd *node.Node, fwd *atomic.Pointer[forward.Handler]) func(context.Context, string, cube.ForkRequest, error) ([]cube.ForkResult, error) {
+	if o.Store == "" {
+		return nil
 	}
-	return b
+	return func(ctx context.Context, sandboxID string, req cube.ForkRequest, refused error) ([]cube.ForkResult, error) {
+		return forkElsewhere(ctx, st, reg, nd, fwd.Load(), sandboxID, req, refused)
+	}
 }
 
 // templateNode names the node holding a template's files: "" for a

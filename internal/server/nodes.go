@@ -110,25 +110,3 @@ func registerNode(ctx context.Context, o Options, name string, st *store.Store, 
 		Store: st, ID: name, Address: address, Version: version.Version, Usage: u.read, CACert: caPEM,
 	})
 }
-
-// CreateSandbox creates a sandbox on this node while it takes new ones.
-func (b backend) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube.Sandbox, error) {
-	if err := b.Registry.Admit(); err != nil {
-		return nil, err
-	}
-	sb, err := b.Node.CreateSandbox(ctx, req)
-	b.creates.record(err)
-	return sb, err
-}
-
-// ForkSandbox clones a sandbox on this node while it takes new ones; in
-// a cluster, on another node when this one does not.
-func (b backend) ForkSandbox(ctx context.Context, sandboxID string, req cube.ForkRequest) ([]cube.ForkResult, error) {
-	if err := b.Registry.AdmitNow(ctx); err != nil {
-		if b.fwd == nil {
-			return nil, err
-		}
-		return forkElsewhere(ctx, b.st, b.Registry, b.Node, b.fwd.Load(), sandboxID, req, err)
-	}
-	return b.Node.ForkSandbox(ctx, sandboxID, req)
-}

@@ -31,7 +31,6 @@ import (
 	"cube/internal/oci"
 	"cube/internal/proxy"
 	"cube/internal/runtime/gvisor"
-	"cube/internal/store"
 	"cube/internal/template"
 	"cube/internal/version"
 	"cube/internal/webui"
@@ -394,7 +393,7 @@ func Run(ctx context.Context, o Options) error {
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics, SandboxMetrics: perSandbox,
 		Console: webui.New(webui.Config{Gatherer: prometheus.Gatherers{metrics, perSandbox}, Version: version.Version, DataDir: o.DataDir,
 			Runtime: "gVisor (runsc, systrap platform)", MaxSandboxes: o.MaxSandboxes}),
-	}, clusterBackend(o, backend{Node: nd, Builder: builder, Registry: reg, creates: counts}, st, &fwd))
+	}, &service{node: nd, builder: builder, nodes: reg, secrets: eg.secrets, creates: counts, forkAway: newForkAway(o, st, reg, nd, &fwd)})
 	if err != nil {
 		return err
 	}
@@ -459,30 +458,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
 		return err
-	}
-	return nil
-}
-
-// backend is the node and the template builder as the control plane
-// sees them.
-type backend struct {
-	*node.Node
-	*template.Builder
-	*cluster.Registry
-	creates *creates
-	// st and fwd, in a cluster, let forks start on other nodes.
-	st  *store.Store
-	fwd *atomic.Pointer[forward.Handler]
-}
-
-// DeleteTemplate deletes the template, then the build layers and trees
-// that no template or sandbox needs any more.
-func (b backend) DeleteTemplate(ctx context.Context, idOrAlias string) error {
-	if err := b.Node.DeleteTemplate(ctx, idOrAlias); err != nil {
-		return err
-	}
-	if err := b.Builder.CollectLayers(context.WithoutCancel(ctx)); err != nil {
-		slog.Warn("collect build layers", "err", err)
 	}
 	return nil
 }
