@@ -214,7 +214,7 @@ func TestFakeReconcileFinishesInterruptedWriteOut(t *testing.T) {
 			// one the host lost it too.
 			rec := record(t, n, a.ID)
 			image := rec.PauseImage
-			rec.PauseImageTarget, rec.PauseImage = image, ""
+			rec.Pause, rec.PauseImageTarget, rec.PauseImage = store.PauseWritingOut, image, ""
 			rec.ContainerID, rec.Slot, rec.HostAddr = running.ContainerID, running.Slot, running.HostAddr
 			if !intact {
 				rec.PauseChecksum = "not the image's"

@@ -89,7 +89,8 @@ func (n *Node) Reconcile(ctx context.Context) error {
 		case stateResuming:
 			if rec.PauseImage != "" {
 				if imageComplete(rec.PauseImage) {
-					rec.State, rec.Slot, rec.HostAddr, rec.ContainerID = statePausedOnDisk.stored(), -1, "", ""
+					recordAs(rec, statePausedOnDisk)
+					rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
 					if err := n.save(ctx, rec); err != nil {
 						// Read as resuming again at the next start, and
 						// settled the same way.
@@ -154,6 +155,7 @@ const (
 func (n *Node) settleWriteOut(ctx context.Context, rec *store.Sandbox, alive bool) writeOutOutcome {
 	target := rec.PauseImageTarget
 	if imageIntact(target, rec.PauseChecksum) {
+		recordAs(rec, statePausedOnDisk)
 		rec.PauseImage, rec.PauseImageTarget = target, ""
 		rec.Slot, rec.HostAddr, rec.ContainerID = -1, "", ""
 		n.trackOnDisk(rec.ID)
@@ -175,6 +177,7 @@ func (n *Node) settleWriteOut(ctx context.Context, rec *store.Sandbox, alive boo
 				n.log.Warn("reconcile: remove partial pause image", "sandbox", rec.ID, "dir", dir, "err", err)
 			}
 		}
+		recordAs(rec, statePaused)
 		rec.PauseImageTarget, rec.PauseChecksum = "", ""
 		if err := n.save(ctx, rec); err != nil {
 			n.log.Warn("reconcile: record rolled-back write-out", "sandbox", rec.ID, "err", err)

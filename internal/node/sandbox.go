@@ -128,7 +128,7 @@ func (s *sandbox) changeState(rec *store.Sandbox, st state) {
 	s.h.mu.Lock()
 	s.state = st
 	s.h.mu.Unlock()
-	rec.State = st.stored()
+	recordAs(rec, st)
 }
 
 // setBox gives a locked sandbox its container (nil: none), with what the

@@ -16,10 +16,12 @@ import (
 // which are here and in those methods rather than spread across checks
 // of record fields.
 //
-// The store keeps fewer states than the node tells apart: the three
-// paused states are all recorded as store.Paused (what differs is whether
-// the record names a container, an image in flight or an image on disk),
-// which is what lets records written by earlier versions reconcile.
+// A record keeps each state as itself, the paused ones as store.Paused
+// with the one it is in (store.PauseState): nodes of other versions share
+// the store and read only the state name. Moving is the one state not
+// recorded: the record stays paused on disk until the node taking the
+// sandbox over writes it, so a crash leaves the sandbox where the record
+// says.
 type state int
 
 const (
@@ -73,29 +75,44 @@ func (s state) paused() bool {
 	return s == statePaused || s == stateWritingOut || s == statePausedOnDisk || s == stateMoving
 }
 
-// stored is the record's name for s.
-func (s state) stored() store.SandboxState {
+// stored is how a record names s: its state and, for a paused state,
+// which one.
+func (s state) stored() (store.SandboxState, store.PauseState) {
 	switch s {
 	case stateCreating:
-		return store.Creating
+		return store.Creating, ""
 	case stateRunning:
-		return store.Running
-	case statePaused, stateWritingOut, statePausedOnDisk, stateMoving:
-		return store.Paused
+		return store.Running, ""
+	case statePaused:
+		return store.Paused, store.PauseFrozen
+	case stateWritingOut:
+		return store.Paused, store.PauseWritingOut
+	case statePausedOnDisk, stateMoving:
+		return store.Paused, store.PauseOnDisk
 	case stateResuming:
-		return store.Resuming
+		return store.Resuming, ""
 	case stateDeleting:
-		return store.Killing
+		return store.Killing, ""
 	}
 	panic(fmt.Sprintf("node: unknown sandbox state %d", int(s)))
 }
 
-// String is the state as users see it in messages: its stored name.
-func (s state) String() string { return string(s.stored()) }
+// String is the state as users see it in messages: its stored name, one
+// for the three paused states as the API shows them.
+func (s state) String() string {
+	st, _ := s.stored()
+	return string(st)
+}
 
-// stateOf reads the state a record was left in, for the reconciler. A
-// record names a container while paused in memory, and an image in flight
-// while being written out. ok is false for a name no version writes.
+// recordAs writes s into rec, both names together so that a record never
+// holds a paused state left over from an earlier one.
+func recordAs(rec *store.Sandbox, s state) {
+	rec.State, rec.Pause = s.stored()
+}
+
+// stateOf reads the state a record was left in. The store gives every
+// paused record the paused state it is in, those written by other
+// versions included. ok is false for a name no version writes.
 func stateOf(rec *store.Sandbox) (s state, ok bool) {
 	switch rec.State {
 	case store.Creating:
@@ -103,13 +120,14 @@ func stateOf(rec *store.Sandbox) (s state, ok bool) {
 	case store.Running:
 		return stateRunning, true
 	case store.Paused:
-		switch {
-		case rec.PauseImageTarget != "":
-			return stateWritingOut, true
-		case rec.ContainerID != "":
+		switch rec.Pause {
+		case store.PauseFrozen:
 			return statePaused, true
+		case store.PauseWritingOut:
+			return stateWritingOut, true
+		case store.PauseOnDisk:
+			return statePausedOnDisk, true
 		}
-		return statePausedOnDisk, true
 	case store.Resuming:
 		return stateResuming, true
 	case store.Killing:

@@ -59,6 +59,7 @@ func (n *Node) GetSandbox(ctx context.Context, sandboxID string) (*cube.Sandbox,
 
 // ListSandboxes returns the sandboxes matching f.
 func (n *Node) ListSandboxes(ctx context.Context, f cube.ListFilter) ([]cube.Sandbox, error) {
+	// store.Paused lists the sandboxes in each of the paused states.
 	all, err := n.store.Sandboxes().List(ctx, string(store.Running), string(store.Paused), string(store.Resuming))
 	if err != nil {
 		return nil, err

@@ -1,19 +1,47 @@
 package store
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // SandboxState is where a sandbox is in its lifecycle. The transitional
 // states are written before the node acts so a crash mid-way is visible.
-// The node tells more states apart than it records (see node's state);
-// these names are what data directories hold, so they never change.
+// These names are what data directories and a cluster's shared store
+// hold, and nodes of other versions read them, so they never change and
+// none is added lightly (see PauseState).
 type SandboxState string
 
 const (
 	Creating SandboxState = "creating"
 	Running  SandboxState = "running"
+	// Paused is each of the paused states; Sandbox.Pause says which.
 	Paused   SandboxState = "paused"
 	Resuming SandboxState = "resuming"
 	Killing  SandboxState = "killing"
+)
+
+// PauseState is which of the paused states a sandbox is in.
+//
+// It is a field of its own rather than more SandboxState names because
+// nodes of different versions share one store: a node that does not know
+// a state name removes the sandbox as one it cannot handle (files and
+// record), so a new name in State would have older nodes delete every
+// paused sandbox they reconcile. They read State "paused" for all three
+// and ignore Pause, telling the three apart by the record's fields as
+// they always did; those fields stay as they were for that reason. An
+// older node that rewrites a record drops Pause, and such a record is
+// read as the state its fields show (see UnmarshalJSON).
+type PauseState string
+
+const (
+	// PauseFrozen: paused in memory, the record naming its container.
+	PauseFrozen PauseState = "frozen"
+	// PauseWritingOut: being checkpointed to disk, the record naming the
+	// image in flight (PauseImageTarget).
+	PauseWritingOut PauseState = "writing-out"
+	// PauseOnDisk: only its image (PauseImage) remains.
+	PauseOnDisk PauseState = "on-disk"
 )
 
 // Sandbox is the persisted record of one sandbox.
@@ -25,6 +53,9 @@ type Sandbox struct {
 	ContainerID string       `json:"containerId"` // runsc container; changes on rollback and resume
 	Slot        int          `json:"slot"`        // network slot index, -1 when none
 	HostAddr    string       `json:"hostAddr,omitempty"`
+	// Pause is which paused state a paused sandbox is in; empty in the
+	// other states.
+	Pause PauseState `json:"pause,omitempty"`
 	// Node is the node that runs the sandbox (its container, slot and
 	// files are on that host). Empty in records written before nodes
 	// shared a store: the node that reconciles one first takes it.
@@ -73,6 +104,34 @@ type Sandbox struct {
 	// and rollback restore with its rootfs and agent even after the
 	// template itself is deleted.
 	Boot *Template `json:"boot,omitempty"`
+}
+
+// PausedOnDisk reports whether the sandbox is paused on disk: its image
+// is all there is of it, so any node that gets the image can resume it.
+func (s *Sandbox) PausedOnDisk() bool { return s.State == Paused && s.Pause == PauseOnDisk }
+
+// UnmarshalJSON reads a record, giving one that says only "paused" the
+// paused state its fields show: records written before Pause was kept, or
+// rewritten since by an older node, which drops it. A Pause this version
+// does not know (written by a later one) is read the same way rather than
+// refused: the fields every version keeps tell the three states apart.
+func (s *Sandbox) UnmarshalJSON(data []byte) error {
+	type plain Sandbox // without this method
+	if err := json.Unmarshal(data, (*plain)(s)); err != nil {
+		return err
+	}
+	switch {
+	case s.State != Paused:
+		s.Pause = ""
+	case s.Pause == PauseFrozen, s.Pause == PauseWritingOut, s.Pause == PauseOnDisk:
+	case s.PauseImageTarget != "":
+		s.Pause = PauseWritingOut
+	case s.ContainerID != "":
+		s.Pause = PauseFrozen
+	default:
+		s.Pause = PauseOnDisk
+	}
+	return nil
 }
 
 // TemplateStatus is the state of a template or snapshot. A snapshot is

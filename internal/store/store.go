@@ -236,7 +236,9 @@ func (t Table[T]) List(ctx context.Context, states ...string) ([]*T, error) {
 	return out, t.s.outage(rows.Err())
 }
 
-// Sandboxes is the table of sandboxes.
+// Sandboxes is the table of sandboxes. Its state column is State alone,
+// which older nodes filter on: a List of Paused is every paused sandbox,
+// whichever of the paused states (Pause) it is in.
 func (s *Store) Sandboxes() Table[Sandbox] {
 	return Table[Sandbox]{s: s, name: "sandboxes",
 		key: func(v *Sandbox) string { return v.ID }, state: func(v *Sandbox) string { return string(v.State) }}
