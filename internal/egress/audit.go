@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -192,3 +193,41 @@ func (f *Filter) record(kind string, e Event) {
 		f.cfg.Audit(e)
 	}
 }
+
+// Events is a bounded queue of audit events between the Filter and what
+// logs them. It is made before both, so that each is given it at
+// construction: the node that logs the events holds the Filter too, and
+// neither has to be reached through the other. Add never blocks, so a
+// sandbox making requests in a loop never slows the Filter down; what does
+// not fit is counted and dropped.
+type Events struct {
+	ch      chan Event
+	dropped atomic.Int64
+}
+
+// DefaultEvents is the size of a queue made with size 0: events are at
+// most MaxEventBytes, so a full queue holds some 16 MiB.
+const DefaultEvents = 4096
+
+// NewEvents makes a queue of size events (0: DefaultEvents).
+func NewEvents(size int) *Events {
+	if size <= 0 {
+		size = DefaultEvents
+	}
+	return &Events{ch: make(chan Event, size)}
+}
+
+// Add queues e, or counts it dropped when the queue is full.
+func (q *Events) Add(e Event) {
+	select {
+	case q.ch <- e:
+	default:
+		q.dropped.Add(1)
+	}
+}
+
+// C delivers the queued events, oldest first.
+func (q *Events) C() <-chan Event { return q.ch }
+
+// Dropped returns how many events did not fit since it was last asked.
+func (q *Events) Dropped() int64 { return q.dropped.Swap(0) }

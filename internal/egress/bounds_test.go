@@ -234,7 +234,7 @@ func TestConnectionsPerSlotAreCapped(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 	s := acquire(t, pool)
 	box := sb(t, s)
-	setPolicy(t, s, Policy{AllowInternet: true, DenyOut: []string{"evil.example"}})
+	setPolicy(t, f, s, Policy{AllowInternet: true, DenyOut: []string{"evil.example"}})
 
 	// Connections that send nothing are held while the Filter waits for
 	// their name (peekTimeout).

@@ -17,7 +17,7 @@ import (
 func TestDeniedNamesNeverLeaveByDNS(t *testing.T) {
 	w := newWorld(t)
 	pool, cidr := w.pool(t, "q")
-	w.filter(t, cidr)
+	f := w.filter(t, cidr)
 	s := acquire(t, pool)
 
 	// The control: with the internet open, the resolver does receive a
@@ -44,7 +44,7 @@ func TestDeniedNamesNeverLeaveByDNS(t *testing.T) {
 		{name: "0.0.0.0/0 and a name denied", p: Policy{AllowInternet: true, DenyOut: []string{"0.0.0.0/0", "evil.example"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			setPolicy(t, s, tc.p)
+			setPolicy(t, f, s, tc.p)
 			box := sb(t, s)
 			secret := randomName("s") + ".leak.example"
 			box.mustNotResolve("udp." + secret)

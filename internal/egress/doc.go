@@ -60,8 +60,9 @@
 //	// once, at start, with the pool's settings:
 //	slots, _ := netslot.NewPool(netslot.Config{..., AllowPrivate: allow})
 //	ca, _ := egress.OpenCA(filepath.Join(dataDir, "egress-ca"))
+//	events := egress.NewEvents(4096)      // read by the node, into sandbox logs
 //	filter, err := egress.NewFilter(egress.Config{AllowPrivate: allow, HostCIDR: hostCIDR,
-//		CA: ca, Secrets: store.Value, Audit: node.EgressAudit})
+//		CA: ca, Secrets: store.Value, Audit: events.Add})
 //	defer filter.Close()
 //
 //	// validate a create request or PUT /sandboxes/{id}/network (400 on error):
@@ -70,9 +71,9 @@
 //	if err := egress.Validate(p); err != nil { ... }
 //
 //	slot, _ := slots.Acquire(ctx)          // or slots.Adopt(i) after a restart
-//	err = egress.Apply(slot, p)            // before the sandbox runs; fail the create on error
+//	err = filter.Apply(slot, p)            // before the sandbox runs; fail the create on error
 //	...
-//	err = egress.Apply(slot, newPolicy)    // PUT /sandboxes/{id}/network: live
+//	err = filter.Apply(slot, newPolicy)    // PUT /sandboxes/{id}/network: live
 //	...
 //	slots.Release(slot)                    // drops the policy table
 //	filter.Forget(slot)                    // drops the Filter's listeners of that slot

@@ -119,7 +119,7 @@ func TestIsolationByDefault(t *testing.T) {
 	}
 
 	// The same with an explicitly open policy.
-	setPolicy(t, s, Open)
+	setPolicy(t, nil, s, Open)
 	box.mustGet("http://203.0.113.10/", inetA)
 	box.mustNotReach(port(lanHost, 8080))
 	box.mustNotReach(port(s.HostPeer, hostPort))
@@ -136,7 +136,7 @@ func TestAllowPrivateOpensOnlyThatRange(t *testing.T) {
 	box.mustNotReach(port(metadata, 8080))
 	box.mustNotReach(port(s.HostPeer, hostPort))
 	// A policy narrows it down again.
-	setPolicy(t, s, Policy{AllowInternet: true, DenyOut: []string{"192.168.77.10"}})
+	setPolicy(t, nil, s, Policy{AllowInternet: true, DenyOut: []string{"192.168.77.10"}})
 	box.mustNotReach(port(lanHost, 8080))
 }
 
@@ -147,7 +147,7 @@ func TestNoInternet(t *testing.T) {
 	box := sb(t, s)
 	serveLine(t, s.NetNS, port(netslot.SandboxAddr, 8080))
 
-	setPolicy(t, s, Policy{AllowInternet: false})
+	setPolicy(t, nil, s, Policy{AllowInternet: false})
 	box.mustNotReach(port(inetA, 8080))
 	box.mustNotGet("http://203.0.113.10/")
 	box.mustNotGet("https://203.0.113.20/")
@@ -159,7 +159,7 @@ func TestNoInternet(t *testing.T) {
 
 	// E2B: allowInternetAccess false is denyOut 0.0.0.0/0, so allowOut
 	// still opens exactly what it lists.
-	setPolicy(t, s, Policy{AllowInternet: false, AllowOut: []string{"203.0.113.10"}})
+	setPolicy(t, nil, s, Policy{AllowInternet: false, AllowOut: []string{"203.0.113.10"}})
 	box.mustReach(port(inetA, 8080))
 	box.mustNotReach(port(inetB, 8080))
 	// No allowed name: nothing resolves (TestDeniedNamesNeverLeaveByDNS).
@@ -172,25 +172,25 @@ func TestCIDRPolicy(t *testing.T) {
 	s := acquire(t, pool)
 	box := sb(t, s)
 
-	setPolicy(t, s, Policy{AllowInternet: true, DenyOut: []string{"203.0.113.20"}})
+	setPolicy(t, nil, s, Policy{AllowInternet: true, DenyOut: []string{"203.0.113.20"}})
 	box.mustReach(port(inetA, 8080))
 	box.mustGet("http://203.0.113.10/", inetA)
 	box.mustNotReach(port(inetB, 8080))
 	box.mustNotGet("http://203.0.113.20/")
 
-	setPolicy(t, s, Policy{AllowInternet: true, AllowOut: []string{"203.0.113.10"}, DenyOut: []string{"0.0.0.0/0"}})
+	setPolicy(t, nil, s, Policy{AllowInternet: true, AllowOut: []string{"203.0.113.10"}, DenyOut: []string{"0.0.0.0/0"}})
 	box.mustReach(port(inetA, 8080))
 	box.mustNotReach(port(inetB, 8080))
 	// Allowing an address does not open DNS: names are allowed as names.
 	box.mustNotResolve("good.example")
 
 	// Allow beats deny.
-	setPolicy(t, s, Policy{AllowInternet: true, AllowOut: []string{"203.0.113.10/32"}, DenyOut: []string{"203.0.113.0/24"}})
+	setPolicy(t, nil, s, Policy{AllowInternet: true, AllowOut: []string{"203.0.113.10/32"}, DenyOut: []string{"203.0.113.0/24"}})
 	box.mustReach(port(inetA, 8080))
 	box.mustNotReach(port(inetB, 8080))
 
 	// A policy cannot open what isolation closes.
-	setPolicy(t, s, Policy{AllowInternet: true, AllowOut: []string{"192.168.77.0/24", "169.254.169.254", "0.0.0.0/0"}})
+	setPolicy(t, nil, s, Policy{AllowInternet: true, AllowOut: []string{"192.168.77.0/24", "169.254.169.254", "0.0.0.0/0"}})
 	box.mustNotReach(port(lanHost, 8080))
 	box.mustNotReach(port(metadata, 8080))
 	box.mustReach(port(inetB, 8080))
@@ -225,23 +225,23 @@ func TestLiveReplacement(t *testing.T) {
 	if err := echo("before"); err != nil {
 		t.Fatalf("open connection before the change: %v", err)
 	}
-	setPolicy(t, s, Policy{AllowInternet: true, DenyOut: []string{"203.0.113.10"}})
+	setPolicy(t, nil, s, Policy{AllowInternet: true, DenyOut: []string{"203.0.113.10"}})
 	if err := echo("after"); err == nil {
 		t.Error("a connection the new policy denies kept working")
 	}
 	box.mustNotReach(port(inetA, 8080))
 	box.mustReach(port(inetB, 8080))
-	setPolicy(t, s, Open)
+	setPolicy(t, nil, s, Open)
 	box.mustReach(port(inetA, 8080))
 }
 
 func TestDomainAllowList(t *testing.T) {
 	w := newWorld(t)
 	pool, cidr := w.pool(t, "d")
-	w.filter(t, cidr)
+	f := w.filter(t, cidr)
 	s := acquire(t, pool)
 	box := sb(t, s)
-	setPolicy(t, s, Policy{
+	setPolicy(t, f, s, Policy{
 		AllowInternet: true,
 		AllowOut:      []string{"good.example", "*.wild.example", "private.example"},
 		DenyOut:       []string{"0.0.0.0/0"},
@@ -282,11 +282,11 @@ func TestDomainAllowList(t *testing.T) {
 func TestDomainDenyList(t *testing.T) {
 	w := newWorld(t)
 	pool, cidr := w.pool(t, "e")
-	w.filter(t, cidr)
+	f := w.filter(t, cidr)
 	s := acquire(t, pool)
 	box := sb(t, s)
 
-	setPolicy(t, s, Policy{AllowInternet: true, DenyOut: []string{"evil.example"}})
+	setPolicy(t, f, s, Policy{AllowInternet: true, DenyOut: []string{"evil.example"}})
 	box.mustNotResolve("evil.example")
 	box.mustResolve("good.example", inetA)
 	box.mustNotGet("https://evil.example/", inetB)
@@ -298,7 +298,7 @@ func TestDomainDenyList(t *testing.T) {
 	box.mustReach(port(inetB, 8080))
 
 	// Allow beats deny for names too.
-	setPolicy(t, s, Policy{AllowInternet: true, AllowOut: []string{"good.example"}, DenyOut: []string{"*.example"}})
+	setPolicy(t, f, s, Policy{AllowInternet: true, AllowOut: []string{"good.example"}, DenyOut: []string{"*.example"}})
 	box.mustGet("https://good.example/", inetA)
 	box.mustNotGet("https://other.example/", inetA)
 	box.mustNotResolve("other.example")
@@ -310,7 +310,7 @@ func TestDomainLiveReplacement(t *testing.T) {
 	f := w.filter(t, cidr)
 	s := acquire(t, pool)
 	box := sb(t, s)
-	setPolicy(t, s, Policy{AllowOut: []string{"good.example"}})
+	setPolicy(t, f, s, Policy{AllowOut: []string{"good.example"}})
 
 	// A kept-alive connection through the filter.
 	c, err := box.dial("tcp4", port(inetA, 80).String())
@@ -334,7 +334,7 @@ func TestDomainLiveReplacement(t *testing.T) {
 	if err := request(); err != nil {
 		t.Fatalf("allowed name: %v", err)
 	}
-	setPolicy(t, s, Policy{AllowOut: []string{"other.example"}})
+	setPolicy(t, f, s, Policy{AllowOut: []string{"other.example"}})
 	if err := request(); err == nil {
 		t.Error("a connection to a name the new policy denies kept working")
 	}
@@ -342,7 +342,7 @@ func TestDomainLiveReplacement(t *testing.T) {
 	box.mustGet("https://other.example/", inetA)
 
 	// A policy without names takes the filter out of the way.
-	setPolicy(t, s, Open)
+	setPolicy(t, f, s, Open)
 	box.mustResolve("evil.example", inetB)
 	box.mustGet("https://evil.example/", inetB)
 	f.mu.Lock()
@@ -359,7 +359,7 @@ func TestReleaseClearsPolicy(t *testing.T) {
 	f := w.filter(t, cidr)
 	s := acquire(t, pool)
 	box := sb(t, s)
-	setPolicy(t, s, Policy{AllowOut: []string{"good.example"}})
+	setPolicy(t, f, s, Policy{AllowOut: []string{"good.example"}})
 	box.mustNotResolve("evil.example")
 	box.mustNotReach(port(inetB, 8080))
 
@@ -389,13 +389,13 @@ func TestApplyAgainAfterFilterRestart(t *testing.T) {
 	s := acquire(t, pool)
 	box := sb(t, s)
 	p := Policy{AllowOut: []string{"good.example"}}
-	setPolicy(t, s, p)
+	setPolicy(t, f, s, p)
 	box.mustGet("https://good.example/", inetA)
 
 	f.Close()
 	box.mustNotGet("https://good.example/") // nobody judges names now: closed
-	w.filter(t, cidr)
-	setPolicy(t, s, p)
+	f = w.filter(t, cidr)
+	setPolicy(t, f, s, p)
 	box.mustResolve("good.example", inetA)
 	box.mustNotResolve("evil.example")
 	box.mustGet("https://good.example/", inetA)
@@ -406,10 +406,11 @@ func TestApplyRefusesWhatItCannotEnforce(t *testing.T) {
 	w := newWorld(t)
 	pool, _ := w.pool(t, "z")
 	s := acquire(t, pool)
-	if err := Apply(s, Policy{AllowOut: []string{"good.example"}}); err == nil || !strings.Contains(err.Error(), "Filter") {
+	var none *Filter
+	if err := none.Apply(s, Policy{AllowOut: []string{"good.example"}}); err == nil || !strings.Contains(err.Error(), "Filter") {
 		t.Errorf("domain rules without a Filter: got %v", err)
 	}
-	if err := Apply(s, Policy{AllowOut: []string{"1.2.3.4/40"}}); err == nil || !strings.Contains(err.Error(), "1.2.3.4/40") {
+	if err := none.Apply(s, Policy{AllowOut: []string{"1.2.3.4/40"}}); err == nil || !strings.Contains(err.Error(), "1.2.3.4/40") {
 		t.Errorf("bad CIDR: got %v", err)
 	}
 	// Neither left a half policy behind.
@@ -489,12 +490,12 @@ func BenchmarkApply(b *testing.B) {
 			for b.Loop() {
 				if bc.fresh {
 					b.StopTimer()
-					if err := Apply(s, Open); err != nil {
+					if err := f.Apply(s, Open); err != nil {
 						b.Fatal(err)
 					}
 					b.StartTimer()
 				}
-				if err := Apply(s, bc.p(i)); err != nil {
+				if err := f.Apply(s, bc.p(i)); err != nil {
 					b.Fatal(err)
 				}
 				i++

@@ -66,11 +66,8 @@ type Filter struct {
 	closed bool
 }
 
-// current is the Filter that the package-level Apply uses.
-var current atomic.Pointer[Filter]
-
-// NewFilter starts the Filter; Apply uses it from then on. One Filter runs
-// per process.
+// NewFilter starts a Filter. Its holder applies policies through it
+// (Apply); one Filter serves the slots of one pool.
 func NewFilter(cfg Config) (*Filter, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -90,9 +87,6 @@ func NewFilter(cfg Config) (*Filter, error) {
 		cfg.Resolver = hostResolver()
 	}
 	f := &Filter{cfg: cfg, log: cfg.Logger.With("component", "egress"), metrics: newMetrics(), slots: map[string]*slotFilter{}}
-	if !current.CompareAndSwap(nil, f) {
-		return nil, errors.New("egress: a Filter is already running in this process")
-	}
 	if cfg.Resolver.IsValid() {
 		f.log.Info("egress filter started", "resolver", cfg.Resolver.String())
 	} else {
@@ -117,13 +111,8 @@ func (f *Filter) Close() error {
 	for _, s := range slots {
 		s.close()
 	}
-	current.CompareAndSwap(f, nil)
 	return nil
 }
-
-// Apply sets the policy of slot (see the package-level Apply) with this
-// Filter judging its names.
-func (f *Filter) Apply(slot *netslot.Slot, p Policy) error { return apply(f, slot, p) }
 
 // Forget stops judging a slot's names; call it after the slot is released.
 // Not calling it only keeps the slot's idle listeners until the next Apply
@@ -138,23 +127,30 @@ func (f *Filter) Forget(slot *netslot.Slot) {
 	}
 }
 
+// gatewayLocks serialise Apply per slot: two transactions that both
+// found no table would both add one. The tables live in the slot's gateway
+// netns, which belongs to the process rather than to any one Filter (a nil
+// Filter writes them too), so the locks are kept beside the kernel state
+// they guard.
+var gatewayLocks sync.Map // gateway netns path → *sync.Mutex
+
+func slotLock(slot *netslot.Slot) *sync.Mutex {
+	mu, _ := gatewayLocks.LoadOrStore(slot.GatewayNetNS, &sync.Mutex{})
+	return mu.(*sync.Mutex)
+}
+
 // Apply gives slot policy p: the kernel rules in the slot's gateway and,
-// when p has domain entries, the Filter started by NewFilter (without one,
-// such a policy is refused). It replaces the slot's previous policy at
-// once, and is idempotent. Call it after netslot's Acquire (or Adopt)
-// and before the sandbox runs, and again for each change of policy.
+// when p has domain entries, this Filter judging its names. A nil Filter
+// applies kernel rules only and refuses a policy with domain entries. It
+// replaces the slot's previous policy at once, and is idempotent. Call it
+// after netslot's Acquire (or Adopt) and before the sandbox runs, and
+// again for each change of policy.
 //
 // Connections the new policy denies stop working: their next packets are
 // rejected. Connections through the Filter (names on ports 80 and 443)
 // are judged again and closed if now denied. On error the slot keeps the
 // policy it had. Calls for one slot are serialised.
-func Apply(slot *netslot.Slot, p Policy) error { return apply(current.Load(), slot, p) }
-
-// slotLocks serialises Apply per slot: two transactions that both found
-// no table would both add one.
-var slotLocks sync.Map // gateway netns path → *sync.Mutex
-
-func apply(f *Filter, slot *netslot.Slot, p Policy) error {
+func (f *Filter) Apply(slot *netslot.Slot, p Policy) error {
 	if slot == nil {
 		return errors.New("egress: apply to a nil slot")
 	}
@@ -162,9 +158,9 @@ func apply(f *Filter, slot *netslot.Slot, p Policy) error {
 	if err != nil {
 		return err
 	}
-	mu, _ := slotLocks.LoadOrStore(slot.GatewayNetNS, &sync.Mutex{})
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
+	mu := slotLock(slot)
+	mu.Lock()
+	defer mu.Unlock()
 
 	fd, err := unix.Open(slot.GatewayNetNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {

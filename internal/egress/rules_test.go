@@ -174,7 +174,7 @@ func newRulesWorld(t *testing.T) *rulesWorld {
 	s := acquire(t, pool)
 	rw.filter, rw.netslot = f, s
 	rw.box = sb(t, s)
-	rw.slot = &sandboxSlot{apply: func(p Policy) { setPolicy(t, s, p) }}
+	rw.slot = &sandboxSlot{apply: func(p Policy) { setPolicy(t, f, s, p) }}
 	return rw
 }
 

@@ -208,9 +208,10 @@ func acquire(t *testing.T, p *netslot.Pool) *netslot.Slot {
 	return s
 }
 
-func setPolicy(t *testing.T, s *netslot.Slot, p Policy) {
+// setPolicy applies p to s through f, or kernel rules only when f is nil.
+func setPolicy(t *testing.T, f *Filter, s *netslot.Slot, p Policy) {
 	t.Helper()
-	if err := Apply(s, p); err != nil {
+	if err := f.Apply(s, p); err != nil {
 		t.Fatalf("Apply %+v: %v", p, err)
 	}
 }

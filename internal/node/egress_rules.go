@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"cube/internal/cube"
 	"cube/internal/egress"
@@ -55,44 +53,33 @@ func (h *host) checkNetwork(nw cube.Network) error {
 }
 
 // Egress audit: the Filter's events go to the sandbox's log (GET
-// /sandboxes/{id}/logs) through a bounded queue, so a sandbox making
-// requests in a loop never slows the Filter down; what does not fit is
-// counted and dropped.
-const auditQueue = 4096
+// /sandboxes/{id}/logs) through the bounded queue the node is given with
+// the Filter (Config.EgressEvents), read by one writer.
 
-// EgressAudit takes one event from the Filter; it never blocks.
+// EgressAudit queues one event as the Filter does; it never blocks.
 func (n *Node) EgressAudit(e egress.Event) {
 	if e.Owner == "" {
 		return
 	}
-	n.audit.once.Do(n.audit.start)
-	select {
-	case n.audit.ch <- e:
-	default:
-		n.audit.dropped.Add(1)
-	}
+	n.audit.q.Add(e)
 }
 
-// auditLog is the queue of EgressAudit.
+// auditLog writes the queued events into sandbox logs.
 type auditLog struct {
-	h       *host
-	once    sync.Once
-	ch      chan egress.Event
-	dropped atomic.Int64
+	h *host
+	q *egress.Events
 }
 
-func (a *auditLog) start() {
-	a.ch = make(chan egress.Event, auditQueue)
-	go func() {
-		for {
-			select {
-			case <-a.h.ctx.Done():
-				return
-			case e := <-a.ch:
-				a.write(e)
-			}
+// run writes events until the node closes.
+func (a *auditLog) run() {
+	for {
+		select {
+		case <-a.h.ctx.Done():
+			return
+		case e := <-a.q.C():
+			a.write(e)
 		}
-	}()
+	}
 }
 
 // write adds e to its sandbox's log, unless the sandbox is gone or
@@ -102,7 +89,7 @@ func (a *auditLog) start() {
 // So an event for a sandbox that has gone by the time it is written is
 // taken out again, with the rest of that sandbox's log.
 func (a *auditLog) write(e egress.Event) {
-	if !a.h.auditable(e.Owner) {
+	if e.Owner == "" || !a.h.auditable(e.Owner) {
 		return
 	}
 	ctx := context.Background()
@@ -113,7 +100,7 @@ func (a *auditLog) write(e egress.Event) {
 	if err := a.h.store.AddEvent(ctx, e.Owner, level, e.String()); err != nil {
 		a.h.log.Debug("record egress event", "sandbox", e.Owner, "err", err)
 	}
-	if d := a.dropped.Swap(0); d > 0 {
+	if d := a.q.Dropped(); d > 0 {
 		a.h.event(e.Owner, "warn", "egress audit: %d events dropped (too many at once)", d)
 	}
 	if a.h.auditable(e.Owner) {

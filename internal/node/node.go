@@ -109,8 +109,11 @@ type Config struct {
 	// Domain is reported to SDKs for host-based routing.
 	Domain string
 	// Egress enforces per-sandbox egress policies; nil leaves every
-	// sandbox with the slots' base isolation only.
-	Egress *egress.Filter
+	// sandbox with the slots' base isolation only. EgressEvents is the
+	// queue its audit events arrive in (egress.Config.Audit), written into
+	// sandbox logs; nil: only EgressAudit feeds them.
+	Egress       *egress.Filter
+	EgressEvents *egress.Events
 	// EgressCA and Secrets serve network.rules: the CA sandboxes trust for
 	// intercepted hosts, and the names of the secrets rules may insert
 	// (the Filter reads their values as requests leave). Both may be nil.
@@ -182,7 +185,11 @@ func New(cfg Config) (*Node, error) {
 	if h.agentAt == nil {
 		h.agentAt = func(addr netip.Addr) Agent { return envdclient.At(envdclient.NoKeepAlive, addr) }
 	}
-	n := &Node{host: h, copies: &templateCopies{h: h}, audit: &auditLog{h: h}, vols: &volumeSet{h: h}}
+	events := cfg.EgressEvents
+	if events == nil {
+		events = egress.NewEvents(0)
+	}
+	n := &Node{host: h, copies: &templateCopies{h: h}, audit: &auditLog{h: h, q: events}, vols: &volumeSet{h: h}}
 	dir, err := installEnvd(cfg.DataDir, cfg.Envd)
 	if err != nil {
 		return nil, err
@@ -191,6 +198,7 @@ func New(cfg Config) (*Node, error) {
 	if err := n.installEgressTrust(); err != nil {
 		return nil, err
 	}
+	go n.audit.run()
 	return n, nil
 }
 

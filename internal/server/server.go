@@ -269,15 +269,11 @@ func Run(ctx context.Context, o Options) error {
 		slots.Close()
 		return err
 	}
-	// The node, made below, receives the Filter's audit events.
-	var auditTo atomic.Pointer[node.Node]
+	// The node, made below, writes the Filter's audit events into sandbox
+	// logs.
+	events := egress.NewEvents(0)
 	filter, err := egress.NewFilter(egress.Config{AllowPrivate: o.AllowPrivate, HostCIDR: slotCfg.HostCIDR, Logger: log,
-		CA: eg.ca, UpstreamRoots: eg.roots, Secrets: eg.secrets.Value,
-		Audit: func(e egress.Event) {
-			if nd := auditTo.Load(); nd != nil {
-				nd.EgressAudit(e)
-			}
-		}})
+		CA: eg.ca, UpstreamRoots: eg.roots, Secrets: eg.secrets.Value, Audit: events.Add})
 	if err != nil {
 		slots.Close()
 		return fmt.Errorf("egress filter: %w", err)
@@ -304,7 +300,7 @@ func Run(ctx context.Context, o Options) error {
 	nd, err = node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, DiskReserveMB: o.DiskReserveMB, NodeID: name,
-		PeerAlive: func(id string) bool { r := peers.Load(); return r == nil || r.Alive(id) }, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter,
+		PeerAlive: func(id string) bool { r := peers.Load(); return r == nil || r.Alive(id) }, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter, EgressEvents: events,
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets,
@@ -313,7 +309,6 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	auditTo.Store(nd)
 	if err := nd.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
