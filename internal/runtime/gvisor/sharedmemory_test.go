@@ -317,3 +317,158 @@ func TestStockRunscNeedsPrivateMemory(t *testing.T) {
 		t.Fatalf("New with a stock runsc and private memory: %v", err)
 	}
 }
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Size()
+}
+
+func sameFile(t *testing.T, a, b string) bool {
+	t.Helper()
+	ia, err := os.Stat(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := os.Stat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.SameFile(ia, ib)
+}
+
+// A snapshot of a sandbox that shares its image's memory writes only the
+// pages it has of its own, and carries the images it needs hard-linked:
+// deleting them elsewhere loses nothing; past four images it is full.
+func TestIncrementalSnapshots(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	dir := t.TempDir()
+	img := func(name string) string { return filepath.Join(dir, name) }
+	a, err := f.rt.Boot(c, f.pagesSpec(t, "ina", 48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages(t, a, "verify")
+	if err := a.Checkpoint(c, img("t"), false); err != nil {
+		t.Fatal(err)
+	}
+	tID, err := readImageID(img("t"))
+	if err != nil {
+		t.Fatalf("a template image has no ID: %v", err)
+	}
+	full := fileSize(t, filepath.Join(img("t"), "pages.img"))
+
+	// One page in eight changes: the snapshot holds about that much.
+	b, err := f.rt.Restore(c, img("t"), f.pagesSpec(t, "inb", 48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages(t, b, "write", "8")
+	if err := b.Checkpoint(c, img("s1"), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := fileSize(t, filepath.Join(img("s1"), "pages.img")); got > full/3 {
+		t.Fatalf("incremental pages.img is %d bytes of the template's %d", got, full)
+	}
+	if !sameFile(t, filepath.Join(img("s1"), "parents", tID, "pages.img"), filepath.Join(img("t"), "pages.img")) {
+		t.Fatal("the snapshot does not carry its template's pages as a link")
+	}
+	pages(t, b, "verify")
+
+	// The template goes; the snapshot still restores, into a prepared
+	// container as into a new one.
+	if err := os.RemoveAll(img("t")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.rt.Prepare(c, img("s1"), f.pagesSpec(t, "inc", 48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := p.Restore(c, img("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages(t, cc, "verify")
+	pages(t, cc, "write", "5")
+	if err := cc.Checkpoint(c, img("s2"), false); err != nil {
+		t.Fatal(err)
+	}
+	chain, err := imageChain(img("s2"))
+	if err != nil || len(chain) != 3 {
+		t.Fatalf("s2's chain %v, %v: want itself, s1 and the template", chain, err)
+	}
+	d, err := f.rt.Restore(c, img("s2"), f.pagesSpec(t, "ind", 48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages(t, d, "verify")
+	pages(t, d, "fork")
+	pages(t, d, "write", "3")
+	if err := d.Checkpoint(c, img("s3"), true); err != nil {
+		t.Fatal(err)
+	}
+	// Restored from a chain of four, a sandbox's snapshot is whole again.
+	e, err := f.rt.Restore(c, img("s3"), f.pagesSpec(t, "ine", 48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages(t, e, "verify")
+	if err := e.Checkpoint(c, img("s4"), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(img("s4"), "parents")); !os.IsNotExist(err) {
+		t.Fatalf("a snapshot past the chain's length has parents: %v", err)
+	}
+	if got := fileSize(t, filepath.Join(img("s4"), "pages.img")); got < full*3/4 {
+		t.Fatalf("a flattened pages.img is %d bytes of %d", got, full)
+	}
+	for _, name := range []string{"s1", "s2", "s3"} {
+		os.RemoveAll(img(name))
+	}
+	g, err := f.rt.Restore(c, img("s4"), f.pagesSpec(t, "ing", 48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages(t, g, "verify")
+	for _, sb := range []runtime.Sandbox{b, d, e} {
+		pages(t, sb, "verify")
+	}
+}
+
+// An image whose parent is missing is refused with the parent's ID, not
+// restored with holes.
+func TestIncrementalImageNeedsItsParents(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	dir := t.TempDir()
+	a, err := f.rt.Boot(c, f.pagesSpec(t, "ipa", 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages(t, a, "verify")
+	tpl := filepath.Join(dir, "t")
+	if err := a.Checkpoint(c, tpl, false); err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.rt.Restore(c, tpl, f.pagesSpec(t, "ipb", 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(dir, "s")
+	if err := b.Checkpoint(c, snap, true); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := readImageID(tpl)
+	if err := os.RemoveAll(filepath.Join(snap, "parents")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.rt.Restore(c, snap, f.pagesSpec(t, "ipc", 16))
+	if err == nil || !strings.Contains(err.Error(), id) {
+		t.Fatalf("restore without the parent: %v, want an error naming %s", err, id)
+	}
+	pages(t, b, "verify")
+}
