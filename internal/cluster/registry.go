@@ -35,7 +35,8 @@ type Config struct {
 	// CACert is the PEM certificate peers verify this node's certificates
 	// by (mutual TLS between nodes); empty without it.
 	CACert string
-	// Usage reads the node's resources and their use for a heartbeat.
+	// Usage reads the node's resources and their use for a heartbeat; the
+	// Register function registers with it (Open does not read it).
 	Usage  func(ctx context.Context) store.NodeUsage
 	Logger *slog.Logger
 	// Now is time.Now; tests move it.
@@ -57,10 +58,26 @@ type Registry struct {
 	trust trust
 }
 
-// Register records the node as started: a new node is ready; one that was
-// drained or set aside before a restart stays so, since an operator's
-// decision outlives the process.
+// Register opens the registry and records the node as started (Open,
+// then Registry.Register with cfg.Usage).
 func Register(ctx context.Context, cfg Config) (*Registry, error) {
+	r, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Register(ctx, cfg.Usage); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Open reads the node records for a node that registers later: peers can
+// be looked up, checked and placed on from then on. The node that runs the
+// sandboxes is made with this registry (it shows the sandboxes of nodes
+// that stopped heartbeating lost, and fetches files from peers), while
+// what this node reports of itself needs that node: so opening and
+// registering are two steps. cfg.Usage is not read.
+func Open(ctx context.Context, cfg Config) (*Registry, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 2 * time.Second
 	}
@@ -73,10 +90,25 @@ func Register(ctx context.Context, cfg Config) (*Registry, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Usage == nil {
-		cfg.Usage = func(context.Context) store.NodeUsage { return store.NodeUsage{} }
-	}
 	r := &Registry{cfg: cfg}
+	alive, err := r.readAlive(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
+	}
+	r.alive.Store(&alive)
+	return r, nil
+}
+
+// Register records the node as started, with usage read now and at every
+// heartbeat after (nil: none): a new node is ready; one that was drained
+// or set aside before a restart stays so, since an operator's decision
+// outlives the process. Call it once, before Run.
+func (r *Registry) Register(ctx context.Context, usage func(ctx context.Context) store.NodeUsage) error {
+	if usage == nil {
+		usage = func(context.Context) store.NodeUsage { return store.NodeUsage{} }
+	}
+	cfg := &r.cfg
+	cfg.Usage = usage
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := cfg.Now().UTC()
@@ -84,20 +116,20 @@ func Register(ctx context.Context, cfg Config) (*Registry, error) {
 	if errors.Is(err, store.ErrNotFound) {
 		rec = &store.Node{ID: cfg.ID, Status: store.NodeReady, StatusChangedAt: now}
 	} else if err != nil {
-		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
+		return fmt.Errorf("register node %s: %w", cfg.ID, err)
 	}
 	rec.Address, rec.Version, rec.StartedAt, rec.HeartbeatAt, rec.CACert = cfg.Address, cfg.Version, now, now, cfg.CACert
 	rec.Usage = cfg.Usage(ctx)
 	if err := cfg.Store.Nodes().Put(ctx, rec); err != nil {
-		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
+		return fmt.Errorf("register node %s: %w", cfg.ID, err)
 	}
 	r.status = cube.NodeStatus(rec.Status)
 	alive, err := r.readAlive(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("register node %s: %w", cfg.ID, err)
+		return fmt.Errorf("register node %s: %w", cfg.ID, err)
 	}
 	r.alive.Store(&alive)
-	return r, nil
+	return nil
 }
 
 // Run heartbeats until ctx ends. A failed heartbeat is logged and tried

@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -86,6 +85,12 @@ type Config struct {
 	// MaxBodyBytes bounds the create bodies read for placement.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+	// Client is the node's client of its peers, made before the node
+	// (which fetches files from peers through it) and so before this
+	// Handler, which needs the API in front of that node; the Handler
+	// forwards over the same connections. Nil: one made from Peers,
+	// Secret, PeerTLS and PeersOverTLS.
+	Client *Client
 }
 
 // Handler routes requests to the node holding what they are about.
@@ -96,7 +101,7 @@ type Handler struct {
 	mu      sync.Mutex
 	targets map[string]*url.URL
 	// client makes this node's own calls on peers (Get).
-	client *http.Client
+	client *Client
 	// verifier checks the signed requests this node receives.
 	verifier verifier
 	// lookups bounds, per source address, the signed file URLs whose
@@ -125,18 +130,14 @@ func New(cfg Config) *Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	h := &Handler{cfg: cfg, targets: map[string]*url.URL{}, client: http.DefaultClient,
+	if cfg.Client == nil {
+		cfg.Client = NewClient(ClientConfig{Peers: cfg.Peers, Secret: cfg.Secret, PeerTLS: cfg.PeerTLS, PeersOverTLS: cfg.PeersOverTLS})
+	}
+	h := &Handler{cfg: cfg, targets: map[string]*url.URL{}, client: cfg.Client,
 		lookups:  ratelimit.New[netip.Prefix](lookupsPerSecond, 0, 10000),
 		verifier: verifier{secret: cfg.Secret, seen: newNonces(maxNonces)}}
-	transport := http.DefaultTransport
-	if cfg.PeerTLS != nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = cfg.PeerTLS
-		transport = t
-		h.client = &http.Client{Transport: t}
-	}
 	h.proxy = &httputil.ReverseProxy{
-		Transport: transport,
+		Transport: cfg.Client.transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
 			// The peer routes by the host the client asked for.
@@ -447,38 +448,12 @@ const InternalPrefix = "/cluster/"
 // Get calls an internal route (path under InternalPrefix) on node, signed,
 // and returns its 200 or 204 answer, whose body the caller closes.
 func (h *Handler) Get(ctx context.Context, node, path string) (*http.Response, error) {
-	return h.Call(ctx, http.MethodGet, node, path)
+	return h.client.Get(ctx, node, path)
 }
 
-// Call is Get with another method (and no body).
-func (h *Handler) Call(ctx context.Context, method, node, path string) (*http.Response, error) {
-	addr, _, err := h.cfg.Peers.Peer(ctx, node)
-	if err != nil {
-		return nil, err
-	}
-	return h.callAt(ctx, method, node, addr, path)
-}
-
-// callAt is Call on node at addr.
+// callAt is the client's callAt.
 func (h *Handler) callAt(ctx context.Context, method, node, addr, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(addr, "/")+path, nil)
-	if err != nil {
-		return nil, fmt.Errorf("node %s's address %q: %w", node, addr, err)
-	}
-	if err := h.peerScheme(req.URL); err != nil {
-		return nil, err
-	}
-	sign(req, h.cfg.Peers.Self(), h.cfg.Secret, time.Now(), emptyBody)
-	resp, err := h.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
-		defer resp.Body.Close()
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("node %s answered %s: %s", node, resp.Status, bytes.TrimSpace(msg))
-	}
-	return resp, nil
+	return h.client.callAt(ctx, method, node, addr, path)
 }
 
 // forward passes r to the node at addr.
@@ -495,7 +470,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
 		h.targets[addr] = u
 	}
 	h.mu.Unlock()
-	if err := h.peerScheme(u); err != nil {
+	if err := h.client.peerScheme(u); err != nil {
 		httperr.Write(w, err)
 		return
 	}
@@ -521,17 +496,6 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) {
 		ctx = context.WithValue(ctx, readKey{}, true)
 	}
 	h.proxy.ServeHTTP(w, r.WithContext(ctx))
-}
-
-// peerScheme refuses a peer's plain HTTP address on a node that talks to
-// its peers over mutual TLS: what it forwards carries clients' API keys
-// and sandbox tokens, which go between nodes only encrypted (a node
-// started with --cluster-insecure-transport has such an address).
-func (h *Handler) peerScheme(u *url.URL) error {
-	if !h.cfg.PeersOverTLS || u.Scheme == "https" {
-		return nil
-	}
-	return cube.Errorf(cube.Unavailable, "a peer's address %s is not https, and this node sends its peers requests only over mutual TLS: restart that node with --peer-listen", u.Redacted()).WithRetryAfter(10 * time.Second)
 }
 
 // dropCubeHeaders removes the nodes' own headers from h.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,7 +16,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"cube/internal/api"
@@ -26,17 +26,79 @@ import (
 	"cube/internal/node"
 	"cube/internal/proxy"
 	"cube/internal/store"
+	"cube/internal/tlsca"
+	"cube/internal/version"
 )
+
+// clusterParts are the node's place in the service: its registry (the
+// node records, its own among them) and, when the store is shared, its
+// mutual TLS with its peers and the client it calls them with.
+//
+// The node and these need each other: the node shows the sandboxes of
+// nodes that stopped heartbeating lost, and fetches templates, sandboxes
+// and fork images from peers; the registry heartbeats the node's usage.
+// The registry is opened, and the client made, before the node, from the
+// listeners' addresses alone; the node registers once it exists
+// (registerNode), which is when its heartbeat starts.
+type clusterParts struct {
+	registry *cluster.Registry
+	tls      *peerTLS        // nil without --peer-listen
+	client   *forward.Client // nil for a single node
+}
+
+func openCluster(ctx context.Context, o Options, name string, st *store.Store, ls *listeners) (*clusterParts, error) {
+	advertise := ls.advertise(o)
+	var ca *tlsca.Authority
+	var caPEM string
+	if o.PeerListen != "" {
+		var err error
+		if ca, err = openPeerCA(o.DataDir, advertise); err != nil {
+			return nil, err
+		}
+		caPEM = string(ca.CAPEM())
+	}
+	reg, err := cluster.Open(ctx, cluster.Config{Store: st, ID: name, Address: advertise, Version: version.Version, CACert: caPEM})
+	if err != nil {
+		return nil, err
+	}
+	cl := &clusterParts{registry: reg}
+	if ca != nil {
+		cl.tls = newPeerTLS(ca, reg)
+	}
+	if o.Store != "" {
+		cl.client = forward.NewClient(cl.clientConfig(o))
+	}
+	return cl, nil
+}
+
+func (cl *clusterParts) clientConfig(o Options) forward.ClientConfig {
+	cfg := forward.ClientConfig{Peers: cl.registry, Secret: []byte(o.ClusterSecret)}
+	if cl.tls != nil {
+		cfg.PeerTLS, cfg.PeersOverTLS = cl.tls.client, true
+	}
+	return cfg
+}
+
+// serverTLS is the peer listener's TLS, nil without one.
+func (cl *clusterParts) serverTLS() *tls.Config {
+	if cl.tls == nil {
+		return nil
+	}
+	return cl.tls.server
+}
 
 // clusterHandler puts the forwarding between nodes in front of local when
 // the store is shared (a cluster on PostgreSQL). A single node has nothing
 // to forward and no placement to pay for.
-func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Registry, px *proxy.Proxy, local http.Handler, isKey func(string) bool, log *slog.Logger, fwd *atomic.Pointer[forward.Handler], peer *peerTLS) http.Handler {
-	if o.Store == "" {
+func clusterHandler(o Options, st *store.Store, nd *node.Node, cl *clusterParts, px *proxy.Proxy, local http.Handler, isKey func(string) bool, log *slog.Logger) http.Handler {
+	if cl.client == nil {
 		return local
 	}
-	cfg := forward.Config{
-		Peers: reg, Secret: []byte(o.ClusterSecret), Local: local, Logger: log,
+	peers := cl.clientConfig(o)
+	reg := cl.registry
+	return forward.New(forward.Config{
+		Client: cl.client, Peers: reg, Secret: peers.Secret, PeerTLS: peers.PeerTLS, PeersOverTLS: peers.PeersOverTLS,
+		Local: local, Logger: log,
 		Authorized: authorized(isKey, st),
 		Internal:   internalRoutes(nd, px, log),
 		SandboxOf: func(r *http.Request) (string, bool) {
@@ -73,13 +135,7 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, reg *cluster.Regi
 		Movable: func(ctx context.Context, sandboxID string) (string, cluster.Want, bool) {
 			return movable(ctx, st, reg, sandboxID)
 		},
-	}
-	if peer != nil {
-		cfg.PeerTLS, cfg.PeersOverTLS = peer.client, true
-	}
-	h := forward.New(cfg)
-	fwd.Store(h)
-	return h
+	})
 }
 
 // authorized is the API's own check of a request's credential, made by
@@ -284,9 +340,9 @@ func (d *digestReader) Close() error { return d.resp.Body.Close() }
 // forkElsewhere forks a sandbox of this node, which takes no new
 // sandboxes, onto a node placement picks: this node checkpoints it and
 // offers the image, the other fetches it and starts the children.
-func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, nd *node.Node, fwd *forward.Handler, sandboxID string, req cube.ForkRequest, refused error) ([]cube.ForkResult, error) {
+func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, nd *node.Node, peers *forward.Client, sandboxID string, req cube.ForkRequest, refused error) ([]cube.ForkResult, error) {
 	rec, err := st.Sandboxes().Get(ctx, sandboxID)
-	if err != nil || rec.Boot == nil || len(rec.Boot.Mounts) > 0 || fwd == nil {
+	if err != nil || rec.Boot == nil || len(rec.Boot.Mounts) > 0 {
 		return nil, refused
 	}
 	target, release, err := reg.Place(ctx, cluster.Want{MemoryMB: rec.MemoryMB, Holders: rec.Boot.Holders()})
@@ -304,7 +360,7 @@ func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, 
 	defer nd.DropForkImage(image)
 	q := url.Values{"from": {reg.Self()}, "image": {image}, "count": {strconv.Itoa(req.Count)},
 		"concurrency": {strconv.Itoa(req.Concurrency)}, "timeout": {strconv.FormatInt(int64(req.Timeout), 10)}}
-	resp, err := fwd.Call(ctx, http.MethodPost, target, strings.Replace(forksHere, "{id}", url.PathEscape(sandboxID), 1)+"?"+q.Encode())
+	resp, err := peers.Call(ctx, http.MethodPost, target, strings.Replace(forksHere, "{id}", url.PathEscape(sandboxID), 1)+"?"+q.Encode())
 	if err != nil {
 		return nil, cube.Errorf(cube.Unavailable, "node %s, which was to start the children of sandbox %q, failed: %v", target, sandboxID, err).WithRetryAfter(5 * time.Second)
 	}
@@ -323,14 +379,14 @@ func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, 
 	return results, nil
 }
 
-// newForkAway lets forks of a node that takes no new sandboxes start on
+// forkAway lets forks of a node that takes no new sandboxes start on
 // another node, in a cluster; nil for a single node.
-func newForkAway(o Options, st *store.Store, reg *cluster.Registry, nd *node.Node, fwd *atomic.Pointer[forward.Handler]) func(context.Context, string, cube.ForkRequest, error) ([]cube.ForkResult, error) {
-	if o.Store == "" {
+func (cl *clusterParts) forkAway(st *store.Store, nd *node.Node) func(context.Context, string, cube.ForkRequest, error) ([]cube.ForkResult, error) {
+	if cl.client == nil {
 		return nil
 	}
 	return func(ctx context.Context, sandboxID string, req cube.ForkRequest, refused error) ([]cube.ForkResult, error) {
-		return forkElsewhere(ctx, st, reg, nd, fwd.Load(), sandboxID, req, refused)
+		return forkElsewhere(ctx, st, cl.registry, nd, cl.client, sandboxID, req, refused)
 	}
 }
 
@@ -388,17 +444,14 @@ type peerFiles struct {
 	fork     func(ctx context.Context, node, image string) (io.ReadCloser, error)
 }
 
-func newPeerFiles(o Options, fwd *atomic.Pointer[forward.Handler]) peerFiles {
-	if o.Store == "" {
+// newPeerFiles fetches through peers; all nil without a client.
+func newPeerFiles(peers *forward.Client) peerFiles {
+	if peers == nil {
 		return peerFiles{}
 	}
 	// archive fetches route, its {name} being value, from node.
 	archive := func(ctx context.Context, node, route, name, value, query string) (io.ReadCloser, error) {
-		h := fwd.Load()
-		if h == nil {
-			return nil, errors.New("the cluster's forwarding is not running yet")
-		}
-		resp, err := h.Get(ctx, node, strings.Replace(route, "{"+name+"}", url.PathEscape(value), 1)+query)
+		resp, err := peers.Get(ctx, node, strings.Replace(route, "{"+name+"}", url.PathEscape(value), 1)+query)
 		if err != nil {
 			return nil, err
 		}
@@ -416,13 +469,9 @@ func newPeerFiles(o Options, fwd *atomic.Pointer[forward.Handler]) peerFiles {
 			return archive(ctx, node, handOver, "id", id, query)
 		},
 		moved: func(ctx context.Context, node, id string) {
-			h := fwd.Load()
-			if h == nil {
-				return
-			}
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			if resp, err := h.Call(ctx, http.MethodPost, node, strings.Replace(handedOver, "{id}", url.PathEscape(id), 1)); err == nil {
+			if resp, err := peers.Call(ctx, http.MethodPost, node, strings.Replace(handedOver, "{id}", url.PathEscape(id), 1)); err == nil {
 				resp.Body.Close()
 			}
 		},

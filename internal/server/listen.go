@@ -7,11 +7,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/acme/autocert"
 
+	"cube/internal/api"
+	"cube/internal/forward"
 	"cube/internal/proxy"
 	"cube/internal/store"
 	"cube/internal/tlsca"
@@ -145,4 +150,120 @@ func liveSandbox(st *store.Store) func(context.Context, string) bool {
 // tlsConfig is the HTTPS listener's TLS: 1.2 and later, HTTP/2 offered.
 func (c *certificates) tlsConfig() *tls.Config {
 	return &tls.Config{GetCertificate: c.get, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+}
+
+// listeners are the server's open listeners: the API and sandbox traffic
+// in plain HTTP and, with --tls-listen, HTTPS (with their certificates),
+// and with --peer-listen the peers' own. They are opened before the
+// cluster's parts, which advertise their addresses.
+type listeners struct {
+	plain, tls, peer []net.Listener
+	certs            *certificates
+	// reported is the domain sandboxes report (reportedDomain).
+	reported string
+}
+
+func openListeners(o Options, st *store.Store, log *slog.Logger, done *closers) (*listeners, error) {
+	ls := &listeners{}
+	done.push(func() {
+		for _, ln := range slices.Concat(ls.plain, ls.tls, ls.peer) {
+			ln.Close()
+		}
+	})
+	var err error
+	if ls.plain, err = listen(o.Listen); err != nil {
+		return nil, fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
+	}
+	ls.reported = reportedDomain(o.Domain, false, ls.plain[0])
+	if o.TLSListen != "" {
+		if ls.certs, err = loadCertificates(o, liveSandbox(st), log); err != nil {
+			return nil, err
+		}
+		if ls.tls, err = listen(o.TLSListen); err != nil {
+			return nil, fmt.Errorf("listen on %s: %v: choose another address with --tls-listen (or --tls-listen '' for no HTTPS)", o.TLSListen, err)
+		}
+		ls.reported = reportedDomain(o.Domain, true, ls.tls[0])
+	}
+	if o.PeerListen != "" {
+		if ls.peer, err = listen(o.PeerListen); err != nil {
+			return nil, fmt.Errorf("listen on %s: %v: choose another address with --peer-listen", o.PeerListen, err)
+		}
+	}
+	return ls, nil
+}
+
+// caPEM is the local CA clients are told to trust, when it is the HTTPS
+// listener's.
+func (ls *listeners) caPEM() []byte {
+	if ls.certs != nil && ls.certs.ca != nil {
+		return ls.certs.ca.CAPEM()
+	}
+	return nil
+}
+
+// advertise is the base URL peers reach this node's API at: --advertise,
+// else the peer listener over TLS, else the plain listener.
+func (ls *listeners) advertise(o Options) string {
+	switch {
+	case o.Advertise != "":
+		return o.Advertise
+	case len(ls.peer) > 0:
+		return "https://" + ls.peer[0].Addr().String()
+	}
+	return "http://" + ls.plain[0].Addr().String()
+}
+
+// serve serves handler on every listener until ctx ends or one fails,
+// then shuts the servers down.
+func serve(ctx context.Context, o Options, ls *listeners, handler http.Handler, peerTLS *tls.Config, log *slog.Logger) error {
+	srv := api.NewHTTPServer(o.Listen, handler)
+	if ls.certs != nil && ls.certs.acme != nil {
+		// ACME's HTTP challenges arrive on the plain listener.
+		srv.Handler = ls.certs.acme.HTTPHandler(handler)
+	}
+	tlsSrv := api.NewHTTPServer(o.TLSListen, handler)
+	if ls.certs != nil {
+		tlsSrv.TLSConfig = ls.certs.tlsConfig()
+	}
+	peerSrv := api.NewHTTPServer(o.PeerListen, forward.PeerListener(handler))
+	peerSrv.TLSConfig = peerTLS
+	errc := make(chan error, len(ls.plain)+len(ls.tls)+len(ls.peer))
+	for _, ln := range ls.peer {
+		go func() { errc <- peerSrv.ServeTLS(ln, "", "") }()
+	}
+	for _, ln := range ls.plain {
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	for _, ln := range ls.tls {
+		// ServeTLS sets HTTP/2 up; the certificates come from TLSConfig.
+		go func() { errc <- tlsSrv.ServeTLS(ln, "", "") }()
+	}
+	attrs := []any{"addr", ls.plain[0].Addr().String(), "data_dir", o.DataDir, "domain", ls.reported}
+	if len(ls.tls) > 0 {
+		attrs = append(attrs, "https", ls.tls[0].Addr().String())
+	}
+	if len(ls.peer) > 0 {
+		attrs = append(attrs, "peers", ls.peer[0].Addr().String())
+	}
+	log.Info("cube-server listening", attrs...)
+	if o.Ready != nil {
+		o.Ready(ls.plain[0].Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range []*http.Server{srv, tlsSrv, peerSrv} {
+		if err := s.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.Close()
+		}
+	}
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }

@@ -16,7 +16,6 @@ import (
 	"cube/internal/id"
 	"cube/internal/node"
 	"cube/internal/store"
-	"cube/internal/version"
 )
 
 // nodeIDFile keeps a node's name across restarts, so its record (and an
@@ -98,15 +97,9 @@ func (u *usage) read(ctx context.Context) store.NodeUsage {
 	return out
 }
 
-// registerNode records this server as a node of the service; the caller
-// runs its heartbeat.
-func registerNode(ctx context.Context, o Options, name string, st *store.Store, nd *node.Node, slots int, c *creates, address string, peer *peerTLS) (*cluster.Registry, error) {
-	var caPEM string
-	if peer != nil {
-		caPEM = string(peer.ca.CAPEM())
-	}
+// registerNode records this server as a node of the service, reporting
+// the node's usage; the caller runs its heartbeat.
+func registerNode(ctx context.Context, o Options, reg *cluster.Registry, nd *node.Node, slots int, c *creates) error {
 	u := &usage{nd: nd, dataDir: o.DataDir, slots: slots, creates: c, machine: hoststat.ReadMachine("/proc"), last: hoststat.Read("/proc")}
-	return cluster.Register(ctx, cluster.Config{
-		Store: st, ID: name, Address: address, Version: version.Version, Usage: u.read, CACert: caPEM,
-	})
+	return reg.Register(ctx, u.read)
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"cube/internal/cluster"
@@ -27,9 +25,10 @@ type peerTLS struct {
 	server, client *tls.Config
 }
 
-// openPeerTLS makes the TLS of the peer listener for a node reached at
-// advertise, verifying peers through the registry once there is one.
-func openPeerTLS(dataDir, advertise string, reg *atomic.Pointer[cluster.Registry]) (*peerTLS, error) {
+// openPeerCA opens the authority of a node reached at advertise. It is
+// recorded with the node when the registry opens, and the TLS made from it
+// (peerTLS) verifies peers through that registry.
+func openPeerCA(dataDir, advertise string) (*tlsca.Authority, error) {
 	u, err := url.Parse(advertise)
 	if err != nil || u.Scheme != "https" || u.Hostname() == "" {
 		return nil, fmt.Errorf("--advertise %q: with --peer-listen, peers reach this node at https://host:port", advertise)
@@ -40,18 +39,16 @@ func openPeerTLS(dataDir, advertise string, reg *atomic.Pointer[cluster.Registry
 	} else {
 		opts.Names = []string{u.Hostname()}
 	}
-	ca, err := tlsca.Open(filepath.Join(dataDir, "tls", "peers"), opts)
-	if err != nil {
-		return nil, err
-	}
+	return tlsca.Open(filepath.Join(dataDir, "tls", "peers"), opts)
+}
+
+// newPeerTLS makes the TLS of the peer listener and of the calls on peers,
+// verifying peers through reg.
+func newPeerTLS(ca *tlsca.Authority, reg *cluster.Registry) *peerTLS {
 	verify := func(chain []*x509.Certificate, name string, usage x509.ExtKeyUsage) error {
-		r := reg.Load()
-		if r == nil {
-			return errors.New("this node is not yet a node of the cluster")
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return r.VerifyPeer(ctx, chain, name, usage)
+		return reg.VerifyPeer(ctx, chain, name, usage)
 	}
 	p := &peerTLS{ca: ca}
 	p.server = &tls.Config{
@@ -77,5 +74,5 @@ func openPeerTLS(dataDir, advertise string, reg *atomic.Pointer[cluster.Registry
 			return verify(cs.PeerCertificates, cs.ServerName, x509.ExtKeyUsageServerAuth)
 		},
 	}
-	return p, nil
+	return p
 }

@@ -9,28 +9,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"cube/internal/api"
-	"cube/internal/cluster"
-	"cube/internal/egress"
 	"cube/internal/envd/protocol"
 	"cube/internal/fault"
-	"cube/internal/forward"
 	"cube/internal/netslot"
 	"cube/internal/node"
 	"cube/internal/oci"
 	"cube/internal/proxy"
 	"cube/internal/runtime/gvisor"
+	"cube/internal/store"
 	"cube/internal/template"
 	"cube/internal/version"
 	"cube/internal/webui"
@@ -187,6 +182,12 @@ func (o *Options) checkPeers() error {
 
 // Run serves until ctx ends, then shuts down cleanly. Running sandboxes
 // are left running and re-adopted by the next start.
+//
+// It builds the server's parts in the order they depend on each other,
+// each from the parts made before it, and closes them in reverse (see
+// closers): store, runtime, egress, network slots, listeners, the cluster's
+// registry and peer client, node, template builder, API, proxy, and the
+// HTTP servers.
 func Run(ctx context.Context, o Options) error {
 	log := o.Logger
 	if log == nil {
@@ -205,11 +206,16 @@ func Run(ctx context.Context, o Options) error {
 	if p := fault.Armed(); p != "" {
 		log.Warn("fault point armed: the server kills itself with SIGKILL when it gets there", "point", p)
 	}
+	if o.Domain == "" {
+		o.Domain = DefaultDomain
+	}
+	var done closers
+	defer done.close()
 	unlock, err := lockDataDir(o.DataDir)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	done.push(unlock)
 	if err := privateSubdirs(o.DataDir); err != nil {
 		return err
 	}
@@ -220,7 +226,7 @@ func Run(ctx context.Context, o Options) error {
 	// A server whose claim on a shared database another one took must stop
 	// before the two reconcile each other's sandboxes away.
 	ctx, stopRun := context.WithCancelCause(ctx)
-	defer stopRun(nil)
+	done.push(func() { stopRun(nil) })
 	st, err := openStore(ctx, o, name, func(err error) {
 		log.Error("stopping: the state database is no longer this server's", "err", err)
 		stopRun(err)
@@ -228,233 +234,219 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-
-	key := os.Getenv("CUBE_API_KEY")
-	if key == "" {
-		k, created, err := api.EnsureAPIKey(filepath.Join(o.DataDir, "api-key"))
-		if err != nil {
-			return err
-		}
-		key = k
-		if created {
-			fmt.Fprintf(os.Stderr, "Generated API key (stored in %s):\n\n    %s\n\n", filepath.Join(o.DataDir, "api-key"), key)
-		}
+	done.push(func() { st.Close() })
+	key, err := apiKey(o)
+	if err != nil {
+		return err
 	}
+	rt, err := openRuntime(o, &done)
+	if err != nil {
+		return err
+	}
+	hostCIDR, err := hostPrefix(o)
+	if err != nil {
+		return err
+	}
+	eg, err := openEgress(o, hostCIDR, log, &done)
+	if err != nil {
+		return err
+	}
+	slots, err := openSlots(o, hostCIDR, log, &done)
+	if err != nil {
+		return err
+	}
+	ls, err := openListeners(o, st, log, &done)
+	if err != nil {
+		return err
+	}
+	cl, err := openCluster(ctx, o, name, st, ls)
+	if err != nil {
+		return err
+	}
+	nd, err := openNode(ctx, o, name, st, rt, slots, eg, cl, log, &done)
+	if err != nil {
+		return err
+	}
+	builder, err := openBuilder(ctx, o, name, st, nd, log, &done)
+	if err != nil {
+		return err
+	}
+	counts := &creates{}
+	if err := registerNode(ctx, o, cl.registry, nd, slots.pool.Size(), counts); err != nil {
+		return err
+	}
+	go cl.registry.Run(ctx)
+	apiSrv, err := newAPI(o, key, ls, log, eg, nd, builder, cl, &service{
+		node: nd, builder: builder, nodes: cl.registry, secrets: eg.secrets, creates: counts, forkAway: cl.forkAway(st, nd),
+	})
+	if err != nil {
+		return err
+	}
+	px := newProxy(o, apiSrv, nd, log)
+	nd.Start()
+	handler := clusterHandler(o, st, nd, cl, px, api.Mount(apiSrv, px), apiSrv.IsAPIKey, log)
+	return serve(ctx, o, ls, handler, cl.serverTLS(), log)
+}
 
+// closers undo what Run built, the last built first, so that each part
+// closes before the parts it uses.
+type closers []func()
+
+func (c *closers) push(f func()) { *c = append(*c, f) }
+
+func (c *closers) close() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+}
+
+// apiKey is $CUBE_API_KEY, else the key kept in the data directory, made
+// on first start.
+func apiKey(o Options) (string, error) {
+	if key := os.Getenv("CUBE_API_KEY"); key != "" {
+		return key, nil
+	}
+	path := filepath.Join(o.DataDir, "api-key")
+	key, created, err := api.EnsureAPIKey(path)
+	if err != nil {
+		return "", err
+	}
+	if created {
+		fmt.Fprintf(os.Stderr, "Generated API key (stored in %s):\n\n    %s\n\n", path, key)
+	}
+	return key, nil
+}
+
+func openRuntime(o Options, done *closers) (*gvisor.Runtime, error) {
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: o.Runsc, Root: filepath.Join(o.DataDir, "runsc"),
 		Bundles: filepath.Join(o.DataDir, "bundles"), Debug: o.Debug, Keeper: o.Console,
 		PrivateMemory: o.PrivateMemory,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer rt.Close()
+	done.push(func() { rt.Close() })
+	return rt, nil
+}
 
-	slotCfg := netslot.Config{Prefix: o.SlotPrefix, Size: o.Slots, AllowPrivate: o.AllowPrivate, Logger: log}
-	if o.HostCIDR != "" {
-		p, err := parsePrefix(o.HostCIDR)
-		if err != nil {
-			return err
-		}
-		slotCfg.HostCIDR = p
+// hostPrefix is --host-cidr, which the slots and the egress Filter share.
+func hostPrefix(o Options) (netip.Prefix, error) {
+	if o.HostCIDR == "" {
+		return netip.Prefix{}, nil
 	}
-	slots, err := netslot.NewPool(slotCfg)
-	if err != nil {
-		return fmt.Errorf("network slots: %w", err)
-	}
-	eg, err := openEgress(o)
-	if err != nil {
-		slots.Close()
-		return err
-	}
-	// The node, made below, writes the Filter's audit events into sandbox
-	// logs.
-	events := egress.NewEvents(0)
-	filter, err := egress.NewFilter(egress.Config{AllowPrivate: o.AllowPrivate, HostCIDR: slotCfg.HostCIDR, Logger: log,
-		CA: eg.ca, UpstreamRoots: eg.roots, Secrets: eg.secrets.Value, Audit: events.Add})
-	if err != nil {
-		slots.Close()
-		return fmt.Errorf("egress filter: %w", err)
-	}
-	defer filter.Close()
-	var nd *node.Node
-	// The node shows other nodes' sandboxes lost once their node stops
-	// heartbeating; the registry that knows is made after the node.
-	var peers atomic.Pointer[cluster.Registry]
-	// Copies of templates between nodes go through the forwarding, made
-	// after the node.
-	var fwd atomic.Pointer[forward.Handler]
-	files := newPeerFiles(o, &fwd)
-	// Running sandboxes keep their slots across a restart and the next
-	// start re-adopts them; with none left, every slot is torn down.
-	defer func() {
-		if nd == nil || nd.Running() == 0 {
-			if err := slots.Close(); err != nil {
-				log.Warn("tear down network slots", "err", err)
-			}
-		}
-	}()
+	return parsePrefix(o.HostCIDR)
+}
 
-	nd, err = node.New(node.Config{
-		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots, Store: st, Logger: log,
+// netSlots is the network slot pool and whether Close tears it down.
+// Running sandboxes keep their slots across a restart and the next start
+// re-adopts them; with none left, every slot is torn down. The node, which
+// knows, closes after the pool is made and before it is torn down, and
+// says.
+type netSlots struct {
+	pool *netslot.Pool
+	keep bool
+}
+
+func openSlots(o Options, hostCIDR netip.Prefix, log *slog.Logger, done *closers) (*netSlots, error) {
+	pool, err := netslot.NewPool(netslot.Config{Prefix: o.SlotPrefix, Size: o.Slots, AllowPrivate: o.AllowPrivate, HostCIDR: hostCIDR, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("network slots: %w", err)
+	}
+	s := &netSlots{pool: pool}
+	done.push(func() {
+		if s.keep {
+			return
+		}
+		if err := pool.Close(); err != nil {
+			log.Warn("tear down network slots", "err", err)
+		}
+	})
+	return s, nil
+}
+
+// openNode makes the node, with the egress Filter and its events, the
+// cluster's registry and the peer client it fetches files by, and
+// reconciles it with what the host holds.
+func openNode(ctx context.Context, o Options, name string, st *store.Store, rt *gvisor.Runtime, slots *netSlots, eg *egressParts, cl *clusterParts, log *slog.Logger, done *closers) (*node.Node, error) {
+	files := newPeerFiles(cl.client)
+	nd, err := node.New(node.Config{
+		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots.pool, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, DiskReserveMB: o.DiskReserveMB, NodeID: name,
-		PeerAlive: func(id string) bool { r := peers.Load(); return r == nil || r.Alive(id) }, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey, Egress: filter, EgressEvents: events,
+		PeerAlive: cl.registry.Alive, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey,
+		Egress: eg.filter, EgressEvents: eg.events,
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets,
 		FetchTemplate: files.template, FetchSandbox: files.sandbox, SandboxMoved: files.moved, FetchForkImage: files.fork,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	done.push(func() {
+		nd.Close()
+		slots.keep = nd.Running() > 0
+	})
 	if err := nd.Reconcile(ctx); err != nil {
-		return fmt.Errorf("reconcile: %w", err)
+		return nil, fmt.Errorf("reconcile: %w", err)
 	}
+	return nd, nil
+}
+
+// openBuilder makes the template builder, which boots its sandboxes on
+// the node, and recovers the builds a crash interrupted. Builds stop
+// before the node.
+func openBuilder(ctx context.Context, o Options, name string, st *store.Store, nd *node.Node, log *slog.Logger, done *closers) (*template.Builder, error) {
 	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log, NodeID: name,
 		ImportDir: o.ImportDir, InsecureRegistries: o.InsecureRegistries,
 		Limits:       oci.Limits{MaxBytes: o.MaxImageBytes, MaxFileBytes: o.MaxFileBytes},
 		BuildTimeout: o.BuildTimeout, MaxLayerBytes: o.MaxLayerBytes})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	done.push(func() { builder.Close() })
 	if err := builder.Recover(ctx); err != nil {
-		return fmt.Errorf("recover template builds: %w", err)
+		return nil, fmt.Errorf("recover template builds: %w", err)
 	}
+	return builder, nil
+}
 
-	if o.Domain == "" {
-		o.Domain = DefaultDomain
-	}
-	lns, err := listen(o.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %v: is another cube-server running? choose another address with --listen", o.Listen, err)
-	}
-	var certs *certificates
-	var tlsLns []net.Listener
-	reported := reportedDomain(o.Domain, false, lns[0])
-	if o.TLSListen != "" {
-		if certs, err = loadCertificates(o, liveSandbox(st), log); err != nil {
-			return err
-		}
-		if tlsLns, err = listen(o.TLSListen); err != nil {
-			return fmt.Errorf("listen on %s: %v: choose another address with --tls-listen (or --tls-listen '' for no HTTPS)", o.TLSListen, err)
-		}
-		reported = reportedDomain(o.Domain, true, tlsLns[0])
-	}
-	var caPEM []byte
-	if certs != nil && certs.ca != nil {
-		caPEM = certs.ca.CAPEM()
-	}
-
-	advertise := o.Advertise
-	if advertise == "" {
-		advertise = "http://" + lns[0].Addr().String()
-	}
-	var peer *peerTLS
-	var peerLns []net.Listener
-	if o.PeerListen != "" {
-		if peerLns, err = listen(o.PeerListen); err != nil {
-			return fmt.Errorf("listen on %s: %v: choose another address with --peer-listen", o.PeerListen, err)
-		}
-		if o.Advertise == "" {
-			advertise = "https://" + peerLns[0].Addr().String()
-		}
-		if peer, err = openPeerTLS(o.DataDir, advertise, &peers); err != nil {
-			return err
-		}
-	}
-	counts := &creates{}
-	reg, err := registerNode(ctx, o, name, st, nd, slots.Size(), counts, advertise, peer)
-	if err != nil {
-		return err
-	}
-	peers.Store(reg)
-	go reg.Run(ctx)
-
+// newAPI makes the control plane over svc, with the metrics of every
+// part.
+func newAPI(o Options, key string, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, svc *service) (*api.Server, error) {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics.MustRegister(nd.Collectors()...)
-	metrics.MustRegister(filter.Collectors()...)
+	metrics.MustRegister(eg.filter.Collectors()...)
 	metrics.MustRegister(builder.Collectors()...)
 	if o.Store != "" {
-		metrics.MustRegister(reg.Collector())
+		metrics.MustRegister(cl.registry.Collector())
 	}
 	// Per-sandbox series name sandboxes: served only with a key.
 	perSandbox := prometheus.NewRegistry()
 	perSandbox.MustRegister(nd.SandboxCollector())
-	apiSrv, err := api.NewServer(api.Config{
-		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: reported, CACert: caPEM,
+	return api.NewServer(api.Config{
+		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: ls.reported, CACert: ls.caPEM(),
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics, SandboxMetrics: perSandbox,
 		Console: webui.New(webui.Config{Gatherer: prometheus.Gatherers{metrics, perSandbox}, Version: version.Version, DataDir: o.DataDir,
 			Runtime: "gVisor (runsc, systrap platform)", MaxSandboxes: o.MaxSandboxes}),
-	}, &service{node: nd, builder: builder, nodes: reg, secrets: eg.secrets, creates: counts, forkAway: newForkAway(o, st, reg, nd, &fwd)})
-	if err != nil {
-		return err
-	}
+	}, svc)
+}
+
+// newProxy makes the sandbox proxy, which finds sandboxes through the node.
+//
+// The proxy and the node need each other: the proxy resolves sandboxes
+// through the node, and the node tells the proxy when a stopped
+// container's slot, and with it its address, goes to the next sandbox, so
+// the proxy drops the connections it pooled to it. The node is the lower
+// layer and is made first; the proxy, made from it, registers for those
+// notices here, before any sandbox traffic is served.
+func newProxy(o Options, apiSrv *api.Server, nd *node.Node, log *slog.Logger) *proxy.Proxy {
 	px := proxy.New(proxy.Config{
 		Domain: o.Domain, Logger: log, IsAPIKey: apiSrv.IsAPIKey, RateLimit: o.ProxyRateLimit,
 	}, nd)
-	// A stopped container's slot, and with it its address, goes to the
-	// next sandbox; the proxy drops the connections it pooled to it.
 	nd.OnGone(px.Forget)
-	nd.Start()
-	defer nd.Close()
-	// Builds stop before the node they boot sandboxes on.
-	defer builder.Close()
-	handler := clusterHandler(o, st, nd, reg, px, api.Mount(apiSrv, px), apiSrv.IsAPIKey, log, &fwd, peer)
-	srv := api.NewHTTPServer(o.Listen, handler)
-	if certs != nil && certs.acme != nil {
-		// ACME's HTTP challenges arrive on the plain listener.
-		srv.Handler = certs.acme.HTTPHandler(handler)
-	}
-	tlsSrv := api.NewHTTPServer(o.TLSListen, handler)
-	if certs != nil {
-		tlsSrv.TLSConfig = certs.tlsConfig()
-	}
-	peerSrv := api.NewHTTPServer(o.PeerListen, forward.PeerListener(handler))
-	if peer != nil {
-		peerSrv.TLSConfig = peer.server
-	}
-	errc := make(chan error, len(lns)+len(tlsLns)+len(peerLns))
-	for _, ln := range peerLns {
-		go func() { errc <- peerSrv.ServeTLS(ln, "", "") }()
-	}
-	for _, ln := range lns {
-		go func() { errc <- srv.Serve(ln) }()
-	}
-	for _, ln := range tlsLns {
-		// ServeTLS sets HTTP/2 up; the certificates come from TLSConfig.
-		go func() { errc <- tlsSrv.ServeTLS(ln, "", "") }()
-	}
-	attrs := []any{"addr", lns[0].Addr().String(), "data_dir", o.DataDir, "domain", reported}
-	if len(tlsLns) > 0 {
-		attrs = append(attrs, "https", tlsLns[0].Addr().String())
-	}
-	if len(peerLns) > 0 {
-		attrs = append(attrs, "peers", peerLns[0].Addr().String())
-	}
-	log.Info("cube-server listening", attrs...)
-	if o.Ready != nil {
-		o.Ready(lns[0].Addr().String())
-	}
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, s := range []*http.Server{srv, tlsSrv, peerSrv} {
-		if err := s.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.Close()
-		}
-	}
-	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return px
 }
 
 func fileExists(path string) bool {
