@@ -10,6 +10,7 @@ import (
 
 	"cube/internal/fault"
 	"cube/internal/id"
+	"cube/internal/runtime"
 	"cube/internal/store"
 )
 
@@ -102,9 +103,13 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 	return nil
 }
 
+// dirSize is the bytes of the files under dir that are its own.
 func dirSize(dir string) int64 {
 	var total int64
-	filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
+	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && info.IsDir() && info.Name() == runtime.ParentsDir && path != dir {
+			return filepath.SkipDir // other images' bytes, linked
+		}
 		if err == nil && !info.IsDir() {
 			total += info.Size()
 		}

@@ -52,6 +52,12 @@ type Spec struct {
 // without its memory: what Sandbox.SaveFiles writes into a directory.
 const FilesImage = "files.tar"
 
+// ParentsDir is the folder of an image that holds the images it builds
+// on (an incremental checkpoint's parents), each under its own name. Their
+// bytes belong to the images they came from: an image's size leaves them
+// out.
+const ParentsDir = "parents"
+
 // Mount is one host directory bound into a sandbox at Destination.
 type Mount struct {
 	Source      string

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"cube/internal/runtime"
 )
 
 // A sandbox that shares its image's memory (Config.PrivateMemory unset)
@@ -27,7 +29,7 @@ const (
 	imageIDFile      = "pages.id"
 	imageParentsFile = "pages.parents"
 	imagePagesFile   = "pages.img"
-	parentsDir       = "parents"
+	parentsDir       = runtime.ParentsDir
 	keptImagesDir    = "images"
 	// maxImageChain is the longest chain of images (the image and its
 	// parents) a checkpoint may extend: past it the checkpoint is written
