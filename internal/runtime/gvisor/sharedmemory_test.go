@@ -32,6 +32,34 @@ func (f *fixture) pagesSpec(t *testing.T, id string, mib int) runtime.Spec {
 	return s
 }
 
+// bootPages boots a sandbox of the pages workload with mib MiB filled.
+func (f *fixture) bootPages(t *testing.T, id string, mib int) runtime.Sandbox {
+	t.Helper()
+	sb, err := f.rt.Boot(ctx(t), f.pagesSpec(t, id, mib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages(t, sb, "verify")
+	return sb
+}
+
+// restorePages restores image into a new sandbox of the pages workload.
+func (f *fixture) restorePages(t *testing.T, image, id string, mib int) runtime.Sandbox {
+	t.Helper()
+	sb, err := f.rt.Restore(ctx(t), image, f.pagesSpec(t, id, mib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+func checkpoint(t *testing.T, sb runtime.Sandbox, image string, leaveRunning bool) {
+	t.Helper()
+	if err := sb.Checkpoint(ctx(t), image, leaveRunning); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // pages runs one pages command in sb and fails the test unless it
 // answers "ok"; PID 1 may still be filling its memory right after boot.
 func pages(t *testing.T, sb runtime.Sandbox, args ...string) {
@@ -80,23 +108,14 @@ func dropCache(t *testing.T, path string) {
 func TestSharedMemoryRestoresExactly(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
-	a, err := f.rt.Boot(c, f.pagesSpec(t, "sma", 48))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages(t, a, "verify")
+	a := f.bootPages(t, "sma", 48)
 	// Every third page at a second version: the image holds a mix.
 	pages(t, a, "write", "3")
 	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, true); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, a, img, true)
 	sum := fileSum(t, filepath.Join(img, "pages.img"))
 
-	b, err := f.rt.Restore(c, img, f.pagesSpec(t, "smb", 48))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := f.restorePages(t, img, "smb", 48)
 	p, err := f.rt.Prepare(c, img, f.pagesSpec(t, "smc", 48))
 	if err != nil {
 		t.Fatal(err)
@@ -124,24 +143,15 @@ func TestSharedMemoryRestoresExactly(t *testing.T) {
 func TestSharedMemorySnapshotChain(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
-	a, err := f.rt.Boot(c, f.pagesSpec(t, "sca", 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages(t, a, "verify")
+	a := f.bootPages(t, "sca", 32)
 	dir := t.TempDir()
 	img1 := filepath.Join(dir, "1")
-	if err := a.Checkpoint(c, img1, false); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, a, img1, false)
 	// Each link restores the last image, changes some pages and is saved
 	// again; every restore along the chain is exact.
 	prev, sb := img1, runtime.Sandbox(nil)
 	for i, stride := range []string{"5", "7", "2"} {
-		sb, err = f.rt.Restore(c, prev, f.pagesSpec(t, fmt.Sprintf("scb%d", i), 32))
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb = f.restorePages(t, prev, fmt.Sprintf("scb%d", i), 32)
 		pages(t, sb, "verify")
 		pages(t, sb, "write", stride)
 		next := filepath.Join(dir, fmt.Sprint(i+2))
@@ -152,10 +162,7 @@ func TestSharedMemorySnapshotChain(t *testing.T) {
 		pages(t, sb, "verify")
 		prev = next
 	}
-	last, err := f.rt.Restore(c, prev, f.pagesSpec(t, "scz", 32))
-	if err != nil {
-		t.Fatal(err)
-	}
+	last := f.restorePages(t, prev, "scz", 32)
 	pages(t, last, "verify")
 	pages(t, last, "write", "1")
 	pages(t, sb, "verify")
@@ -170,13 +177,8 @@ func TestSharedMemoryOutlivesItsImage(t *testing.T) {
 	}
 	pages(t, a, "write", "4")
 	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, false); err != nil {
-		t.Fatal(err)
-	}
-	b, err := f.rt.Restore(c, img, f.pagesSpec(t, "sob", 32))
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, a, img, false)
+	b := f.restorePages(t, img, "sob", 32)
 	// The template is deleted and its pages leave the cache: the sandbox
 	// holds the file open and reads it back from disk.
 	dropCache(t, filepath.Join(img, "pages.img"))
@@ -188,13 +190,8 @@ func TestSharedMemoryOutlivesItsImage(t *testing.T) {
 	pages(t, b, "write", "3")
 	// A snapshot of it copies what it still shares into the new image.
 	img2 := filepath.Join(t.TempDir(), "img2")
-	if err := b.Checkpoint(c, img2, true); err != nil {
-		t.Fatal(err)
-	}
-	d, err := f.rt.Restore(c, img2, f.pagesSpec(t, "sod", 32))
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, b, img2, true)
+	d := f.restorePages(t, img2, "sod", 32)
 	pages(t, d, "verify")
 	pages(t, b, "write", "1")
 }
@@ -202,24 +199,12 @@ func TestSharedMemoryOutlivesItsImage(t *testing.T) {
 func TestSharedMemorySurvivesAKillMidWrite(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
-	a, err := f.rt.Boot(c, f.pagesSpec(t, "ska", 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages(t, a, "verify")
+	a := f.bootPages(t, "ska", 64)
 	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, false); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, a, img, false)
 	sum := fileSum(t, filepath.Join(img, "pages.img"))
-	b, err := f.rt.Restore(c, img, f.pagesSpec(t, "skb", 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := f.rt.Restore(c, img, f.pagesSpec(t, "sks", 64))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := f.restorePages(t, img, "skb", 64)
+	s := f.restorePages(t, img, "sks", 64)
 	pages(t, b, "verify")
 	// b is killed while it copies pages away from the image, and s is
 	// being saved when its save is cut short.
@@ -229,7 +214,7 @@ func TestSharedMemorySurvivesAKillMidWrite(t *testing.T) {
 		b.Exec(context.Background(), runtime.AgentMount+"/pages", "write", "1")
 	}()
 	cut, cancel := context.WithTimeout(c, 150*time.Millisecond)
-	err = s.Checkpoint(cut, filepath.Join(t.TempDir(), "cut"), true)
+	err := s.Checkpoint(cut, filepath.Join(t.TempDir(), "cut"), true)
 	cancel()
 	t.Logf("save cut short: %v", err)
 	time.Sleep(200 * time.Millisecond)
@@ -242,10 +227,7 @@ func TestSharedMemorySurvivesAKillMidWrite(t *testing.T) {
 	if got := fileSum(t, filepath.Join(img, "pages.img")); got != sum {
 		t.Fatal("the image changed")
 	}
-	d, err := f.rt.Restore(c, img, f.pagesSpec(t, "skd", 64))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := f.restorePages(t, img, "skd", 64)
 	pages(t, d, "verify")
 }
 
@@ -259,15 +241,9 @@ func TestSharedMemoryFiftySandboxes(t *testing.T) {
 	f := newFixture(t)
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	a, err := f.rt.Boot(c, f.pagesSpec(t, "sfa", mib))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages(t, a, "verify")
+	a := f.bootPages(t, "sfa", mib)
 	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, false); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, a, img, false)
 	before := hoststat.Read("/proc")
 	var sbs []runtime.Sandbox
 	for i := 0; i < n; i++ {
@@ -348,14 +324,8 @@ func TestIncrementalSnapshots(t *testing.T) {
 	c := ctx(t)
 	dir := t.TempDir()
 	img := func(name string) string { return filepath.Join(dir, name) }
-	a, err := f.rt.Boot(c, f.pagesSpec(t, "ina", 48))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages(t, a, "verify")
-	if err := a.Checkpoint(c, img("t"), false); err != nil {
-		t.Fatal(err)
-	}
+	a := f.bootPages(t, "ina", 48)
+	checkpoint(t, a, img("t"), false)
 	tID, err := readImageID(img("t"))
 	if err != nil {
 		t.Fatalf("a template image has no ID: %v", err)
@@ -363,14 +333,9 @@ func TestIncrementalSnapshots(t *testing.T) {
 	full := fileSize(t, filepath.Join(img("t"), "pages.img"))
 
 	// One page in eight changes: the snapshot holds about that much.
-	b, err := f.rt.Restore(c, img("t"), f.pagesSpec(t, "inb", 48))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := f.restorePages(t, img("t"), "inb", 48)
 	pages(t, b, "write", "8")
-	if err := b.Checkpoint(c, img("s1"), true); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, b, img("s1"), true)
 	if got := fileSize(t, filepath.Join(img("s1"), "pages.img")); got > full/3 {
 		t.Fatalf("incremental pages.img is %d bytes of the template's %d", got, full)
 	}
@@ -394,32 +359,20 @@ func TestIncrementalSnapshots(t *testing.T) {
 	}
 	pages(t, cc, "verify")
 	pages(t, cc, "write", "5")
-	if err := cc.Checkpoint(c, img("s2"), false); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, cc, img("s2"), false)
 	chain, err := imageChain(img("s2"))
 	if err != nil || len(chain) != 3 {
 		t.Fatalf("s2's chain %v, %v: want itself, s1 and the template", chain, err)
 	}
-	d, err := f.rt.Restore(c, img("s2"), f.pagesSpec(t, "ind", 48))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := f.restorePages(t, img("s2"), "ind", 48)
 	pages(t, d, "verify")
 	pages(t, d, "fork")
 	pages(t, d, "write", "3")
-	if err := d.Checkpoint(c, img("s3"), true); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, d, img("s3"), true)
 	// Restored from a chain of four, a sandbox's snapshot is whole again.
-	e, err := f.rt.Restore(c, img("s3"), f.pagesSpec(t, "ine", 48))
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := f.restorePages(t, img("s3"), "ine", 48)
 	pages(t, e, "verify")
-	if err := e.Checkpoint(c, img("s4"), true); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, e, img("s4"), true)
 	if _, err := os.Stat(filepath.Join(img("s4"), "parents")); !os.IsNotExist(err) {
 		t.Fatalf("a snapshot past the chain's length has parents: %v", err)
 	}
@@ -429,10 +382,7 @@ func TestIncrementalSnapshots(t *testing.T) {
 	for _, name := range []string{"s1", "s2", "s3"} {
 		os.RemoveAll(img(name))
 	}
-	g, err := f.rt.Restore(c, img("s4"), f.pagesSpec(t, "ing", 48))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := f.restorePages(t, img("s4"), "ing", 48)
 	pages(t, g, "verify")
 	for _, sb := range []runtime.Sandbox{b, d, e} {
 		pages(t, sb, "verify")
@@ -445,28 +395,17 @@ func TestIncrementalImageNeedsItsParents(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
 	dir := t.TempDir()
-	a, err := f.rt.Boot(c, f.pagesSpec(t, "ipa", 16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages(t, a, "verify")
+	a := f.bootPages(t, "ipa", 16)
 	tpl := filepath.Join(dir, "t")
-	if err := a.Checkpoint(c, tpl, false); err != nil {
-		t.Fatal(err)
-	}
-	b, err := f.rt.Restore(c, tpl, f.pagesSpec(t, "ipb", 16))
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, a, tpl, false)
+	b := f.restorePages(t, tpl, "ipb", 16)
 	snap := filepath.Join(dir, "s")
-	if err := b.Checkpoint(c, snap, true); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, b, snap, true)
 	id, _ := readImageID(tpl)
 	if err := os.RemoveAll(filepath.Join(snap, "parents")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.rt.Restore(c, snap, f.pagesSpec(t, "ipc", 16))
+	_, err := f.rt.Restore(c, snap, f.pagesSpec(t, "ipc", 16))
 	if err == nil || !strings.Contains(err.Error(), id) {
 		t.Fatalf("restore without the parent: %v, want an error naming %s", err, id)
 	}
