@@ -207,7 +207,7 @@ type forkResult struct {
 // its template is, or wherever there is room.
 func movable(ctx context.Context, st *store.Store, reg *cluster.Registry, sandboxID string) (string, cluster.Want, bool) {
 	rec, err := st.Sandboxes().Get(ctx, sandboxID)
-	if err != nil || rec.State != store.Paused || rec.PauseImage == "" || rec.ContainerID != "" || rec.PauseImageTarget != "" ||
+	if err != nil || !rec.PausedOnDisk() || rec.PauseImage == "" ||
 		rec.Boot == nil || len(rec.Boot.Mounts) > 0 || rec.Node == "" {
 		return "", cluster.Want{}, false
 	}
