@@ -100,7 +100,7 @@ type Server struct {
 	public  map[string]bool // mux pattern → served without an API key
 	log     *slog.Logger
 	// uploads are the build file upload links in use or spent.
-	uploads uploadLinks
+	uploads *uploadLinks
 }
 
 // NewServer returns the control plane answering through b.
@@ -144,19 +144,35 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 		// their number is bounded by the configured keys.
 		limiter: ratelimit.New[[sha256.Size]byte](cfg.RateLimit, cfg.RateBurst, 0),
 		log:     cfg.Logger,
+		uploads: &uploadLinks{},
 	}
 	m, err := newMetrics(cfg.Registry, cfg.SandboxMetrics, b)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
+	s.serveRoutes()
+	return s, nil
+}
+
+// Over returns the control plane answering through b instead, sharing
+// s's keys, rate limits, upload links and metrics: a node of a cluster
+// answers its peers' requests, which they already sent to the node that
+// holds what they are about, through its own parts alone, and its
+// clients' through the cluster.
+func (s *Server) Over(b cube.Backend) *Server {
+	o := &Server{cfg: s.cfg, backend: b, mux: http.NewServeMux(), metrics: s.metrics, limiter: s.limiter, log: s.log, uploads: s.uploads}
+	o.serveRoutes()
+	return o
+}
+
+func (s *Server) serveRoutes() {
 	s.public = map[string]bool{}
 	for _, rt := range s.routes() {
 		pattern := muxPattern(rt.method + " " + rt.path)
 		s.mux.Handle(pattern, rt.handler)
 		s.public[pattern] = rt.public
 	}
-	return s, nil
 }
 
 // route is one served operation; the table is also what the OpenAPI test

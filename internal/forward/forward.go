@@ -1,9 +1,11 @@
-// Package forward lets any node of a cluster answer the whole API. A
-// request about a sandbox, template or volume that another node holds is
-// passed to that node; a create goes to the node placement picks; sandbox
-// traffic through the proxy follows its sandbox. Node-to-node requests are
-// signed with the cluster secret (see sign.go), and a signed request is
-// always served where it arrives, so nothing is forwarded twice.
+// Package forward is the transport between the nodes of a cluster. Its
+// Client makes a node's typed calls on a peer (a create placement sent
+// there, a template's files); its Handler passes a request about a
+// sandbox, template or volume that another node holds to that node, and
+// sandbox traffic through the proxy follows its sandbox. Node-to-node
+// requests are signed with the cluster secret (see sign.go), and a signed
+// request is always served where it arrives, so nothing is forwarded
+// twice.
 //
 // With one node (the embedded store) every request is local and this
 // handler only looks at paths.
@@ -58,8 +60,6 @@ type Config struct {
 	// sandbox, template (ID or alias) or volume: "" when the record has
 	// none or does not exist (the local API then answers).
 	SandboxNode, TemplateNode, VolumeNode func(ctx context.Context, id string) (string, error)
-	// Want reads a create request's body.
-	Want func(ctx context.Context, body []byte) (cluster.Want, error)
 	// Movable says whether a sandbox should resume on another node than
 	// its own (paused on disk, no volumes, its node answering but taking
 	// no new sandboxes), and if so its node and what placing it needs.
@@ -69,6 +69,10 @@ type Config struct {
 	// InternalPrefix, such as a template's files for a copy); only signed
 	// requests reach it.
 	Internal http.Handler
+	// Signed answers the API and sandbox traffic peers pass to this node:
+	// the API over this node's own parts, since the peer that signed the
+	// request already chose this node. Nil: Local.
+	Signed http.Handler
 	// PeerTLS is the TLS this node speaks to peers whose address is
 	// https (its client certificate, the peers' verification); nil uses
 	// Go's defaults. PeersOverTLS makes this node take signed requests
@@ -82,9 +86,7 @@ type Config struct {
 	// so it reads no body and, for a request without such a token, no
 	// database. Nil takes no request.
 	Authorized func(*http.Request) bool
-	// MaxBodyBytes bounds the create bodies read for placement.
-	MaxBodyBytes int64
-	Logger       *slog.Logger
+	Logger     *slog.Logger
 	// Client is the node's client of its peers, made before the node
 	// (which fetches files from peers through it) and so before this
 	// Handler, which needs the API in front of that node; the Handler
@@ -127,8 +129,8 @@ func New(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 1 << 20
+	if cfg.Signed == nil {
+		cfg.Signed = cfg.Local
 	}
 	if cfg.Client == nil {
 		cfg.Client = NewClient(ClientConfig{Peers: cfg.Peers, Secret: cfg.Secret, PeerTLS: cfg.PeerTLS, PeersOverTLS: cfg.PeersOverTLS})
@@ -186,7 +188,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.cfg.Internal.ServeHTTP(w, r)
 			return
 		}
-		h.cfg.Local.ServeHTTP(w, r)
+		h.cfg.Signed.ServeHTTP(w, r)
 		return
 	}
 	// X-Cube-* headers are the nodes' own, acted on only when signed (a
@@ -219,8 +221,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch kind {
-	case "create":
-		h.create(w, r)
 	case "sandbox":
 		if h.moveOnResume(w, r, id) {
 			return
@@ -337,44 +337,6 @@ func (h *Handler) moveOnResume(w http.ResponseWriter, r *http.Request, sandboxID
 // and its older resume.
 func isResume(path string) bool {
 	return strings.HasSuffix(path, "/connect") || strings.HasSuffix(path, "/resume")
-}
-
-// create places a new sandbox and passes its create to the chosen node.
-func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxBodyBytes+1))
-	r.Body.Close()
-	if err != nil {
-		httperr.Write(w, cube.Errorf(cube.Invalid, "read the request body: %v", err))
-		return
-	}
-	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-	want, err := h.cfg.Want(r.Context(), body)
-	if cube.KindOf(err) == cube.Unavailable {
-		// The database is out of reach: nothing can be placed.
-		httperr.Write(w, err)
-		return
-	}
-	if err != nil || int64(len(body)) > h.cfg.MaxBodyBytes {
-		// Bad input or an unknown template: the API says what is wrong.
-		h.cfg.Local.ServeHTTP(w, r)
-		return
-	}
-	node, release, err := h.cfg.Peers.Place(r.Context(), want)
-	if err != nil {
-		httperr.Write(w, err)
-		return
-	}
-	defer release()
-	if node == h.cfg.Peers.Self() {
-		h.cfg.Local.ServeHTTP(w, r)
-		return
-	}
-	addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
-	if err != nil {
-		httperr.Write(w, unavailable(err))
-		return
-	}
-	h.forward(w, r, addr)
 }
 
 // internal reports whether r is for a route nodes call on each other: an

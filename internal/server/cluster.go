@@ -87,20 +87,21 @@ func (cl *clusterParts) serverTLS() *tls.Config {
 	return cl.tls.server
 }
 
-// clusterHandler puts the forwarding between nodes in front of local when
-// the store is shared (a cluster on PostgreSQL). A single node has nothing
-// to forward and no placement to pay for.
-func clusterHandler(o Options, st *store.Store, nd *node.Node, cl *clusterParts, px *proxy.Proxy, local http.Handler, isKey func(string) bool, log *slog.Logger) http.Handler {
+// clusterHandler puts the forwarding between nodes in front of public,
+// the API over the cluster, when the store is shared (a cluster on
+// PostgreSQL); own is the API over this node's parts alone, which answers
+// what peers send here. A single node has nothing to forward.
+func clusterHandler(o Options, st *store.Store, nd *node.Node, cl *clusterParts, px *proxy.Proxy, public, own http.Handler, svc *service, isKey func(string) bool, log *slog.Logger) http.Handler {
 	if cl.client == nil {
-		return local
+		return public
 	}
 	peers := cl.clientConfig(o)
 	reg := cl.registry
 	return forward.New(forward.Config{
 		Client: cl.client, Peers: reg, Secret: peers.Secret, PeerTLS: peers.PeerTLS, PeersOverTLS: peers.PeersOverTLS,
-		Local: local, Logger: log,
+		Local: public, Signed: own, Logger: log,
 		Authorized: authorized(isKey, st),
-		Internal:   internalRoutes(nd, px, log),
+		Internal:   internalRoutes(nd, px, svc, log),
 		SandboxOf: func(r *http.Request) (string, bool) {
 			sid, _, ok := px.Match(r)
 			return sid, ok
@@ -128,9 +129,6 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, cl *clusterParts,
 				return "", err
 			}
 			return rec.Node, nil
-		},
-		Want: func(ctx context.Context, body []byte) (cluster.Want, error) {
-			return createWant(ctx, nd, body)
 		},
 		Movable: func(ctx context.Context, sandboxID string) (string, cluster.Want, bool) {
 			return movable(ctx, st, reg, sandboxID)
@@ -218,9 +216,11 @@ func movable(ctx context.Context, st *store.Store, reg *cluster.Registry, sandbo
 	return rec.Node, cluster.Want{MemoryMB: rec.MemoryMB, Holders: rec.Boot.Holders()}, true
 }
 
-// internalRoutes answers what the nodes of a cluster ask of each other.
-func internalRoutes(nd *node.Node, px *proxy.Proxy, log *slog.Logger) http.Handler {
+// internalRoutes answers what the nodes of a cluster ask of each other,
+// svc being this node's own service.
+func internalRoutes(nd *node.Node, px *proxy.Proxy, svc *service, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
+	forward.ServeSandboxes(mux, svc, api.DefaultMaxBodyBytes)
 	mux.HandleFunc("GET "+forward.SignedFilesPath, func(w http.ResponseWriter, r *http.Request) {
 		// The URL as its holder would see it: the proxy finds the sandbox
 		// whose token made it, as it does for a URL that arrives here.
@@ -379,6 +379,15 @@ func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, 
 	return results, nil
 }
 
+// service is own, this node's service, as the API calls it: placed by the
+// cluster when there is one.
+func (cl *clusterParts) service(own *service, nd *node.Node) cube.Backend {
+	if cl.client == nil {
+		return own
+	}
+	return newClustered(own, nd, cl.registry, cl.client)
+}
+
 // forkAway lets forks of a node that takes no new sandboxes start on
 // another node, in a cluster; nil for a single node.
 func (cl *clusterParts) forkAway(st *store.Store, nd *node.Node) func(context.Context, string, cube.ForkRequest, error) ([]cube.ForkResult, error) {
@@ -401,36 +410,6 @@ func templateNode(ctx context.Context, nd *node.Node, idOrAlias string) (string,
 		return "", err
 	}
 	return t.Node, nil
-}
-
-// createWant reads what a create (E2B's NewSandbox body) needs of a node.
-func createWant(ctx context.Context, nd *node.Node, body []byte) (cluster.Want, error) {
-	var req struct {
-		TemplateID   string `json:"templateID"`
-		MemoryMB     int    `json:"memoryMB"`
-		VolumeMounts []struct {
-			Name string `json:"name"`
-		} `json:"volumeMounts"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return cluster.Want{}, err
-	}
-	t, err := nd.Template(ctx, req.TemplateID)
-	if err != nil {
-		return cluster.Want{}, err
-	}
-	want := cluster.Want{MemoryMB: max(req.MemoryMB, t.MemoryMB), Holders: t.Holders()}
-	// Volumes do not move: a sandbox mounting one runs on its node.
-	for _, m := range req.VolumeMounts {
-		v, err := nd.VolumeNamed(ctx, m.Name)
-		if err != nil || v == nil {
-			return cluster.Want{}, errors.New("unknown volume")
-		}
-		if want.Node == "" {
-			want.Node = v.Node
-		}
-	}
-	return want, nil
 }
 
 // peerFiles is how a node gets files from its peers, each as an archive

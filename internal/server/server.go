@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"cube/internal/api"
+	"cube/internal/cube"
 	"cube/internal/envd/protocol"
 	"cube/internal/fault"
 	"cube/internal/netslot"
@@ -276,15 +277,16 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	go cl.registry.Run(ctx)
-	apiSrv, err := newAPI(o, key, ls, log, eg, nd, builder, cl, &service{
+	own := &service{
 		node: nd, builder: builder, nodes: cl.registry, secrets: eg.secrets, creates: counts, forkAway: cl.forkAway(st, nd),
-	})
+	}
+	apiSrv, err := newAPI(o, key, ls, log, eg, nd, builder, cl, cl.service(own, nd))
 	if err != nil {
 		return err
 	}
 	px := newProxy(o, apiSrv, nd, log)
 	nd.Start()
-	handler := clusterHandler(o, st, nd, cl, px, api.Mount(apiSrv, px), apiSrv.IsAPIKey, log)
+	handler := clusterHandler(o, st, nd, cl, px, api.Mount(apiSrv, px), api.Mount(apiSrv.Over(own), px), own, apiSrv.IsAPIKey, log)
 	return serve(ctx, o, ls, handler, cl.serverTLS(), log)
 }
 
@@ -413,7 +415,7 @@ func openBuilder(ctx context.Context, o Options, name string, st *store.Store, n
 
 // newAPI makes the control plane over svc, with the metrics of every
 // part.
-func newAPI(o Options, key string, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, svc *service) (*api.Server, error) {
+func newAPI(o Options, key string, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, svc cube.Backend) (*api.Server, error) {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics.MustRegister(nd.Collectors()...)
