@@ -43,10 +43,6 @@ type host struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-
-	// goneMu guards gone, the functions OnGone registered.
-	goneMu sync.Mutex
-	gone   []func(containerID string)
 }
 
 // closed reports whether Close has begun.

@@ -138,6 +138,12 @@ type Config struct {
 	// MaxVolumeBytes the largest a volume may be (0: 100 GiB).
 	VolumeBytes    int64
 	MaxVolumeBytes int64
+	// Gone is told the container ID of every sandbox container that
+	// stops, so whoever keeps connections to it (the proxy's pool) can
+	// drop them: its slot, and so its address, goes to the next sandbox.
+	// It runs on the goroutine that retired the container and must not
+	// block. Nil tells no one.
+	Gone func(containerID string)
 }
 
 // Node owns the sandboxes of this host: it finds them (the registry),
@@ -250,7 +256,7 @@ func installEnvd(dataDir, src string) (string, error) {
 func (n *Node) AgentDir() string { return n.agentDir }
 
 // retire stops a container that is done (if it still runs), frees its
-// slot and tells those registered with OnGone.
+// slot and tells Config.Gone.
 func (h *host) retire(c *container) error {
 	var errs []error
 	if err := c.sb.Kill(context.Background()); err != nil {
@@ -259,25 +265,10 @@ func (h *host) retire(c *container) error {
 	if err := h.release(c.slot); err != nil {
 		errs = append(errs, fmt.Errorf("release network slot %d: %w", c.slot.Index, err))
 	}
-	h.goneMu.Lock()
-	gone := h.gone
-	h.goneMu.Unlock()
-	for _, f := range gone {
-		f(c.sb.ID())
+	if h.cfg.Gone != nil {
+		h.cfg.Gone(c.sb.ID())
 	}
 	return errors.Join(errs...)
-}
-
-// OnGone registers f to be called with the container ID of every sandbox
-// container that stops, so whoever keeps connections to it (the proxy)
-// can drop them: its slot, and so its address, goes to the next sandbox.
-// The node is built before what listens to it, hence a registration
-// rather than a setting; f runs on the goroutine that retired the
-// container and must not block.
-func (n *Node) OnGone(f func(containerID string)) {
-	n.goneMu.Lock()
-	defer n.goneMu.Unlock()
-	n.gone = append(n.gone, f)
 }
 
 // Start begins background work, each piece on its own goroutine until

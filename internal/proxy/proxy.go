@@ -9,7 +9,6 @@ package proxy
 import (
 	"context"
 	"crypto/subtle"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -122,6 +121,9 @@ type Config struct {
 	Logger *slog.Logger
 	// DialTimeout bounds connecting to a sandbox port; 0 means 10s.
 	DialTimeout time.Duration
+	// Pool holds the connections to sandboxes; nil makes one with
+	// DialTimeout.
+	Pool *Pool
 	// IsAPIKey reports whether a credential is one of the control plane's
 	// API keys. Such values are removed from X-API-Key and
 	// "Authorization: Bearer" before a request reaches a sandbox; other
@@ -144,95 +146,22 @@ type Proxy struct {
 	cfg      Config
 	resolver Resolver
 	rp       *httputil.ReverseProxy
-	dialer   *net.Dialer
 	log      *slog.Logger
 
 	limiter *ratelimit.Keyed[netip.Prefix]
 	unknown unknownIDs
 	now     func() time.Time // time.Now; tests move it
 
-	mu         sync.Mutex
-	transports map[string]*http.Transport // by Target.Upstream
-	// active holds the cancel function of every request in flight, by
-	// upstream, so Forget can end them.
-	active map[string]map[*context.CancelFunc]struct{}
+	pool *Pool
 }
 
-// Forget drops the connection pool of one upstream. The server registers
-// it with the node, which calls it when a sandbox container stops: its
-// network slot, and so its address, goes to the next sandbox. Other
-// sandboxes' connections are untouched.
-//
-// Requests in flight to it end too: a stream from a sandbox that is gone
-// (a command's output when the sandbox is killed) would otherwise wait on
-// a connection whose other end vanished with its network namespace, with
-// no reset to end it, until a timeout far away.
-func (p *Proxy) Forget(upstream string) {
-	p.mu.Lock()
-	tr := p.transports[upstream]
-	delete(p.transports, upstream)
-	inFlight := p.active[upstream]
-	delete(p.active, upstream)
-	p.mu.Unlock()
-	for cancel := range inFlight {
-		(*cancel)()
-	}
-	if tr != nil {
-		tr.CloseIdleConnections()
-	}
-}
-
-// track registers a request in flight to upstream, cancelled by cancel;
-// the returned function unregisters it.
-func (p *Proxy) track(upstream string, cancel context.CancelFunc) (untrack func()) {
-	key := &cancel
-	p.mu.Lock()
-	if p.active[upstream] == nil {
-		p.active[upstream] = map[*context.CancelFunc]struct{}{}
-	}
-	p.active[upstream][key] = struct{}{}
-	p.mu.Unlock()
-	return func() {
-		p.mu.Lock()
-		if set := p.active[upstream]; set != nil {
-			delete(set, key)
-			if len(set) == 0 {
-				delete(p.active, upstream)
-			}
-		}
-		p.mu.Unlock()
-	}
-}
-
-// transport returns the connection pool of one upstream.
-func (p *Proxy) transport(upstream string) *http.Transport {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	tr, ok := p.transports[upstream]
-	if !ok {
-		tr = &http.Transport{
-			// Never the environment's HTTP proxy: the target is a local slot.
-			Proxy:                 nil,
-			DialContext:           p.dialer.DialContext,
-			MaxIdleConnsPerHost:   64,
-			IdleConnTimeout:       90 * time.Second,
-			DisableCompression:    true,
-			ExpectContinueTimeout: time.Second,
-			// For ports the sandbox serves over HTTPS (network.httpsPorts):
-			// as E2B does, certificates are not checked, since a
-			// sandbox's own are self-signed as often as not; the
-			// connection never leaves the host.
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
-		}
-		p.transports[upstream] = tr
-	}
-	return tr
-}
+// Forget drops the connections to one upstream (see Pool.Forget).
+func (p *Proxy) Forget(upstream string) { p.pool.Forget(upstream) }
 
 // RoundTrip sends a proxied request through its upstream's pool.
 func (p *Proxy) RoundTrip(r *http.Request) (*http.Response, error) {
 	px := r.Context().Value(ctxKey{}).(*proxied)
-	return p.transport(upstreamOf(px.target)).RoundTrip(r)
+	return p.pool.transport(upstreamOf(px.target)).RoundTrip(r)
 }
 
 type ctxKey struct{}
@@ -261,9 +190,10 @@ func New(cfg Config, r Resolver) *Proxy {
 	}
 	p := &Proxy{cfg: cfg, resolver: r, log: cfg.Logger, now: time.Now}
 	p.limiter = ratelimit.New[netip.Prefix](cfg.RateLimit, cfg.RateBurst, maxRateKeys)
-	p.dialer = &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	p.transports = map[string]*http.Transport{}
-	p.active = map[string]map[*context.CancelFunc]struct{}{}
+	p.pool = cfg.Pool
+	if p.pool == nil {
+		p.pool = NewPool(cfg.DialTimeout)
+	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
 		Transport: p,
@@ -344,7 +274,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.EnableFullDuplex()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	defer p.track(upstreamOf(target), cancel)()
+	defer p.pool.track(upstreamOf(target), cancel)()
 	ctx = context.WithValue(ctx, ctxKey{}, &proxied{route: rt, target: target})
 	if r.Body == nil || r.Body == http.NoBody {
 		p.rp.ServeHTTP(w, r.WithContext(ctx))

@@ -458,9 +458,9 @@ func TestForgetEndsStreamsInFlight(t *testing.T) {
 		t.Fatal("the stream from a forgotten sandbox is still open")
 	}
 	// Another sandbox's streams are not touched: the map is empty again.
-	p.mu.Lock()
-	left := len(p.active)
-	p.mu.Unlock()
+	p.pool.mu.Lock()
+	left := len(p.pool.active)
+	p.pool.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("requests still tracked after the stream ended: %d upstreams", left)
 	}

@@ -187,8 +187,8 @@ func (o *Options) checkPeers() error {
 // It builds the server's parts in the order they depend on each other,
 // each from the parts made before it, and closes them in reverse (see
 // closers): store, runtime, egress, network slots, listeners, the cluster's
-// registry and peer client, node, template builder, API, proxy, and the
-// HTTP servers.
+// registry and peer client, the proxy's connection pool, node, template
+// builder, API, proxy, and the HTTP servers.
 func Run(ctx context.Context, o Options) error {
 	log := o.Logger
 	if log == nil {
@@ -264,7 +264,10 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	nd, err := openNode(ctx, o, name, st, rt, slots, eg, cl, log, &done)
+	// The proxy's connections to sandboxes, which the node tells when a
+	// container stops.
+	conns := proxy.NewPool(0)
+	nd, err := openNode(ctx, o, name, st, rt, slots, eg, cl, conns, log, &done)
 	if err != nil {
 		return err
 	}
@@ -284,7 +287,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	px := newProxy(o, apiSrv, nd, log)
+	px := newProxy(o, apiSrv, nd, conns, log)
 	nd.Start()
 	handler := clusterHandler(o, st, nd, cl, px, api.Mount(apiSrv, px), api.Mount(apiSrv.Over(own), px), own, apiSrv.IsAPIKey, log)
 	return serve(ctx, o, ls, handler, cl.serverTLS(), log)
@@ -368,9 +371,10 @@ func openSlots(o Options, hostCIDR netip.Prefix, log *slog.Logger, done *closers
 }
 
 // openNode makes the node, with the egress Filter and its events, the
-// cluster's registry and the peer client it fetches files by, and
-// reconciles it with what the host holds.
-func openNode(ctx context.Context, o Options, name string, st *store.Store, rt *gvisor.Runtime, slots *netSlots, eg *egressParts, cl *clusterParts, log *slog.Logger, done *closers) (*node.Node, error) {
+// cluster's registry and the peer client it fetches files by, and the
+// proxy's pool, whose connections to a container it drops when the
+// container stops; and reconciles it with what the host holds.
+func openNode(ctx context.Context, o Options, name string, st *store.Store, rt *gvisor.Runtime, slots *netSlots, eg *egressParts, cl *clusterParts, conns *proxy.Pool, log *slog.Logger, done *closers) (*node.Node, error) {
 	files := newPeerFiles(cl.client)
 	nd, err := node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots.pool, Store: st, Logger: log,
@@ -381,6 +385,7 @@ func openNode(ctx context.Context, o Options, name string, st *store.Store, rt *
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets,
 		FetchTemplate: files.template, FetchSandbox: files.sandbox, SandboxMoved: files.moved, FetchForkImage: files.fork,
+		Gone: conns.Forget,
 	})
 	if err != nil {
 		return nil, err
@@ -435,20 +440,14 @@ func newAPI(o Options, key string, ls *listeners, log *slog.Logger, eg *egressPa
 	}, svc)
 }
 
-// newProxy makes the sandbox proxy, which finds sandboxes through the node.
-//
-// The proxy and the node need each other: the proxy resolves sandboxes
-// through the node, and the node tells the proxy when a stopped
-// container's slot, and with it its address, goes to the next sandbox, so
-// the proxy drops the connections it pooled to it. The node is the lower
-// layer and is made first; the proxy, made from it, registers for those
-// notices here, before any sandbox traffic is served.
-func newProxy(o Options, apiSrv *api.Server, nd *node.Node, log *slog.Logger) *proxy.Proxy {
-	px := proxy.New(proxy.Config{
-		Domain: o.Domain, Logger: log, IsAPIKey: apiSrv.IsAPIKey, RateLimit: o.ProxyRateLimit,
+// newProxy makes the sandbox proxy, which finds sandboxes through the
+// node and reaches them through conns. The node, made before the proxy,
+// was given conns, so it can drop a stopped container's connections: its
+// slot, and with it its address, goes to the next sandbox.
+func newProxy(o Options, apiSrv *api.Server, nd *node.Node, conns *proxy.Pool, log *slog.Logger) *proxy.Proxy {
+	return proxy.New(proxy.Config{
+		Domain: o.Domain, Logger: log, IsAPIKey: apiSrv.IsAPIKey, RateLimit: o.ProxyRateLimit, Pool: conns,
 	}, nd)
-	nd.OnGone(px.Forget)
-	return px
 }
 
 func fileExists(path string) bool {
