@@ -50,7 +50,8 @@ type Config struct {
 	Peers Peers
 	// Secret signs requests between nodes.
 	Secret []byte
-	// Local answers what this node holds.
+	// Local answers what this node holds and what any node answers
+	// (lists, creates, which the service behind it places).
 	Local http.Handler
 	// SandboxOf names the sandbox a request is traffic for (the proxy's
 	// routing), and Runs says whether it runs here, without a database read.
@@ -214,9 +215,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	kind, id := subject(r)
 	if kind != "" && (h.cfg.Authorized == nil || !h.cfg.Authorized(r)) {
-		// The API would refuse it too, but only after this node read its
-		// body, asked the database where its subject is and held room for
-		// it: work an anonymous client must not be able to cause.
+		// The API would refuse it too, but only after this node asked the
+		// database where its subject is, or passed it to a peer: work an
+		// anonymous client must not be able to cause.
 		httperr.Write(w, httperr.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
 		return
 	}
