@@ -327,7 +327,7 @@ func (s *Server) connect(v2 bool) handlerFunc {
 		if err != nil {
 			return err
 		}
-		req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory}
+		req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, MoveFrom: s.moveFrom(r)}
 		return s.answerConnect(w, r.Context(), id, req, false)
 	}
 }
@@ -347,8 +347,18 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, RequirePaused: true, AutoPause: body.AutoPause}
+	req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, RequirePaused: true, AutoPause: body.AutoPause, MoveFrom: s.moveFrom(r)}
 	return s.answerConnect(w, r.Context(), id, req, true)
+}
+
+// moveFrom is the node a peer's resume takes the sandbox over from, ""
+// for a client's, whose header could otherwise move any sandbox paused on
+// disk away from its node.
+func (s *Server) moveFrom(r *http.Request) string {
+	if !s.forPeers {
+		return ""
+	}
+	return r.Header.Get(MoveFromHeader)
 }
 
 func (s *Server) answerConnect(w http.ResponseWriter, ctx context.Context, id string, req cube.ConnectRequest, always201 bool) error {

@@ -101,7 +101,15 @@ type Server struct {
 	log     *slog.Logger
 	// uploads are the build file upload links in use or spent.
 	uploads *uploadLinks
+	// forPeers marks the API that answers what peers sent (Over): only
+	// there does a resume take MoveFromHeader, which only a node sets.
+	forPeers bool
 }
+
+// MoveFromHeader, on a peer's resume (connect or the older resume route),
+// names the node the sandbox is to be taken over from: the node that
+// placed the resume decided the move and signed the header with it.
+const MoveFromHeader = "X-Cube-Move-From"
 
 // NewServer returns the control plane answering through b.
 func NewServer(cfg Config, b cube.Backend) (*Server, error) {
@@ -159,9 +167,11 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 // s's keys, rate limits, upload links and metrics: a node of a cluster
 // answers its peers' requests, which they already sent to the node that
 // holds what they are about, through its own parts alone, and its
-// clients' through the cluster.
+// clients' through the cluster. Its resumes take MoveFromHeader: only
+// signed requests reach it, and a node's signature covers its X-Cube-*
+// headers.
 func (s *Server) Over(b cube.Backend) *Server {
-	o := &Server{cfg: s.cfg, backend: b, mux: http.NewServeMux(), metrics: s.metrics, limiter: s.limiter, log: s.log, uploads: s.uploads}
+	o := &Server{cfg: s.cfg, backend: b, mux: http.NewServeMux(), metrics: s.metrics, limiter: s.limiter, log: s.log, uploads: s.uploads, forPeers: true}
 	o.serveRoutes()
 	return o
 }

@@ -81,6 +81,11 @@ type ConnectRequest struct {
 	// AutoPause, when set (resume route only), replaces the sandbox's
 	// auto-pause setting.
 	AutoPause *bool
+	// MoveFrom names the node the sandbox is taken over from before it
+	// resumes: a cluster resumes a sandbox paused on disk on a node that
+	// takes no new sandboxes on another node (see node's move.go). Only
+	// the node that decided the move sets it, never a client.
+	MoveFrom string
 }
 
 // Sandbox is a sandbox as the control plane reports it.

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"cube/internal/api"
 	"cube/internal/cluster"
 	"cube/internal/cube"
 	"cube/internal/httperr"
@@ -72,7 +73,8 @@ type Config struct {
 	Internal http.Handler
 	// Signed answers the API and sandbox traffic peers pass to this node:
 	// the API over this node's own parts, since the peer that signed the
-	// request already chose this node. Nil: Local.
+	// request already chose this node. A resume this node moves to itself
+	// goes there too, as the one API that takes a move. Nil: Local.
 	Signed http.Handler
 	// PeerTLS is the TLS this node speaks to peers whose address is
 	// https (its client certificate, the peers' verification); nil uses
@@ -119,8 +121,6 @@ type Handler struct {
 type (
 	targetKey struct{}
 	readKey   struct{}
-	// moveKey carries the node a forwarded resume takes its sandbox from.
-	moveKey struct{}
 	// bodyKey carries the body field a forwarded request is signed with.
 	bodyKey struct{}
 )
@@ -146,9 +146,6 @@ func New(cfg Config) *Handler {
 			// The peer routes by the host the client asked for.
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
-			if from, ok := pr.In.Context().Value(moveKey{}).(string); ok {
-				pr.Out.Header.Set(MoveHeader, from)
-			}
 			sign(pr.Out, cfg.Peers.Self(), cfg.Secret, time.Now(), pr.In.Context().Value(bodyKey{}).(string))
 		},
 		// Streams (command output, file transfers) pass as they come.
@@ -179,11 +176,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// The X-Cube-* headers were signed with it; nothing of them
-		// reaches a sandbox.
+		// reaches a sandbox, and of them only a resume's move, which the
+		// API over this node's parts takes as part of the request, reaches
+		// the API.
 		from := r.Header.Get(MoveHeader)
 		dropCubeHeaders(r.Header)
-		if from != "" {
-			r = r.WithContext(cube.WithMoveFrom(r.Context(), from))
+		if _, traffic := h.cfg.SandboxOf(r); from != "" && !traffic && isResume(r.URL.Path) {
+			r.Header.Set(MoveHeader, from)
 		}
 		if h.internal(r) && h.cfg.Internal != nil {
 			h.cfg.Internal.ServeHTTP(w, r)
@@ -299,8 +298,9 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, what string, own
 }
 
 // MoveHeader, on a signed request to resume a sandbox, names the node the
-// receiving node takes the sandbox over from first.
-const MoveHeader = "X-Cube-Move-From"
+// receiving node takes the sandbox over from first: the API's, as the
+// receiving API reads it into the request it decodes.
+const MoveHeader = api.MoveFromHeader
 
 // moveOnResume passes a resume of a sandbox paused on disk whose node
 // takes no new sandboxes to a node placement picks, which takes the
@@ -321,16 +321,19 @@ func (h *Handler) moveOnResume(w http.ResponseWriter, r *http.Request, sandboxID
 		return false // resumed where it is, as always
 	}
 	defer release()
-	ctx := context.WithValue(r.Context(), moveKey{}, from)
 	if node == h.cfg.Peers.Self() {
-		h.cfg.Local.ServeHTTP(w, r.WithContext(cube.WithMoveFrom(ctx, from)))
+		// As a peer would be asked: this node chose itself, and the API
+		// over its own parts is the one that takes a move.
+		r.Header.Set(MoveHeader, from)
+		h.cfg.Signed.ServeHTTP(w, r)
 		return true
 	}
 	addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
 	if err != nil {
 		return false
 	}
-	h.forward(w, r.WithContext(ctx), addr)
+	r.Header.Set(MoveHeader, from)
+	h.forward(w, r, addr)
 	return true
 }
 

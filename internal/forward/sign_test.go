@@ -72,7 +72,7 @@ func newWire(t *testing.T) *wire {
 	wr := &wire{t: t}
 	b := New(Config{Peers: onlyB{}, Secret: secret, SandboxOf: func(*http.Request) (string, bool) { return "", false },
 		Local: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s := served{path: r.URL.Path, moveFrom: cube.MoveFrom(r.Context())}
+			s := served{path: r.URL.Path, moveFrom: r.Header.Get(MoveHeader)}
 			s.body, s.readErr = io.ReadAll(r.Body)
 			for name := range r.Header {
 				if strings.HasPrefix(name, "X-Cube-") {

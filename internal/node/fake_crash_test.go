@@ -163,9 +163,7 @@ func TestCrashDuringHandOver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			moveHere := cube.WithMoveFrom(ctx, "a")
-
-			crashAt(t, point, func() { b.ConnectSandbox(moveHere, sb.ID, cube.ConnectRequest{Timeout: time.Minute}) })
+			crashAt(t, point, func() { b.ConnectSandbox(ctx, sb.ID, cube.ConnectRequest{Timeout: time.Minute, MoveFrom: "a"}) })
 			b = b.Restart(t)
 			// The crashed node never tells a how it went: a's wait ends.
 			a.HandedOver(ctx, sb.ID)
@@ -204,7 +202,7 @@ func TestCrashDuringHandOver(t *testing.T) {
 			}
 
 			// b resumes it, taking it over again when a still has it.
-			if _, resumed, err := b.ConnectSandbox(moveHere, sb.ID, cube.ConnectRequest{Timeout: time.Minute}); err != nil || !resumed {
+			if _, resumed, err := b.ConnectSandbox(ctx, sb.ID, cube.ConnectRequest{Timeout: time.Minute, MoveFrom: "a"}); err != nil || !resumed {
 				t.Fatalf("resume on b after the crash: %v %v", resumed, err)
 			}
 			wantState(t, b, sb.ID, cube.StateRunning)

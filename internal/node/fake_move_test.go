@@ -42,10 +42,9 @@ func TestPausedSandboxMovesToAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(a.DataDir, "sandboxes", sb.ID)
-	moveHere := cube.WithMoveFrom(ctx, "a")
 
 	cut.Store(true)
-	if _, _, err := b.ConnectSandbox(moveHere, sb.ID, cube.ConnectRequest{Timeout: time.Minute}); err == nil {
+	if _, _, err := b.ConnectSandbox(ctx, sb.ID, cube.ConnectRequest{Timeout: time.Minute, MoveFrom: "a"}); err == nil {
 		t.Fatal("a resume with its hand-over cut short succeeded")
 	}
 	if rec, _ := a.Store.Sandboxes().Get(ctx, sb.ID); rec.Node != "a" || !a.Holds(sb.ID) || b.Holds(sb.ID) {
@@ -60,7 +59,7 @@ func TestPausedSandboxMovesToAnotherNode(t *testing.T) {
 	}
 
 	cut.Store(false)
-	got, resumed, err := b.ConnectSandbox(moveHere, sb.ID, cube.ConnectRequest{Timeout: time.Minute})
+	got, resumed, err := b.ConnectSandbox(ctx, sb.ID, cube.ConnectRequest{Timeout: time.Minute, MoveFrom: "a"})
 	if err != nil || !resumed || got.State != cube.StateRunning {
 		t.Fatalf("resume on b: %+v, resumed %v, %v", got, resumed, err)
 	}
@@ -76,7 +75,7 @@ func TestPausedSandboxMovesToAnotherNode(t *testing.T) {
 	}
 	// Asked of a node that no longer has it, nothing moves.
 	wantKind(t, "move a sandbox that is gone", func() error {
-		_, _, err := b.ConnectSandbox(moveHere, sb.ID, cube.ConnectRequest{Timeout: time.Minute})
+		_, _, err := b.ConnectSandbox(ctx, sb.ID, cube.ConnectRequest{Timeout: time.Minute, MoveFrom: "a"})
 		return err
 	}(), cube.NotFound)
 }

@@ -34,10 +34,10 @@ func (n *Node) SetTimeout(ctx context.Context, sandboxID string, timeout time.Du
 }
 
 // ConnectSandbox returns a running sandbox and extends its end time. A
-// request to move the sandbox here (cube.MoveFrom) takes it over from its
+// request to move the sandbox here (req.MoveFrom) takes it over from its
 // node first.
 func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req cube.ConnectRequest) (*cube.Sandbox, bool, error) {
-	if from := cube.MoveFrom(ctx); from != "" && from != n.cfg.NodeID && !n.Holds(sandboxID) {
+	if from := req.MoveFrom; from != "" && from != n.cfg.NodeID && !n.Holds(sandboxID) {
 		if err := n.adoptMoved(ctx, sandboxID, from); err != nil {
 			return nil, false, err
 		}
