@@ -711,3 +711,35 @@ func TestOpenAPIServed(t *testing.T) {
 		t.Errorf("GET /openapi.yml: %d %.100s", r.status, r.body)
 	}
 }
+
+// Only the API peers call (Over) takes a resume's move from its header:
+// the header is a node's, signed with what it sends, and a client's would
+// otherwise move any sandbox paused on disk away from its node.
+func TestMoveFromHeaderOnlyFromPeers(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create("base", nil)
+	path := "/sandboxes/" + sb.SandboxID
+	e.do("POST", path+"/connect", map[string]any{"timeout": 20}, MoveFromHeader, "node-c").decode(t, http.StatusOK, nil)
+	if from := e.fake.lastConnect.MoveFrom; from != "" {
+		t.Fatalf("a client's %s moved the sandbox from %q", MoveFromHeader, from)
+	}
+
+	s, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, MaxTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler)}, e.fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := &testEnv{t: t, srv: serve(t, s.Over(e.fake), e.fake, proxy.Config{}), fake: e.fake}
+	peers.do("POST", path+"/connect", map[string]any{"timeout": 20}, MoveFromHeader, "node-c").decode(t, http.StatusOK, nil)
+	if from := e.fake.lastConnect.MoveFrom; from != "node-c" {
+		t.Fatalf("a peer's connect moved the sandbox from %q, want node-c", from)
+	}
+	e.do("POST", path+"/pause", nil).decode(t, http.StatusNoContent, nil)
+	peers.do("POST", path+"/resume", map[string]any{"timeout": 20}, MoveFromHeader, "node-d").decode(t, http.StatusCreated, nil)
+	if from := e.fake.lastConnect.MoveFrom; from != "node-d" {
+		t.Fatalf("a peer's resume moved the sandbox from %q, want node-d", from)
+	}
+	peers.do("POST", "/v2"+path+"/connect", nil).decode(t, http.StatusOK, nil)
+	if from := e.fake.lastConnect.MoveFrom; from != "" {
+		t.Fatalf("a peer's connect without the header moved the sandbox from %q", from)
+	}
+}
