@@ -232,6 +232,11 @@ func TestFakeWarmPoolHandsOutAndRefills(t *testing.T) {
 	if inits := n.Agents.Inits(); len(inits) != 0 {
 		t.Fatalf("a warm sandbox got /init before it was handed out: %+v", inits)
 	}
+	// Its agent answered once before it was pooled: the pages its first
+	// request writes are its own before a create waits on it.
+	if asked := n.Agents.MetricsAsked(); len(asked) == 0 {
+		t.Fatal("the warm sandbox's agent was not warmed up")
+	}
 
 	// The warm sandbox is handed out, and gets its token only now.
 	a := fakeCreate(t, n, cube.CreateRequest{})

@@ -194,6 +194,7 @@ func (p *pools) fillOne(ctx context.Context) bool {
 		p.h.log.Warn("warm pool: restore failed", "template", target.ID, "err", err)
 		return false
 	}
+	p.warmUp(ctx, box, target.EnvdToken)
 	// A template deleted after this read is drained by drainWarm, which
 	// waits for this refill; the store is read outside p.mu.
 	t, err := p.h.store.Templates().Get(context.WithoutCancel(ctx), target.ID)
@@ -207,6 +208,31 @@ func (p *pools) fillOne(ctx context.Context) bool {
 	p.mu.Unlock()
 	return true
 }
+
+// warmUp asks a warm sandbox's agent for its metrics until it answers,
+// for at most warmUpTimeout. A sandbox that shares its template's memory
+// copies each page it writes on its first write, and an agent's first
+// request writes many (its HTTP server, its Go runtime): made here, in the
+// background, those copies are not part of the create that takes the
+// sandbox, whose /init then runs on pages already its own. A sandbox
+// that does not answer is still pooled; its create finds out.
+func (p *pools) warmUp(ctx context.Context, box *container, token string) {
+	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
+	agent := p.h.agentAt(box.slot.HostAddr)
+	for ctx.Err() == nil {
+		if _, err := agent.Metrics(ctx, token); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// warmUpTimeout bounds warmUp.
+const warmUpTimeout = 2 * time.Second
 
 // trimOne discards one warm sandbox of a pool deeper than its target now,
 // if any: a pool deepened by a burst gives its sandboxes (memory, slots)

@@ -26,6 +26,7 @@ type InitCall struct {
 type Agents struct {
 	mu      sync.Mutex
 	inits   []InitCall
+	asked   []netip.Addr  // hosts whose /metrics was read, in order
 	refuse  error         // answered to every call while set
 	next    []error       // answered to the next /init calls, one each
 	hold    chan struct{} // while non-nil, Init waits for it to close
@@ -119,10 +120,19 @@ func (g agent) Init(ctx context.Context, in protocol.Init, oldToken string) erro
 	return call.Err
 }
 
+// MetricsAsked lists the hosts whose agent was asked for its metrics, in
+// order.
+func (a *Agents) MetricsAsked() []netip.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.asked)
+}
+
 // Metrics reports a fixed sample: 1 MiB of a 64 MiB disk used.
 func (g agent) Metrics(ctx context.Context, token string) (*protocol.Metrics, error) {
 	g.a.mu.Lock()
 	defer g.a.mu.Unlock()
+	g.a.asked = append(g.a.asked, g.host)
 	if g.a.refuse != nil {
 		return nil, g.a.refuse
 	}
