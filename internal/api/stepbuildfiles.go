@@ -24,6 +24,16 @@ import (
 // files once (uploadLinks): a copy of it that leaks later is spent.
 const UploadPath = "/templates/{templateID}/files/{hash}/upload"
 
+// templateFiles reads the template and files hash a build-file route
+// names.
+func templateFiles(r *http.Request) (tid, hash string, err error) {
+	if tid, err = templateID(r); err != nil {
+		return "", "", err
+	}
+	hash, err = filesHash(r)
+	return tid, hash, err
+}
+
 // filesHash is the validated {hash} path value: the SDK's SHA-256 of a
 // COPY step's files, in lowercase hex.
 func filesHash(r *http.Request) (string, error) {
@@ -48,11 +58,7 @@ func validHash(h string) bool {
 
 // fileUploadLink serves GET /templates/{templateID}/files/{hash}.
 func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) error {
-	tid, err := templateID(r)
-	if err != nil {
-		return err
-	}
-	hash, err := filesHash(r)
+	tid, hash, err := templateFiles(r)
 	if err != nil {
 		return err
 	}
@@ -193,11 +199,7 @@ func (l *uploadLinks) release(link signedLink, stored bool) {
 // to the builder as it arrives. Its body limit is the builder's (see
 // bodyLimit).
 func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
-	tid, err := templateID(r)
-	if err != nil {
-		return err
-	}
-	hash, err := filesHash(r)
+	tid, hash, err := templateFiles(r)
 	if err != nil {
 		return err
 	}

@@ -164,8 +164,17 @@ func (c *Client) Metrics(ctx context.Context, token string) (*protocol.Metrics, 
 // Health asks whether envd serves: nil on a 2xx answer. It tries once;
 // waiting for an agent that is starting is the caller's to pace.
 func (c *Client) Health(ctx context.Context) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+HealthPath, nil)
-	resp, err := c.hc.Do(req)
+	return Probe(ctx, c.hc, c.base+HealthPath)
+}
+
+// Probe GETs url once through hc: nil on a 2xx answer. The builder probes
+// a template's other ports with it as envd's health is probed.
+func Probe(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func Probe(port int, path string, timeout time.Duration) func(ctx context.Contex
 		if port != DefaultProbePort || path != DefaultProbePath {
 			// Never through a proxy: the address is a local network slot.
 			client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-			check = func(ctx context.Context) error { return get(ctx, client, url) }
+			check = func(ctx context.Context) error { return envdclient.Probe(ctx, client, url) }
 		}
 		deadline := time.Now().Add(timeout)
 		var last error
@@ -49,20 +49,6 @@ func Probe(port int, path string, timeout time.Duration) func(ctx context.Contex
 			}
 		}
 	}
-}
-
-// get is one probe of a port other than envd's: nil on a 2xx answer.
-func get(ctx context.Context, client *http.Client, url string) error {
-	r, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := client.Do(r)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("answered %s", resp.Status)
-	}
-	return nil
 }
 
 // readiness is the probe of a build's template: envd answers, then the
