@@ -105,4 +105,3 @@ func (p *Pool) transport(upstream string) *http.Transport {
 	}
 	return tr
 }
-

@@ -142,8 +142,6 @@ func (s *Server) Start(ctx context.Context) {
 // reports ready; it leaves no names behind.
 const warmPython = "import gc as _cube_gc\n_cube_gc.collect()\n_cube_gc.freeze()\ndel _cube_gc\n"
 
-
-
 // Ready reports whether the default python context's kernel is up.
 func (s *Server) Ready() bool {
 	s.mu.Lock()
