@@ -181,34 +181,15 @@ func (h hasher) describe(name, p string, fi fs.FileInfo, sum bool) (e manifestEn
 	return e, true, nil
 }
 
-// walkTrees calls fn for every file of trees as the archive names it,
-// the checkpoint's manifest aside. It follows no symbolic link, as
-// treecopy.Write does not.
+// walkTrees calls fn for every file of trees as the archive names it
+// (treecopy.Walk), the checkpoint's manifest aside.
 func walkTrees(trees []treecopy.Tree, fn func(name, p string, fi fs.FileInfo) error) error {
-	for _, t := range trees {
-		err := filepath.WalkDir(t.Path, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, err := filepath.Rel(t.Path, p)
-			if err != nil {
-				return err
-			}
-			name := path.Join(t.Name, filepath.ToSlash(rel))
-			if isManifest(name) {
-				return nil
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			return fn(name, p, fi)
-		})
-		if err != nil {
-			return err
+	return treecopy.Walk(trees, func(name, p string, fi fs.FileInfo) error {
+		if isManifest(name) {
+			return nil
 		}
-	}
-	return nil
+		return fn(name, p, fi)
+	})
 }
 
 // makeManifest lists every file of trees, hashing each regular file's

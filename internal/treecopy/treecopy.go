@@ -32,11 +32,11 @@ type Tree struct {
 	Path string
 }
 
-// Write writes trees to w as a tar archive, each under its name. A file
-// linked several times within the trees is written once and linked after.
-func Write(w io.Writer, trees ...Tree) error {
-	tw := tar.NewWriter(w)
-	seen := map[[2]uint64]string{}
+// Walk calls fn for every file of trees, the trees' roots included, with
+// the name Write gives it in the archive, its path and its description.
+// It follows no symbolic link. Whatever lists what an archive of trees
+// holds (a manifest) walks them with it, so its names are the archive's.
+func Walk(trees []Tree, fn func(name, p string, fi fs.FileInfo) error) error {
 	for _, t := range trees {
 		err := filepath.WalkDir(t.Path, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -50,37 +50,51 @@ func Write(w io.Writer, trees ...Tree) error {
 			if err != nil {
 				return err
 			}
-			hdr, err := header(p, path.Join(t.Name, filepath.ToSlash(rel)), fi)
-			if err != nil {
-				return err
-			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
-				key := [2]uint64{st.Dev, st.Ino}
-				if first, ok := seen[key]; ok {
-					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
-				} else {
-					seen[key] = hdr.Name
-				}
-			}
-			if err := tw.WriteHeader(hdr); err != nil {
-				return err
-			}
-			if hdr.Typeflag != tar.TypeReg {
-				return nil
-			}
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if _, err := io.Copy(tw, f); err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
-			return nil
+			return fn(path.Join(t.Name, filepath.ToSlash(rel)), p, fi)
 		})
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Write writes trees to w as a tar archive, each under its name. A file
+// linked several times within the trees is written once and linked after.
+func Write(w io.Writer, trees ...Tree) error {
+	tw := tar.NewWriter(w)
+	seen := map[[2]uint64]string{}
+	err := Walk(trees, func(name, p string, fi fs.FileInfo) error {
+		hdr, err := header(p, name, fi)
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+			key := [2]uint64{st.Dev, st.Ino}
+			if first, ok := seen[key]; ok {
+				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+			} else {
+				seen[key] = hdr.Name
+			}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := io.Copy(tw, f); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return tw.Close()
 }
