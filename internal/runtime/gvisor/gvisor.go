@@ -268,15 +268,15 @@ func (r *Runtime) restoreArgs(dir, image string) ([]string, error) {
 	if r.cfg.PrivateMemory {
 		return args, nil
 	}
-	parents, err := parentFlags(image)
+	own, chain, err := imageChain(image)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint image %s: %w", image, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	keepImages(dir, image) // on failure nothing is kept: full checkpoints
-	return append(args, parents...), nil
+	keepImages(dir, own, chain) // on failure nothing is kept: full checkpoints
+	return append(args, parentFlags(own, chain)...), nil
 }
 
 // PrepareKey names the containers Prepare makes that a restore of image

@@ -3,8 +3,10 @@ package gvisor
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"cube/internal/runtime"
@@ -37,34 +39,35 @@ const (
 	maxImageChain = 4
 )
 
-// imageChain lists the images a restore of image maps: image itself,
-// when runsc gave it an ID, and every parent it carries, by ID.
-func imageChain(image string) (map[string]string, error) {
-	chain := map[string]string{}
+// imageChain lists the images a restore of image maps, by ID: image
+// itself, when runsc gave it an ID (own, else ""), and every parent it
+// carries.
+func imageChain(image string) (own string, chain map[string]string, err error) {
+	chain = map[string]string{}
 	if id, err := readImageID(image); err == nil {
-		chain[id] = image
+		own, chain[id] = id, image
 	} else if !os.IsNotExist(err) {
-		return nil, err
+		return "", nil, err
 	}
 	ents, err := os.ReadDir(filepath.Join(image, parentsDir))
 	if os.IsNotExist(err) {
-		return chain, nil
+		return own, chain, nil
 	}
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	for _, e := range ents {
 		dir := filepath.Join(image, parentsDir, e.Name())
 		id, err := readImageID(dir)
 		if err != nil {
-			return nil, fmt.Errorf("parent image %s: %w", dir, err)
+			return "", nil, fmt.Errorf("parent image %s: %w", dir, err)
 		}
 		if id != e.Name() {
-			return nil, fmt.Errorf("parent image %s says it is %s", dir, id)
+			return "", nil, fmt.Errorf("parent image %s says it is %s", dir, id)
 		}
 		chain[id] = dir
 	}
-	return chain, nil
+	return own, chain, nil
 }
 
 func readImageID(dir string) (string, error) {
@@ -79,20 +82,16 @@ func readImageID(dir string) (string, error) {
 	return id, nil
 }
 
-// parentFlags are the restore flags that hand runsc the parents of image.
-func parentFlags(image string) ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(image, parentsDir))
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
+// parentFlags are the restore flags that hand runsc the parents in
+// chain (all but own), in ID order.
+func parentFlags(own string, chain map[string]string) []string {
 	var f []string
-	for _, e := range ents {
-		f = append(f, "--cow-parent", filepath.Join(image, parentsDir, e.Name()))
+	for _, id := range slices.Sorted(maps.Keys(chain)) {
+		if id != own {
+			f = append(f, "--cow-parent", chain[id])
+		}
 	}
-	return f, nil
+	return f
 }
 
 // linkImage hard-links the image files of src (an image or a kept copy)
@@ -109,22 +108,18 @@ func linkImage(src, dst string) error {
 	return nil
 }
 
-// keepImages links the images a restore of image maps into the bundle
-// dir, before the restore opens them, so the sandbox's checkpoints can
-// link them into theirs whatever happens to image meanwhile. It returns
-// whether the sandbox may be checkpointed incrementally: image has an ID
-// (images written by a runsc without one are checkpointed in full) and
-// its chain is short enough to extend.
-func keepImages(dir, image string) (bool, error) {
+// keepImages links the images of chain, which a restore maps, into the
+// bundle dir before the restore opens them, so the sandbox's checkpoints
+// can link them into theirs whatever happens to the image meanwhile. It
+// returns whether the sandbox may be checkpointed incrementally: the
+// image has an ID, own (images written by a runsc without one are
+// checkpointed in full), and its chain is short enough to extend.
+func keepImages(dir, own string, chain map[string]string) (bool, error) {
 	kept := filepath.Join(dir, keptImagesDir)
 	if err := os.RemoveAll(kept); err != nil {
 		return false, err
 	}
-	chain, err := imageChain(image)
-	if err != nil {
-		return false, err
-	}
-	if _, err := readImageID(image); err != nil {
+	if own == "" {
 		return false, nil
 	}
 	for id, src := range chain {

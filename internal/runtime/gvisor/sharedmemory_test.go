@@ -360,7 +360,7 @@ func TestIncrementalSnapshots(t *testing.T) {
 	pages(t, cc, "verify")
 	pages(t, cc, "write", "5")
 	checkpoint(t, cc, img("s2"), false)
-	chain, err := imageChain(img("s2"))
+	_, chain, err := imageChain(img("s2"))
 	if err != nil || len(chain) != 3 {
 		t.Fatalf("s2's chain %v, %v: want itself, s1 and the template", chain, err)
 	}
