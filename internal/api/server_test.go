@@ -9,13 +9,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"cube/internal/api/wire"
 	"cube/internal/cube"
 	"cube/internal/proxy"
+	"cube/internal/testenv"
 )
 
 const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
@@ -24,24 +24,7 @@ type testEnv struct {
 	t    *testing.T
 	srv  *httptest.Server
 	fake *fakeBackend
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testenv.LogBuffer
 }
 
 // envConfig is what a test may change of the API's and the proxy's
@@ -58,7 +41,7 @@ func newEnv(t *testing.T, mutate ...func(*envConfig)) *testEnv {
 
 func newEnvWith(t *testing.T, fake *fakeBackend, b cube.Backend, mutate ...func(*envConfig)) *testEnv {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	cfg := envConfig{Config: Config{
 		APIKeyHashes: [][32]byte{HashAPIKey("e2b_other"), HashAPIKey(testKey)},
 		MaxTimeout:   time.Hour,

@@ -12,6 +12,7 @@ import (
 
 	"cube/internal/cube"
 	"cube/internal/proxy"
+	"cube/internal/testenv"
 )
 
 // fakeImporter stores uploads in memory.
@@ -38,7 +39,7 @@ func (f *fakeImporter) ImportArchive(ctx context.Context, kind string, body io.R
 
 func importEnv(t *testing.T, b cube.Backend) *testEnv {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	s, err := NewServer(Config{
 		APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, MaxTimeout: time.Hour, MaxBodyBytes: 1 << 10,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,13 +16,14 @@ import (
 	"cube/internal/node"
 	"cube/internal/node/nodefake"
 	"cube/internal/store"
+	"cube/internal/testenv"
 )
 
 // copyPair is node a, which builds templates, and node b, which copies
 // them from a to run them.
 type copyPair struct {
 	a, b *nodefake.Node
-	log  *syncBuffer // b's log
+	log  *testenv.LogBuffer // b's log
 }
 
 func newCopyPair(t *testing.T) *copyPair {
@@ -35,7 +34,7 @@ func newCopyPair(t *testing.T) *copyPair {
 		}
 		return piped(false, func(w io.Writer) error { return a.ExportTemplate(ctx, id, w) }), nil
 	}
-	log := &syncBuffer{}
+	log := &testenv.LogBuffer{}
 	b := nodefake.New(t, nodefake.Options{NodeID: "b", Store: a.Store, FetchTemplate: fetch,
 		Logger: slog.New(slog.NewTextHandler(log, nil))})
 	return &copyPair{a: a, b: b, log: log}
@@ -258,22 +257,4 @@ func writeFile(t *testing.T, p, content string, mode os.FileMode) {
 	if err := os.Chmod(p, mode); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer is a log a node writes from its goroutines and a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,0 +1,26 @@
+package testenv
+
+import (
+	"bytes"
+	"sync"
+)
+
+// LogBuffer is a log that a server or node writes from its goroutines and
+// a test reads while they run.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is what was written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
