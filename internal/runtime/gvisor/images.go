@@ -110,40 +110,31 @@ func linkImage(src, dst string) error {
 
 // keepImages links the images of chain, which a restore maps, into the
 // bundle dir before the restore opens them, so the sandbox's checkpoints
-// can link them into theirs whatever happens to the image meanwhile. It
-// returns whether the sandbox may be checkpointed incrementally: the
-// image has an ID, own (images written by a runsc without one are
-// checkpointed in full), and its chain is short enough to extend.
-func keepImages(dir, own string, chain map[string]string) (bool, error) {
+// can link them into theirs whatever happens to the image meanwhile
+// (incremental). An image without an ID, own, is one a runsc without
+// one wrote: nothing is kept, and its sandbox is checkpointed in full, as
+// it is when keeping fails.
+func keepImages(dir, own string, chain map[string]string) error {
 	kept := filepath.Join(dir, keptImagesDir)
-	if err := os.RemoveAll(kept); err != nil {
-		return false, err
-	}
-	if own == "" {
-		return false, nil
+	if err := os.RemoveAll(kept); err != nil || own == "" {
+		return err
 	}
 	for id, src := range chain {
 		if err := linkImage(src, filepath.Join(kept, id)); err != nil {
 			os.RemoveAll(kept)
-			return false, fmt.Errorf("keep image %s: %w", src, err)
+			return fmt.Errorf("keep image %s: %w", src, err)
 		}
 	}
-	if len(chain) >= maxImageChain {
-		return false, nil
-	}
-	return true, os.WriteFile(filepath.Join(kept, incrementalMark), nil, 0o600)
+	return nil
 }
 
 // incremental reports whether the sandbox with bundle dir may be
-// checkpointed incrementally (keepImages said so at its restore).
+// checkpointed incrementally: keepImages kept its images (it keeps none
+// of an image without an ID) and they are fewer than maxImageChain.
 func incremental(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, keptImagesDir, incrementalMark))
-	return err == nil
+	ents, err := os.ReadDir(filepath.Join(dir, keptImagesDir))
+	return err == nil && len(ents) > 0 && len(ents) < maxImageChain
 }
-
-// incrementalMark is the file in a bundle's kept images that says its
-// chain may be extended.
-const incrementalMark = ".incremental"
 
 // linkParents gives the image a checkpoint just wrote into image the
 // parents its pages.parents names, from the sandbox's kept images.
