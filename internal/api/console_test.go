@@ -14,7 +14,7 @@ func TestConsoleRoutes(t *testing.T) {
 	console := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "console "+r.URL.Path)
 	})
-	s, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, Console: console}, newFake())
+	s, err := NewServer(Config{Teams: adminKeys(testKey), Console: console}, newFake())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestConsoleRoutes(t *testing.T) {
 		}
 	}
 
-	bare, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey(testKey)}}, newFake())
+	bare, err := NewServer(Config{Teams: adminKeys(testKey)}, newFake())
 	if err != nil {
 		t.Fatal(err)
 	}

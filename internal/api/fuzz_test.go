@@ -20,7 +20,7 @@ func FuzzCreateBody(f *testing.F) {
 		f.Add(seed)
 	}
 	fake := newFake()
-	s, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, MaxBodyBytes: 4096}, fake)
+	s, err := NewServer(Config{Teams: adminKeys(testKey), MaxBodyBytes: 4096}, fake)
 	if err != nil {
 		f.Fatal(err)
 	}

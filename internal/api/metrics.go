@@ -119,9 +119,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 // promMetrics serves the Prometheus metrics: to anyone, without the
 // per-sandbox series and with the per-template ones summed (summed); to a
-// request with an API key, all of them.
+// request with the admin key, all of them (they name every team's
+// sandboxes and templates).
 func (s *Server) promMetrics(w http.ResponseWriter, r *http.Request) error {
-	if _, ok := s.authorized(r); ok {
+	if c, err := s.authenticate(r); err == nil && c.Admin {
 		s.metrics.keyed.ServeHTTP(w, r)
 		return nil
 	}

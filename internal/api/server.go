@@ -9,6 +9,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -28,12 +29,11 @@ import (
 )
 
 // Config configures the control plane. Zero values pick the documented
-// defaults; only APIKeyHashes is required.
+// defaults; only Teams is required.
 type Config struct {
-	// APIKeyHashes are the SHA-256 digests (HashAPIKey) of the accepted API
-	// keys. The keys themselves never reach the server's memory beyond the
-	// request that presents one.
-	APIKeyHashes [][sha256.Size]byte
+	// Teams knows the teams and their API keys: every request but those
+	// to public routes presents a key, and acts for the key's team.
+	Teams cube.Teams
 	// Domain is the sandbox domain, reported as "domain" in sandbox
 	// answers (with the port clients reach it on, unless that is the
 	// scheme's own); empty reports null. Routing by it is the proxy's.
@@ -98,7 +98,9 @@ type Server struct {
 	metrics *metrics
 	limiter *ratelimit.Keyed[[sha256.Size]byte]
 	public  map[string]bool // mux pattern → served without an API key
-	log     *slog.Logger
+	// adminOnly marks the mux patterns only an admin key may call.
+	adminOnly map[string]bool
+	log       *slog.Logger
 	// uploads are the build file upload links in use or spent.
 	uploads *uploadLinks
 	// forPeers marks the API that answers what peers sent (Over): only
@@ -116,8 +118,8 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 	if b == nil {
 		return nil, errors.New("api: nil backend")
 	}
-	if len(cfg.APIKeyHashes) == 0 {
-		return nil, errors.New("api: no API key configured")
+	if cfg.Teams == nil {
+		return nil, errors.New("api: no teams configured")
 	}
 	if cfg.ClientID == "" {
 		cfg.ClientID = "cube"
@@ -149,7 +151,7 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 		backend: b,
 		mux:     http.NewServeMux(),
 		// Buckets exist only for keys that passed authentication, so
-		// their number is bounded by the configured keys.
+		// their number is bounded by the keys of the teams.
 		limiter: ratelimit.New[[sha256.Size]byte](cfg.RateLimit, cfg.RateBurst, 0),
 		log:     cfg.Logger,
 		uploads: &uploadLinks{},
@@ -178,10 +180,12 @@ func (s *Server) Over(b cube.Backend) *Server {
 
 func (s *Server) serveRoutes() {
 	s.public = map[string]bool{}
+	s.adminOnly = map[string]bool{}
 	for _, rt := range s.routes() {
 		pattern := muxPattern(rt.method + " " + rt.path)
 		s.mux.Handle(pattern, rt.handler)
-		s.public[pattern] = rt.public
+		s.public[pattern] = rt.access == open
+		s.adminOnly[pattern] = rt.access == admin
 	}
 }
 
@@ -189,9 +193,22 @@ func (s *Server) serveRoutes() {
 // walks.
 type route struct {
 	method, path string
-	public       bool
+	access       access
 	handler      handlerFunc
 }
+
+// access is who may call a route.
+type access int
+
+const (
+	// team routes take any team's key (or, where the route says, a
+	// volume's token) and act for that team.
+	team access = iota
+	// open routes need no key.
+	open
+	// admin routes take only an admin key.
+	admin
+)
 
 // handlerFunc is an API route's handler. It writes its own success and
 // returns its failure, which is answered in the E2B error shape, so that a
@@ -208,82 +225,95 @@ func (h handlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) routes() []route {
 	return []route{
-		{"GET", "/health", true, s.health},
-		{"GET", "/metrics", true, s.promMetrics},
-		{"GET", "/openapi.yml", true, s.openapi},
-		{"GET", "/tls/ca.pem", true, s.caCert},
-		{"GET", "/console", true, s.console},
-		{"GET", "/console/assets/{file}", true, s.console},
-		{"GET", "/console/api/summary", false, s.console},
+		{"GET", "/health", open, s.health},
+		{"GET", "/metrics", open, s.promMetrics},
+		{"GET", "/openapi.yml", open, s.openapi},
+		{"GET", "/tls/ca.pem", open, s.caCert},
+		{"GET", "/console", open, s.console},
+		{"GET", "/console/assets/{file}", open, s.console},
+		{"GET", "/console/api/summary", team, s.console},
 
-		{"POST", "/sandboxes", false, s.createSandbox(false)},
-		{"POST", "/v2/sandboxes", false, s.createSandbox(true)},
-		{"GET", "/sandboxes", false, s.listSandboxesV1},
-		{"GET", "/v2/sandboxes", false, s.listSandboxesV2},
-		{"GET", "/sandboxes/{sandboxID}", false, s.getSandbox},
-		{"DELETE", "/sandboxes/{sandboxID}", false, s.killSandbox},
-		{"POST", "/sandboxes/{sandboxID}/timeout", false, s.setTimeout},
-		{"POST", "/sandboxes/{sandboxID}/refreshes", false, s.refresh},
-		{"POST", "/sandboxes/{sandboxID}/connect", false, s.connect(false)},
-		{"POST", "/v2/sandboxes/{sandboxID}/connect", false, s.connect(true)},
-		{"POST", "/sandboxes/{sandboxID}/resume", false, s.resume},
-		{"POST", "/sandboxes/{sandboxID}/pause", false, s.pause},
-		{"GET", "/sandboxes/{sandboxID}/metrics", false, s.sandboxMetrics},
-		{"GET", "/sandboxes/metrics", false, s.bulkMetrics},
-		{"GET", "/sandboxes/{sandboxID}/logs", false, s.logsV1},
-		{"GET", "/v2/sandboxes/{sandboxID}/logs", false, s.logsV2},
-		{"PUT", "/sandboxes/{sandboxID}/network", false, s.updateNetwork},
+		{"POST", "/sandboxes", team, s.createSandbox(false)},
+		{"POST", "/v2/sandboxes", team, s.createSandbox(true)},
+		{"GET", "/sandboxes", team, s.listSandboxesV1},
+		{"GET", "/v2/sandboxes", team, s.listSandboxesV2},
+		{"GET", "/sandboxes/{sandboxID}", team, s.getSandbox},
+		{"DELETE", "/sandboxes/{sandboxID}", team, s.killSandbox},
+		{"POST", "/sandboxes/{sandboxID}/timeout", team, s.setTimeout},
+		{"POST", "/sandboxes/{sandboxID}/refreshes", team, s.refresh},
+		{"POST", "/sandboxes/{sandboxID}/connect", team, s.connect(false)},
+		{"POST", "/v2/sandboxes/{sandboxID}/connect", team, s.connect(true)},
+		{"POST", "/sandboxes/{sandboxID}/resume", team, s.resume},
+		{"POST", "/sandboxes/{sandboxID}/pause", team, s.pause},
+		{"GET", "/sandboxes/{sandboxID}/metrics", team, s.sandboxMetrics},
+		{"GET", "/sandboxes/metrics", team, s.bulkMetrics},
+		{"GET", "/sandboxes/{sandboxID}/logs", team, s.logsV1},
+		{"GET", "/v2/sandboxes/{sandboxID}/logs", team, s.logsV2},
+		{"PUT", "/sandboxes/{sandboxID}/network", team, s.updateNetwork},
 
-		{"GET", "/nodes", false, s.listNodes},
-		{"GET", "/nodes/{nodeID}", false, s.getNode},
-		{"POST", "/nodes/{nodeID}", false, s.setNodeStatus},
-		{"DELETE", "/nodes/{nodeID}", false, s.removeNode},
-		{"GET", "/secrets", false, s.listSecrets},
-		{"POST", "/secrets", false, s.createSecret},
-		{"GET", "/secrets/{secretID}", false, s.getSecret},
-		{"POST", "/secrets/{secretID}", false, s.updateSecret},
-		{"DELETE", "/secrets/{secretID}", false, s.deleteSecret},
+		{"GET", "/nodes", admin, s.listNodes},
+		{"GET", "/nodes/{nodeID}", admin, s.getNode},
+		{"POST", "/nodes/{nodeID}", admin, s.setNodeStatus},
+		{"DELETE", "/nodes/{nodeID}", admin, s.removeNode},
+		{"GET", "/teams", team, s.listTeams},
+		{"POST", "/teams", admin, s.createTeam},
+		{"GET", "/teams/{teamID}", team, s.getTeam},
+		{"DELETE", "/teams/{teamID}", admin, s.deleteTeam},
+		{"PUT", "/teams/{teamID}/quotas", admin, s.setQuotas},
+		{"GET", "/api-keys", team, s.listKeys},
+		{"POST", "/api-keys", team, s.createKey},
+		{"PATCH", "/api-keys/{apiKeyID}", team, s.renameKey},
+		{"DELETE", "/api-keys/{apiKeyID}", team, s.deleteKey},
+		{"POST", "/admin/teams/{teamID}/api-keys", admin, s.adminCreateKey},
+		{"DELETE", "/admin/teams/{teamID}/api-keys/{apiKeyID}", admin, s.adminDeleteKey},
+		{"POST", "/admin/teams/{teamID}/sandboxes/kill", admin, s.adminKillSandboxes},
+		{"GET", "/admin/sandboxes/running-counts", admin, s.runningCounts},
+		{"GET", "/secrets", team, s.listSecrets},
+		{"POST", "/secrets", team, s.createSecret},
+		{"GET", "/secrets/{secretID}", team, s.getSecret},
+		{"POST", "/secrets/{secretID}", team, s.updateSecret},
+		{"DELETE", "/secrets/{secretID}", team, s.deleteSecret},
 
-		{"POST", "/sandboxes/{sandboxID}/snapshots", false, s.createSnapshot},
-		{"GET", "/snapshots", false, s.listSnapshots},
-		{"POST", "/sandboxes/{sandboxID}/fork", false, s.fork},
-		{"POST", "/sandboxes/{sandboxID}/clone", false, s.clone},
-		{"POST", "/sandboxes/{sandboxID}/rollback", false, s.rollback},
+		{"POST", "/sandboxes/{sandboxID}/snapshots", team, s.createSnapshot},
+		{"GET", "/snapshots", team, s.listSnapshots},
+		{"POST", "/sandboxes/{sandboxID}/fork", team, s.fork},
+		{"POST", "/sandboxes/{sandboxID}/clone", team, s.clone},
+		{"POST", "/sandboxes/{sandboxID}/rollback", team, s.rollback},
 
-		{"GET", "/templates", false, s.listTemplatesDetailed},
-		{"POST", "/templates", false, s.buildTemplate},
-		{"GET", "/templates/jobs/{jobID}", false, s.getBuildJob},
-		{"GET", "/templates/aliases/{alias}", false, s.getTemplateAlias},
-		{"GET", "/templates/{templateID}", false, s.getTemplateDetailed},
-		{"DELETE", "/templates/{templateID}", false, s.deleteTemplate},
-		{"POST", ImportsPath, false, s.importArchive},
+		{"GET", "/templates", team, s.listTemplatesDetailed},
+		{"POST", "/templates", team, s.buildTemplate},
+		{"GET", "/templates/jobs/{jobID}", team, s.getBuildJob},
+		{"GET", "/templates/aliases/{alias}", team, s.getTemplateAlias},
+		{"GET", "/templates/{templateID}", team, s.getTemplateDetailed},
+		{"DELETE", "/templates/{templateID}", team, s.deleteTemplate},
+		{"POST", ImportsPath, team, s.importArchive},
 
-		{"POST", "/v3/templates", false, s.requestBuild},
-		{"GET", "/v2/templates", false, s.listTemplatesDetailed},
-		{"PATCH", "/templates/{templateID}", false, s.updateTemplate},
-		{"PATCH", "/v2/templates/{templateID}", false, s.updateTemplate},
-		{"GET", "/templates/{templateID}/files/{hash}", false, s.fileUploadLink},
-		{"PUT", UploadPath, true, s.uploadFiles},
-		{"POST", "/v2/templates/{templateID}/builds/{buildID}", false, s.startBuild},
-		{"GET", "/templates/{templateID}/builds/{buildID}/status", false, s.buildStatus},
-		{"GET", "/templates/{templateID}/builds/{buildID}/logs", false, s.buildLogs},
-		{"POST", "/templates/tags", false, s.assignTags},
-		{"DELETE", "/templates/tags", false, s.removeTags},
-		{"GET", "/templates/{templateID}/tags", false, s.templateTags},
+		{"POST", "/v3/templates", team, s.requestBuild},
+		{"GET", "/v2/templates", team, s.listTemplatesDetailed},
+		{"PATCH", "/templates/{templateID}", team, s.updateTemplate},
+		{"PATCH", "/v2/templates/{templateID}", team, s.updateTemplate},
+		{"GET", "/templates/{templateID}/files/{hash}", team, s.fileUploadLink},
+		{"PUT", UploadPath, open, s.uploadFiles},
+		{"POST", "/v2/templates/{templateID}/builds/{buildID}", team, s.startBuild},
+		{"GET", "/templates/{templateID}/builds/{buildID}/status", team, s.buildStatus},
+		{"GET", "/templates/{templateID}/builds/{buildID}/logs", team, s.buildLogs},
+		{"POST", "/templates/tags", team, s.assignTags},
+		{"DELETE", "/templates/tags", team, s.removeTags},
+		{"GET", "/templates/{templateID}/tags", team, s.templateTags},
 
-		{"GET", "/volumes", false, s.listVolumes},
-		{"POST", "/volumes", false, s.createVolume},
-		{"GET", "/volumes/{volumeID}", false, s.getVolume},
-		{"DELETE", "/volumes/{volumeID}", false, s.deleteVolume},
+		{"GET", "/volumes", team, s.listVolumes},
+		{"POST", "/volumes", team, s.createVolume},
+		{"GET", "/volumes/{volumeID}", team, s.getVolume},
+		{"DELETE", "/volumes/{volumeID}", team, s.deleteVolume},
 		// The volume content routes also take the volume's own token
 		// (volumeToken).
-		{"GET", "/volumecontent/{volumeID}/path", false, s.volumeStat},
-		{"PATCH", "/volumecontent/{volumeID}/path", false, s.volumeSetAttr},
-		{"DELETE", "/volumecontent/{volumeID}/path", false, s.volumeRemove},
-		{"GET", "/volumecontent/{volumeID}/dir", false, s.volumeList},
-		{"POST", "/volumecontent/{volumeID}/dir", false, s.volumeMakeDir},
-		{"GET", "/volumecontent/{volumeID}/file", false, s.volumeReadFile},
-		{"PUT", VolumeFilePath, false, s.volumeWriteFile},
+		{"GET", "/volumecontent/{volumeID}/path", team, s.volumeStat},
+		{"PATCH", "/volumecontent/{volumeID}/path", team, s.volumeSetAttr},
+		{"DELETE", "/volumecontent/{volumeID}/path", team, s.volumeRemove},
+		{"GET", "/volumecontent/{volumeID}/dir", team, s.volumeList},
+		{"POST", "/volumecontent/{volumeID}/dir", team, s.volumeMakeDir},
+		{"GET", "/volumecontent/{volumeID}/file", team, s.volumeReadFile},
+		{"PUT", VolumeFilePath, team, s.volumeWriteFile},
 	}
 }
 
@@ -310,7 +340,8 @@ var probeMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
 // serveAPI answers one API request and returns its route label.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 	_, pattern := s.mux.Handler(r)
-	if err := s.admit(w, r, pattern); err != nil {
+	r, err := s.admit(w, r, pattern)
+	if err != nil {
 		writeError(w, err)
 		if pattern == "" {
 			return "unmatched"
@@ -326,8 +357,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 
 // admit refuses what no route may serve: a request that matches none (405
 // with Allow when another method would), and one to a route that needs
-// the API key without a credential it takes or over the key's rate.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) error {
+// the API key without a credential it takes or over the key's rate. The
+// request it returns carries its caller (callerOf).
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) (*http.Request, error) {
 	if pattern == "" {
 		var allowed []string
 		for _, m := range probeMethods {
@@ -339,24 +371,31 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) e
 		}
 		if len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			return httperr.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path)
+			return r, httperr.Errorf(http.StatusMethodNotAllowed, "method %s not allowed on %s", r.Method, r.URL.Path)
 		}
-		return httperr.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
+		return r, httperr.Errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
 	}
 	if s.isPublic(pattern) {
-		return nil
+		return r, nil
 	}
-	key, ok := s.authorized(r)
-	if !ok {
-		key, ok = s.volumeToken(pattern, r)
+	c, err := s.authenticate(r)
+	key := HashAPIKey(presentedKey(r))
+	if err != nil && httperr.StatusOf(err) == http.StatusUnauthorized {
+		var ok bool
+		if c, ok = s.volumeToken(pattern, r); ok {
+			err = nil
+		}
 	}
-	if !ok {
-		return httperr.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header")
+	if err != nil {
+		return r, err
+	}
+	if s.adminOnly[pattern] && !c.Admin {
+		return r, httperr.Errorf(http.StatusForbidden, "%s needs the admin key", pattern)
 	}
 	if ok, wait := s.limiter.Allow(key); !ok {
-		return rateLimited(wait)
+		return r, rateLimited(wait)
 	}
-	return nil
+	return r.WithContext(context.WithValue(r.Context(), callerKey{}, c)), nil
 }
 
 // bodyLimit is the most a request to the route served under pattern may

@@ -43,9 +43,9 @@ func newEnvWith(t *testing.T, fake *fakeBackend, b cube.Backend, mutate ...func(
 	t.Helper()
 	logs := &testenv.LogBuffer{}
 	cfg := envConfig{Config: Config{
-		APIKeyHashes: [][32]byte{HashAPIKey("e2b_other"), HashAPIKey(testKey)},
-		MaxTimeout:   time.Hour,
-		Logger:       slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Teams:      adminKeys("e2b_other", testKey),
+		MaxTimeout: time.Hour,
+		Logger:     slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}}
 	for _, m := range mutate {
 		m(&cfg)
@@ -181,7 +181,7 @@ func TestNewServerRequiresKeyAndBackend(t *testing.T) {
 	if _, err := NewServer(Config{}, newFake()); err == nil {
 		t.Error("NewServer without API keys succeeded")
 	}
-	if _, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey("k")}}, nil); err == nil {
+	if _, err := NewServer(Config{Teams: adminKeys("k")}, nil); err == nil {
 		t.Error("NewServer without a backend succeeded")
 	}
 }
@@ -707,7 +707,7 @@ func TestMoveFromHeaderOnlyFromPeers(t *testing.T) {
 		t.Fatalf("a client's %s moved the sandbox from %q", MoveFromHeader, from)
 	}
 
-	s, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, MaxTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler)}, e.fake)
+	s, err := NewServer(Config{Teams: adminKeys(testKey), MaxTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler)}, e.fake)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -321,7 +321,7 @@ func TestUploadSignature(t *testing.T) {
 	put(t, unsigned, strings.NewReader("x")).wantError(t, http.StatusForbidden, "invalid upload signature")
 
 	// An expired link, correctly signed, is refused as expired.
-	s, err := NewServer(Config{APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, UploadSecret: []byte("secret")}, b)
+	s, err := NewServer(Config{Teams: adminKeys(testKey), UploadSecret: []byte("secret")}, b)
 	if err != nil {
 		t.Fatal(err)
 	}

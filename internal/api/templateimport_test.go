@@ -41,7 +41,7 @@ func importEnv(t *testing.T, b cube.Backend) *testEnv {
 	t.Helper()
 	logs := &testenv.LogBuffer{}
 	s, err := NewServer(Config{
-		APIKeyHashes: [][32]byte{HashAPIKey(testKey)}, MaxTimeout: time.Hour, MaxBodyBytes: 1 << 10,
+		Teams: adminKeys(testKey), MaxTimeout: time.Hour, MaxBodyBytes: 1 << 10,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 	}, b)
 	if err != nil {

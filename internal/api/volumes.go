@@ -143,30 +143,30 @@ func wireMounts(ms []cube.VolumeMount) []wire.VolumeMount {
 }
 
 // volumeToken reports whether r carries the content token of the volume
-// its path names (/volumecontent/{volumeID}/...); it returns the token's
-// digest, which keys the rate limit as an API key's would.
-func (s *Server) volumeToken(pattern string, r *http.Request) ([32]byte, bool) {
+// its path names (/volumecontent/{volumeID}/...), and returns the caller
+// it stands for: the volume's team, for that volume alone.
+func (s *Server) volumeToken(pattern string, r *http.Request) (cube.Caller, bool) {
 	if !strings.Contains(pattern, " /volumecontent/") {
-		return [32]byte{}, false
+		return cube.Caller{}, false
 	}
 	vb, ok := s.backend.(cube.Volumes)
 	if !ok {
-		return [32]byte{}, false
+		return cube.Caller{}, false
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/volumecontent/")
 	if !ok {
-		return [32]byte{}, false
+		return cube.Caller{}, false
 	}
 	volumeID, _, _ := strings.Cut(rest, "/")
 	tok := presentedKey(r)
 	if tok == "" || !volume.ValidID(volumeID) {
-		return [32]byte{}, false
+		return cube.Caller{}, false
 	}
 	v, err := vb.GetVolume(r.Context(), volumeID)
 	if err != nil || !equalTokens(tok, v.Token) {
-		return [32]byte{}, false
+		return cube.Caller{}, false
 	}
-	return HashAPIKey(tok), true
+	return cube.Caller{Team: v.Team, KeyName: "volume token"}, true
 }
 
 func equalTokens(a, b string) bool {

@@ -45,6 +45,10 @@ type NetworkRule struct {
 
 // CreateRequest is a validated sandbox creation request.
 type CreateRequest struct {
+	// Team is the team the sandbox belongs to: the caller's. Its template
+	// is the team's own or a public one, its volumes and secrets the
+	// team's.
+	Team string
 	// Template is the template or snapshot id or alias, as the user sent it.
 	Template string
 	// Timeout is the lifetime from now; it is within the server's maximum.
@@ -90,7 +94,9 @@ type ConnectRequest struct {
 
 // Sandbox is a sandbox as the control plane reports it.
 type Sandbox struct {
-	ID         string
+	ID string
+	// Team owns the sandbox; no other team sees it.
+	Team       string
 	TemplateID string
 	// Node is the node that runs it (E2B's clientID).
 	Node string
@@ -117,6 +123,8 @@ type Sandbox struct {
 
 // ListFilter selects sandboxes. Empty fields match everything.
 type ListFilter struct {
+	// Team, when set, keeps only that team's sandboxes.
+	Team string
 	// States empty means running and paused.
 	States []SandboxState
 	// Metadata must all be present with equal values.
@@ -127,6 +135,9 @@ type ListFilter struct {
 
 // Matches reports whether s passes the filter; backends may use it.
 func (f ListFilter) Matches(s *Sandbox) bool {
+	if f.Team != "" && f.Team != s.Team {
+		return false
+	}
 	if len(f.States) > 0 {
 		ok := false
 		for _, st := range f.States {

@@ -4,7 +4,9 @@ import "time"
 
 // Template is a template (or snapshot) as the control plane reports it.
 type Template struct {
-	ID      string
+	ID string
+	// Team owns the template; Public lets every team start from it.
+	Team    string
 	Aliases []string
 	BuildID string
 	// BuildStatus is building, waiting, ready or error.
@@ -25,6 +27,7 @@ type Template struct {
 // Snapshot is a snapshot of a sandbox (itself usable as a template).
 type Snapshot struct {
 	ID        string
+	Team      string
 	Names     []string
 	SandboxID string
 	CreatedAt time.Time
@@ -33,6 +36,8 @@ type Snapshot struct {
 
 // SnapshotFilter selects snapshots. Empty fields match everything.
 type SnapshotFilter struct {
+	// Team, when set, keeps only that team's snapshots.
+	Team      string
 	SandboxID string
 	// Name matches the id or any of the names.
 	Name string

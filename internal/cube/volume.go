@@ -11,6 +11,7 @@ import (
 // the sandboxes mounting it.
 type Volume struct {
 	ID   string
+	Team string
 	Name string
 	// Token authorises requests for this volume's content only.
 	Token     string

@@ -27,6 +27,7 @@ import (
 	"cube/internal/proxy"
 	"cube/internal/runtime/gvisor"
 	"cube/internal/store"
+	"cube/internal/teams"
 	"cube/internal/template"
 	"cube/internal/version"
 	"cube/internal/webui"
@@ -236,7 +237,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	done.push(func() { st.Close() })
-	key, err := apiKey(o)
+	keys, err := openTeams(ctx, o, st)
 	if err != nil {
 		return err
 	}
@@ -283,7 +284,7 @@ func Run(ctx context.Context, o Options) error {
 	own := &service{
 		node: nd, builder: builder, nodes: cl.registry, secrets: eg.secrets, creates: counts, forkAway: cl.forkAway(st, nd),
 	}
-	apiSrv, err := newAPI(o, key, ls, log, eg, nd, builder, cl, cl.service(own, nd))
+	apiSrv, err := newAPI(o, keys, ls, log, eg, nd, builder, cl, cl.service(own, nd))
 	if err != nil {
 		return err
 	}
@@ -305,6 +306,21 @@ func (c *closers) close() {
 	}
 }
 
+// openTeams makes the server's API key the first team's admin key, and
+// that team the owner of every record from before teams (see
+// teams.Bootstrap), before the node reconciles any of them.
+func openTeams(ctx context.Context, o Options, st *store.Store) (*teams.Keys, error) {
+	key, err := apiKey(o)
+	if err != nil {
+		return nil, err
+	}
+	keys := teams.New(st)
+	if err := keys.Bootstrap(ctx, key); err != nil {
+		return nil, fmt.Errorf("teams: %w", err)
+	}
+	return keys, nil
+}
+
 // apiKey is $CUBE_API_KEY, else the key kept in the data directory, made
 // on first start.
 func apiKey(o Options) (string, error) {
@@ -312,7 +328,7 @@ func apiKey(o Options) (string, error) {
 		return key, nil
 	}
 	path := filepath.Join(o.DataDir, "api-key")
-	key, created, err := api.EnsureAPIKey(path)
+	key, created, err := teams.EnsureKeyFile(path)
 	if err != nil {
 		return "", err
 	}
@@ -420,7 +436,7 @@ func openBuilder(ctx context.Context, o Options, name string, st *store.Store, n
 
 // newAPI makes the control plane over svc, with the metrics of every
 // part.
-func newAPI(o Options, key string, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, svc cube.Backend) (*api.Server, error) {
+func newAPI(o Options, keys *teams.Keys, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, svc cube.Backend) (*api.Server, error) {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics.MustRegister(nd.Collectors()...)
@@ -433,7 +449,7 @@ func newAPI(o Options, key string, ls *listeners, log *slog.Logger, eg *egressPa
 	perSandbox := prometheus.NewRegistry()
 	perSandbox.MustRegister(nd.SandboxCollector())
 	return api.NewServer(api.Config{
-		APIKeyHashes: [][32]byte{api.HashAPIKey(key)}, Domain: ls.reported, CACert: ls.caPEM(),
+		Teams: keys, Domain: ls.reported, CACert: ls.caPEM(),
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics, SandboxMetrics: perSandbox,
 		Console: webui.New(webui.Config{Gatherer: prometheus.Gatherers{metrics, perSandbox}, Version: version.Version, DataDir: o.DataDir,
 			Runtime: "gVisor (runsc, systrap platform)", MaxSandboxes: o.MaxSandboxes}),

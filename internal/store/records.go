@@ -46,7 +46,9 @@ const (
 
 // Sandbox is the persisted record of one sandbox.
 type Sandbox struct {
-	ID          string       `json:"id"`
+	ID string `json:"id"`
+	// Team owns the sandbox: no other team's key sees or touches it.
+	Team        string       `json:"team,omitempty"`
 	TemplateID  string       `json:"templateId"`
 	Alias       string       `json:"alias,omitempty"`
 	State       SandboxState `json:"state"`
@@ -151,7 +153,10 @@ const (
 // Template is a bootable snapshot: either built from an OCI image or taken
 // from a running sandbox (ID prefix "snap-").
 type Template struct {
-	ID        string         `json:"id"`
+	ID string `json:"id"`
+	// Team owns the template or snapshot; Public lets every team start
+	// sandboxes from it.
+	Team      string         `json:"team,omitempty"`
 	Aliases   []string       `json:"aliases,omitempty"`
 	Status    TemplateStatus `json:"status"`
 	Error     string         `json:"error,omitempty"`
@@ -256,6 +261,7 @@ const (
 // Job is a template build.
 type Job struct {
 	ID         string    `json:"id"`
+	Team       string    `json:"team,omitempty"`
 	TemplateID string    `json:"templateId"`
 	Phase      JobPhase  `json:"phase"`
 	Progress   int       `json:"progress"`

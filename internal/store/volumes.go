@@ -19,6 +19,8 @@ type Volume struct {
 	ID    string      `json:"id"`
 	Name  string      `json:"name"`
 	State VolumeState `json:"state"`
+	// Team owns the volume; names are unique within a team.
+	Team string `json:"team,omitempty"`
 	// Token authorises requests for the volume's content (and nothing
 	// else); it is handed out with the volume.
 	Token     string    `json:"token"`
