@@ -115,7 +115,7 @@ func (f *fakeBackend) CreateSandbox(ctx context.Context, req cube.CreateRequest)
 	// Each sandbox starts a second after the previous one so lists sort.
 	started := f.now.Add(time.Duration(f.seq) * time.Second)
 	sb := &cube.Sandbox{
-		ID: "sb" + strconv.Itoa(f.seq), TemplateID: t.ID, EnvdVersion: t.EnvdVersion,
+		ID: "sb" + strconv.Itoa(f.seq), Team: req.Team, TemplateID: t.ID, EnvdVersion: t.EnvdVersion,
 		EnvdAccessToken: "envd-token-" + strconv.Itoa(f.seq),
 		State:           cube.StateRunning, StartedAt: started, EndAt: started.Add(req.Timeout),
 		CPUCount: t.CPUCount, MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
@@ -256,24 +256,36 @@ func (f *fakeBackend) SandboxLogs(ctx context.Context, id string) ([]cube.LogEnt
 	return append([]cube.LogEntry(nil), f.logs[id]...), nil
 }
 
-func (f *fakeBackend) ListTemplates(ctx context.Context) ([]cube.Template, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]cube.Template(nil), f.templates...), nil
+// visible is the fake's rule for templates a team may use: its own,
+// public ones, and those made without a team (every test template).
+func visible(t *cube.Template, team string) bool {
+	return t.Team == "" || t.Team == team || t.Public
 }
 
-func (f *fakeBackend) GetTemplate(ctx context.Context, idOrAlias string) (*cube.Template, error) {
+func (f *fakeBackend) ListTemplates(ctx context.Context, team string) ([]cube.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []cube.Template
+	for _, t := range f.templates {
+		if visible(&t, team) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) GetTemplate(ctx context.Context, team, idOrAlias string) (*cube.Template, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.template(idOrAlias)
-	if t == nil {
+	if t == nil || !visible(t, team) {
 		return nil, cube.Errorf(cube.NotFound, "template %q not found", idOrAlias)
 	}
 	cp := *t
 	return &cp, nil
 }
 
-func (f *fakeBackend) DeleteTemplate(ctx context.Context, idOrAlias string) error {
+func (f *fakeBackend) DeleteTemplate(ctx context.Context, team, idOrAlias string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.snapshots {

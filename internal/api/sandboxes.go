@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -40,6 +39,7 @@ func (s *Server) createSandbox(v2 bool) handlerFunc {
 			return err
 		}
 		start := time.Now()
+		req.Team = callerOf(r).Team
 		sb, err := s.backend.CreateSandbox(r.Context(), req)
 		s.metrics.created(time.Since(start), err)
 		if err != nil {
@@ -111,7 +111,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err := s.backend.GetSandbox(r.Context(), id)
+	sb, err := s.ownSandbox(r, id)
 	if err != nil {
 		return err
 	}
@@ -122,6 +122,9 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) error {
 	id, err := sandboxID(r)
 	if err != nil {
+		return err
+	}
+	if err := s.mine(r, id); err != nil {
 		return err
 	}
 	if err := s.backend.KillSandbox(r.Context(), id); err != nil {
@@ -185,7 +188,7 @@ func (s *Server) listSandboxesV1(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{States: []cube.SandboxState{cube.StateRunning}, Metadata: md})
+	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{Team: callerOf(r).Team, States: []cube.SandboxState{cube.StateRunning}, Metadata: md})
 	if err != nil {
 		return err
 	}
@@ -224,7 +227,7 @@ func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("invalid startedAfter %q: want an RFC 3339 time", v)
 		}
 	}
-	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{States: states, Metadata: md, Template: q.Get("template")})
+	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{Team: callerOf(r).Team, States: states, Metadata: md, Template: q.Get("template")})
 	if err != nil {
 		return err
 	}
@@ -262,7 +265,10 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.requireRunning(r.Context(), id); err != nil {
+	if err := s.requireRunning(r, id); err != nil {
+		return err
+	}
+	if err := s.mine(r, id); err != nil {
 		return err
 	}
 	if err := s.backend.SetTimeout(r.Context(), id, d, false); err != nil {
@@ -276,8 +282,8 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
 // that a paused sandbox is not found: E2B keeps only running sandboxes
 // where those look. e2b 2.0 to 2.4's Sandbox.connect relies on it: it
 // sets the timeout and resumes the sandbox only when that fails.
-func (s *Server) requireRunning(ctx context.Context, id string) error {
-	sb, err := s.backend.GetSandbox(ctx, id)
+func (s *Server) requireRunning(r *http.Request, id string) error {
+	sb, err := s.ownSandbox(r, id)
 	if err != nil {
 		return err
 	}
@@ -300,7 +306,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.requireRunning(r.Context(), id); err != nil {
+	if err := s.requireRunning(r, id); err != nil {
 		return err
 	}
 	if err := s.backend.SetTimeout(r.Context(), id, d, true); err != nil {
@@ -328,7 +334,7 @@ func (s *Server) connect(v2 bool) handlerFunc {
 			return err
 		}
 		req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, MoveFrom: s.moveFrom(r)}
-		return s.answerConnect(w, r.Context(), id, req, false)
+		return s.answerConnect(w, r, id, req, false)
 	}
 }
 
@@ -348,7 +354,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	req := cube.ConnectRequest{Timeout: d, Memory: body.Memory == nil || *body.Memory, RequirePaused: true, AutoPause: body.AutoPause, MoveFrom: s.moveFrom(r)}
-	return s.answerConnect(w, r.Context(), id, req, true)
+	return s.answerConnect(w, r, id, req, true)
 }
 
 // moveFrom is the node a peer's resume takes the sandbox over from, ""
@@ -361,7 +367,11 @@ func (s *Server) moveFrom(r *http.Request) string {
 	return r.Header.Get(MoveFromHeader)
 }
 
-func (s *Server) answerConnect(w http.ResponseWriter, ctx context.Context, id string, req cube.ConnectRequest, always201 bool) error {
+func (s *Server) answerConnect(w http.ResponseWriter, r *http.Request, id string, req cube.ConnectRequest, always201 bool) error {
+	ctx := r.Context()
+	if err := s.mine(r, id); err != nil {
+		return err
+	}
 	sb, resumed, err := s.backend.ConnectSandbox(ctx, id, req)
 	if err != nil {
 		return err
@@ -387,6 +397,9 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.mine(r, id); err != nil {
+		return err
+	}
 	if err := p.PauseSandbox(r.Context(), id, body.Memory == nil || *body.Memory); err != nil {
 		return err
 	}
@@ -409,6 +422,9 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) error {
 	}
 	n := cube.Network{AllowInternetAccess: body.AllowInternetAccess, AllowOut: body.AllowOut, DenyOut: body.DenyOut,
 		Rules: cubeRules(body.Rules)}
+	if err := s.mine(r, id); err != nil {
+		return err
+	}
 	if err := nu.UpdateNetwork(r.Context(), id, n); err != nil {
 		return err
 	}

@@ -36,6 +36,9 @@ func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) error {
 	if end > 0 {
 		en = time.Unix(end, 0)
 	}
+	if err := s.mine(r, id); err != nil {
+		return err
+	}
 	ms, err := s.backend.SandboxMetrics(r.Context(), id, st, en)
 	if err != nil {
 		return err
@@ -67,7 +70,11 @@ func (s *Server) bulkMetrics(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := wire.SandboxesWithMetrics{Sandboxes: map[string]wire.SandboxMetric{}}
 	for _, id := range ids {
-		ms, err := s.backend.SandboxMetrics(r.Context(), id, time.Time{}, time.Time{})
+		err := s.mine(r, id)
+		var ms []cube.Metric
+		if err == nil {
+			ms, err = s.backend.SandboxMetrics(r.Context(), id, time.Time{}, time.Time{})
+		}
 		if err != nil {
 			if httperr.StatusOf(err) == http.StatusNotFound {
 				continue
@@ -95,6 +102,9 @@ func (s *Server) logsV1(w http.ResponseWriter, r *http.Request) error {
 	}
 	limit, err := queryInt(r, "limit", 1000, 0, 100000)
 	if err != nil {
+		return err
+	}
+	if err := s.mine(r, id); err != nil {
 		return err
 	}
 	entries, err := s.backend.SandboxLogs(r.Context(), id)
@@ -149,6 +159,9 @@ func (s *Server) logsV2(w http.ResponseWriter, r *http.Request) error {
 		minLevel = rank
 	}
 	search := q.Get("search")
+	if err := s.mine(r, id); err != nil {
+		return err
+	}
 	entries, err := s.backend.SandboxLogs(r.Context(), id)
 	if err != nil {
 		return err

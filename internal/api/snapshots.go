@@ -33,6 +33,9 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.mine(r, id); err != nil {
+		return err
+	}
 	snap, err := sn.CreateSnapshot(r.Context(), id, body.Name)
 	if err != nil {
 		return err
@@ -51,7 +54,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	items, err := sn.ListSnapshots(r.Context(), cube.SnapshotFilter{SandboxID: q.Get("sandboxID"), Name: q.Get("name")})
+	items, err := sn.ListSnapshots(r.Context(), cube.SnapshotFilter{Team: callerOf(r).Team, SandboxID: q.Get("sandboxID"), Name: q.Get("name")})
 	if err != nil {
 		return err
 	}
@@ -127,6 +130,9 @@ func (s *Server) answerFork(w http.ResponseWriter, r *http.Request, id string, r
 	if err != nil {
 		return err
 	}
+	if err := s.mine(r, id); err != nil {
+		return err
+	}
 	results, err := sn.ForkSandbox(r.Context(), id, req)
 	if err != nil {
 		return err
@@ -162,6 +168,9 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) error {
 	}
 	sn, err := s.snapshotter()
 	if err != nil {
+		return err
+	}
+	if err := s.mine(r, id); err != nil {
 		return err
 	}
 	rb, err := sn.RollbackSandbox(r.Context(), id, body.SnapshotID)

@@ -122,7 +122,7 @@ func (s *Server) templateNames(r *http.Request, b cube.StepBuilder, tid string, 
 	if public != nil {
 		return b.SetPublic(r.Context(), tid, *public)
 	}
-	t, err := s.backend.GetTemplate(r.Context(), tid)
+	t, err := s.backend.GetTemplate(r.Context(), callerOf(r).Team, tid)
 	if err != nil {
 		return nil, err
 	}

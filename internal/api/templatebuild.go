@@ -210,7 +210,7 @@ func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) e
 	if !ok {
 		return s.listTemplates(w, r)
 	}
-	ts, err := s.backend.ListTemplates(r.Context())
+	ts, err := s.backend.ListTemplates(r.Context(), callerOf(r).Team)
 	if err != nil {
 		return err
 	}
@@ -238,7 +238,7 @@ func (s *Server) getTemplateDetailed(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	t, err := s.backend.GetTemplate(r.Context(), tid)
+	t, err := s.backend.GetTemplate(r.Context(), callerOf(r).Team, tid)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
-	ts, err := s.backend.ListTemplates(r.Context())
+	ts, err := s.backend.ListTemplates(r.Context(), callerOf(r).Team)
 	if err != nil {
 		return err
 	}
@@ -28,7 +28,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.backend.GetTemplate(r.Context(), id)
+	t, err := s.backend.GetTemplate(r.Context(), callerOf(r).Team, id)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (s *Server) getTemplateAlias(w http.ResponseWriter, r *http.Request) error 
 	if alias == "" || len(alias) > 256 || strings.ContainsAny(alias, "\x00\n\r/") {
 		return badRequest("invalid template alias %q", alias)
 	}
-	t, err := s.backend.GetTemplate(r.Context(), alias)
+	t, err := s.backend.GetTemplate(r.Context(), callerOf(r).Team, alias)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.backend.DeleteTemplate(r.Context(), id); err != nil {
+	if err := s.backend.DeleteTemplate(r.Context(), callerOf(r).Team, id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -42,7 +42,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) error {
 		}
 		size = *body.SizeMB << 20
 	}
-	v, err := vb.CreateVolume(r.Context(), body.Name, size)
+	v, err := vb.CreateVolume(r.Context(), callerOf(r).Team, body.Name, size)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	vs, err := vb.ListVolumes(r.Context())
+	vs, err := vb.ListVolumes(r.Context(), callerOf(r).Team)
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v, err := vb.GetVolume(r.Context(), r.PathValue("volumeID"))
+	v, err := s.ownVolume(r, vb)
 	if err != nil {
 		return err
 	}
@@ -86,11 +86,28 @@ func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if _, err := s.ownVolume(r, vb); err != nil {
+		return err
+	}
 	if err := vb.DeleteVolume(r.Context(), r.PathValue("volumeID")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// ownVolume returns the volume the path names if it is the caller's
+// team's; another team's is answered as one that does not exist.
+func (s *Server) ownVolume(r *http.Request, vb cube.Volumes) (*cube.Volume, error) {
+	id := r.PathValue("volumeID")
+	v, err := vb.GetVolume(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if v.Team != callerOf(r).Team {
+		return nil, cube.Errorf(cube.NotFound, "volume %q not found", id)
+	}
+	return v, nil
 }
 
 func wireVolumeAndToken(v *cube.Volume) wire.VolumeAndToken {

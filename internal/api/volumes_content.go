@@ -24,6 +24,9 @@ func (s *Server) withFiles(r *http.Request, fn func(cube.VolumeFiles, string) er
 	if p == "" {
 		return badRequest("path: the query parameter path is required (the volume's root is /)")
 	}
+	if _, err := s.ownVolume(r, vb); err != nil {
+		return err
+	}
 	files, err := vb.VolumeFiles(r.Context(), r.PathValue("volumeID"))
 	if err != nil {
 		return err

@@ -51,12 +51,15 @@ type Backend interface {
 	// process records), oldest first; the control plane filters and pages.
 	SandboxLogs(ctx context.Context, id string) ([]LogEntry, error)
 
-	// ListTemplates returns every template, snapshots included.
-	ListTemplates(ctx context.Context) ([]Template, error)
+	// ListTemplates returns the templates team may use (its own and the
+	// public ones; every one for the empty team), snapshots included.
+	ListTemplates(ctx context.Context, team string) ([]Template, error)
 	// GetTemplate looks a template up by id or alias; unknown → NotFound.
-	GetTemplate(ctx context.Context, idOrAlias string) (*Template, error)
+	// Another team's private template → NotFound, as if it did not exist.
+	GetTemplate(ctx context.Context, team, idOrAlias string) (*Template, error)
 	// DeleteTemplate deletes a template or snapshot; unknown → NotFound.
-	DeleteTemplate(ctx context.Context, idOrAlias string) error
+	// Another team's public template → Forbidden.
+	DeleteTemplate(ctx context.Context, team, idOrAlias string) error
 
 	// CountSandboxes feeds the sandboxes-by-state gauge on /metrics.
 	CountSandboxes(ctx context.Context) (map[SandboxState]int, error)

@@ -63,8 +63,11 @@ type VolumeAttr struct {
 // Unknown volume → NotFound; a volume still mounted by sandboxes or
 // snapshots cannot be deleted (Conflict naming them).
 type Volumes interface {
-	CreateVolume(ctx context.Context, name string, sizeBytes int64) (*Volume, error)
-	ListVolumes(ctx context.Context) ([]Volume, error)
+	// CreateVolume makes a volume of team's; names are unique within a
+	// team.
+	CreateVolume(ctx context.Context, team, name string, sizeBytes int64) (*Volume, error)
+	// ListVolumes returns team's volumes.
+	ListVolumes(ctx context.Context, team string) ([]Volume, error)
 	GetVolume(ctx context.Context, id string) (*Volume, error)
 	DeleteVolume(ctx context.Context, id string) error
 	// VolumeFiles opens the content of a volume for one request; the

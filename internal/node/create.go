@@ -21,7 +21,7 @@ import (
 // CreateSandbox restores a template's snapshot into a fresh network slot,
 // hands envd its token and environment, and returns once envd answers.
 func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube.Sandbox, error) {
-	tpl, err := n.Template(ctx, req.Template)
+	tpl, err := n.TeamTemplate(ctx, req.Team, req.Template)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +39,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	}
 	now := time.Now().UTC()
 	rec := &store.Sandbox{
-		ID: id.Sandbox(), TemplateID: tpl.ID, State: store.Creating, Slot: -1, Node: n.cfg.NodeID,
+		ID: id.Sandbox(), Team: req.Team, TemplateID: tpl.ID, State: store.Creating, Slot: -1, Node: n.cfg.NodeID,
 		CreatedAt: now, StartedAt: now, EndAt: now.Add(req.Timeout), Timeout: req.Timeout,
 		CPUCount: tpl.CPUCount, MemoryMB: tpl.MemoryMB, DiskSizeMB: tpl.DiskSizeMB,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, EnvdToken: id.Token(32),
@@ -55,7 +55,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	boot := *tpl
 	boot.Aliases = nil
 	rec.Boot = &boot
-	unlock, err := n.vols.mountVolumes(ctx, &boot, req.VolumeMounts)
+	unlock, err := n.vols.mountVolumes(ctx, req.Team, &boot, req.VolumeMounts)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ func TestFakeCreateErrorKinds(t *testing.T) {
 	}
 	_, err = n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "half", Timeout: time.Minute})
 	wantKind(t, "template still building", err, cube.Conflict)
-	wantKind(t, "delete of a template still building", n.DeleteTemplate(fctx(t), "half"), cube.Conflict)
+	wantKind(t, "delete of a template still building", n.DeleteTemplate(fctx(t), "", "half"), cube.Conflict)
 
 	_, err = n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute,
 		Network: cube.Network{AllowOut: []string{"10.0.0.0/99"}}})

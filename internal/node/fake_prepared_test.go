@@ -176,7 +176,7 @@ func TestFakeDeletingATemplateDiscardsItsPreparedContainers(t *testing.T) {
 	if err := n.KillSandbox(fctx(t), a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.DeleteTemplate(fctx(t), "tiny"); err != nil {
+	if err := n.DeleteTemplate(fctx(t), "", "tiny"); err != nil {
 		t.Fatal(err)
 	}
 	if left := created(n); len(left) != 0 {

@@ -93,7 +93,7 @@ func TestFakeSnapshotsAndRollback(t *testing.T) {
 		t.Fatalf("containers %v after a refused create, had %v", got, held)
 	}
 
-	if err := n.DeleteTemplate(fctx(t), "a-snap"); err != nil {
+	if err := n.DeleteTemplate(fctx(t), "", "a-snap"); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := n.ListSnapshots(fctx(t), cube.SnapshotFilter{}); len(list) != 0 {

@@ -309,7 +309,7 @@ func TestSnapshotCreateFromSnapshotAndRollback(t *testing.T) {
 		t.Fatalf("list snapshots of a = %+v, %v", list, err)
 	}
 	// Deleting the snapshot never breaks sandboxes made from it.
-	if err := f.DeleteTemplate(ctx(t), snap.ID); err != nil {
+	if err := f.DeleteTemplate(ctx(t), "", snap.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.read(t, b, "/tmp/state"); got != "v1" {
@@ -400,7 +400,7 @@ func TestWarmPoolHandsOutAndRefills(t *testing.T) {
 	f.holderToken(t, a)
 	waitWarm(2)
 	// Deleting the template drains its pool.
-	if err := n.DeleteTemplate(ctx(t), "tiny"); err != nil {
+	if err := n.DeleteTemplate(ctx(t), "", "tiny"); err != nil {
 		t.Fatal(err)
 	}
 	if got := n.Warm("tiny"); got != 0 {

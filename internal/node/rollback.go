@@ -20,7 +20,7 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 		return nil, err
 	}
 	defer sb.mu.Unlock()
-	snap, err := n.Template(ctx, snapshotID)
+	snap, err := n.TeamTemplate(ctx, rec.Team, snapshotID)
 	if err != nil {
 		return nil, err
 	}

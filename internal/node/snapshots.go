@@ -22,6 +22,8 @@ func snapshotTemplate(rec *store.Sandbox, snapID, dir string, names []string) *s
 	t.CreatedAt, t.UpdatedAt = now, now
 	t.Checkpoint, t.Checksum, t.SizeBytes = dir, "", 0
 	t.SourceSandbox, t.Parent, t.EnvdToken = rec.ID, rec.TemplateID, rec.EnvdToken
+	// A snapshot is its sandbox's team's alone, whoever owns the template.
+	t.Team, t.Public = rec.Team, false
 	// The image is written on the sandbox's node.
 	t.Node = rec.Node
 	return &t
@@ -40,9 +42,6 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 		if !id.ValidName(name) {
 			return nil, cube.Errorf(cube.Invalid, "snapshot name %q: use lowercase letters, digits, '-' and '_'", name).WithField("name")
 		}
-		if _, err := n.Template(ctx, name); err == nil {
-			return nil, cube.Errorf(cube.Conflict, "a template or snapshot named %q exists already", name)
-		}
 		names = []string{name}
 	}
 	sb, rec, err := n.open(ctx, sandboxID)
@@ -50,6 +49,16 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 		return nil, err
 	}
 	defer sb.mu.Unlock()
+	if name != "" {
+		// Names are the team's own: another team may use the same.
+		all, err := n.store.Templates().List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if store.OwnTemplate(all, rec.Team, name) != nil {
+			return nil, cube.Errorf(cube.Conflict, "a template or snapshot named %q exists already", name)
+		}
+	}
 	if err := sb.requireState("snapshot", stateRunning); err != nil {
 		return nil, err
 	}
@@ -118,7 +127,7 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 }
 
 func snapshotView(t *store.Template) *cube.Snapshot {
-	return &cube.Snapshot{ID: t.ID, Names: t.Aliases, SandboxID: t.SourceSandbox, CreatedAt: t.CreatedAt, SizeBytes: t.SizeBytes}
+	return &cube.Snapshot{ID: t.ID, Team: t.Team, Names: t.Aliases, SandboxID: t.SourceSandbox, CreatedAt: t.CreatedAt, SizeBytes: t.SizeBytes}
 }
 
 // ListSnapshots returns the snapshots matching f.
@@ -129,7 +138,7 @@ func (n *Node) ListSnapshots(ctx context.Context, f cube.SnapshotFilter) ([]cube
 	}
 	var out []cube.Snapshot
 	for _, t := range all {
-		if t.SourceSandbox == "" || (f.SandboxID != "" && f.SandboxID != t.SourceSandbox) {
+		if t.SourceSandbox == "" || (f.SandboxID != "" && f.SandboxID != t.SourceSandbox) || (f.Team != "" && f.Team != t.Team) {
 			continue
 		}
 		if f.Name != "" && f.Name != t.ID && !slices.Contains(t.Aliases, f.Name) {

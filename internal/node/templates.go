@@ -15,11 +15,18 @@ import (
 )
 
 // Template looks a template up by id or alias, either optionally with
-// ":tag". A tag resolves only while it names the template's current
-// build: a template keeps its newest build alone.
+// ":tag", as the node sees it: every team's.
 func (n *Node) Template(ctx context.Context, idOrAlias string) (*store.Template, error) {
+	return n.TeamTemplate(ctx, "", idOrAlias)
+}
+
+// TeamTemplate looks a template up by id or alias, either optionally with
+// ":tag", as team sees it: its own or a public one (store.FindTemplate).
+// A tag resolves only while it names the template's current build: a
+// template keeps its newest build alone.
+func (n *Node) TeamTemplate(ctx context.Context, team, idOrAlias string) (*store.Template, error) {
 	if name, tag, ok := strings.Cut(idOrAlias, ":"); ok {
-		t, err := n.Template(ctx, name)
+		t, err := n.TeamTemplate(ctx, team, name)
 		if err != nil {
 			return nil, err
 		}
@@ -34,19 +41,17 @@ func (n *Node) Template(ctx context.Context, idOrAlias string) (*store.Template,
 		}
 		return nil, cube.Errorf(cube.NotFound, "template %q has no tag %q: list its tags with GET /templates/%s/tags", name, tag, t.ID)
 	}
-	if t, err := n.store.Templates().Get(ctx, idOrAlias); err == nil {
+	if t, err := n.store.Templates().Get(ctx, idOrAlias); err == nil && t.VisibleTo(team) {
 		return t, nil
-	} else if !errors.Is(err, store.ErrNotFound) {
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
 	all, err := n.store.Templates().List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range all {
-		if slices.Contains(t.Aliases, idOrAlias) {
-			return t, nil
-		}
+	if t := store.FindTemplate(all, team, idOrAlias); t != nil {
+		return t, nil
 	}
 	return nil, cube.Errorf(cube.NotFound, "template %q not found: list templates with `cubemastercli tpl list`", idOrAlias)
 }
@@ -60,28 +65,30 @@ func (h *host) templateView(t *store.Template) cube.Template {
 		status = "error"
 	}
 	return cube.Template{
-		ID: t.ID, Aliases: t.Aliases, BuildID: cmp.Or(t.BuildJob, t.ID), BuildStatus: status, BuildCount: 1, Public: t.Public,
+		ID: t.ID, Team: t.Team, Aliases: t.Aliases, BuildID: cmp.Or(t.BuildJob, t.ID), BuildStatus: status, BuildCount: 1, Public: t.Public,
 		CPUCount: max(t.CPUCount, 1), MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB,
 		EnvdVersion: h.cfg.EnvdVersion, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
 }
 
-// ListTemplates returns every template, snapshots included.
-func (n *Node) ListTemplates(ctx context.Context) ([]cube.Template, error) {
+// ListTemplates returns the templates team may use, snapshots included.
+func (n *Node) ListTemplates(ctx context.Context, team string) ([]cube.Template, error) {
 	all, err := n.store.Templates().List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]cube.Template, 0, len(all))
 	for _, t := range all {
-		out = append(out, n.templateView(t))
+		if t.VisibleTo(team) {
+			out = append(out, n.templateView(t))
+		}
 	}
 	return out, nil
 }
 
 // GetTemplate returns one template by id or alias.
-func (n *Node) GetTemplate(ctx context.Context, idOrAlias string) (*cube.Template, error) {
-	t, err := n.Template(ctx, idOrAlias)
+func (n *Node) GetTemplate(ctx context.Context, team, idOrAlias string) (*cube.Template, error) {
+	t, err := n.TeamTemplate(ctx, team, idOrAlias)
 	if err != nil {
 		return nil, err
 	}
@@ -94,10 +101,13 @@ func (n *Node) GetTemplate(ctx context.Context, idOrAlias string) (*cube.Templat
 // their rootfs is shared and kept while anything uses it. The template is
 // recorded as deleting before anything is removed, so it can no longer be
 // used, and the reconciler completes a delete a crash interrupted.
-func (n *Node) DeleteTemplate(ctx context.Context, idOrAlias string) error {
-	t, err := n.Template(ctx, idOrAlias)
+func (n *Node) DeleteTemplate(ctx context.Context, team, idOrAlias string) error {
+	t, err := n.TeamTemplate(ctx, team, idOrAlias)
 	if err != nil {
 		return err
+	}
+	if team != "" && t.Team != team {
+		return cube.Errorf(cube.Forbidden, "template %q is another team's public template: it can be used, not deleted", idOrAlias)
 	}
 	if t.Status == store.TemplateBuilding {
 		return cube.Errorf(cube.Conflict, "template %q is still building", idOrAlias)

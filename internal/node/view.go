@@ -40,7 +40,7 @@ func (h *host) view(rec *store.Sandbox) (*cube.Sandbox, error) {
 		return nil, err
 	}
 	return &cube.Sandbox{
-		ID: rec.ID, TemplateID: rec.TemplateID, Node: cmp.Or(rec.Node, h.cfg.NodeID), Alias: rec.Alias, EnvdVersion: h.cfg.EnvdVersion,
+		ID: rec.ID, Team: rec.Team, TemplateID: rec.TemplateID, Node: cmp.Or(rec.Node, h.cfg.NodeID), Alias: rec.Alias, EnvdVersion: h.cfg.EnvdVersion,
 		EnvdAccessToken: rec.EnvdToken, TrafficAccessToken: rec.TrafficToken, State: state,
 		StartedAt: rec.StartedAt, EndAt: rec.EndAt, CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB,
 		DiskSizeMB: rec.DiskSizeMB, Metadata: rec.Metadata, Network: netw,

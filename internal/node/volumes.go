@@ -64,7 +64,7 @@ func (n *Node) MaxVolumeBytes() int64 {
 // CreateVolume records a volume (creating), makes and mounts its disk and
 // records it ready. A name in use → Conflict. On failure nothing remains;
 // a crash half-way leaves a creating record the reconciler removes.
-func (n *Node) CreateVolume(ctx context.Context, name string, sizeBytes int64) (*cube.Volume, error) {
+func (n *Node) CreateVolume(ctx context.Context, team, name string, sizeBytes int64) (*cube.Volume, error) {
 	if !volume.ValidName(name) {
 		return nil, cube.Errorf(cube.Invalid, "volume name %q is invalid: use %s", name, volume.NameRule).WithField("name")
 	}
@@ -85,12 +85,12 @@ func (n *Node) CreateVolume(ctx context.Context, name string, sizeBytes int64) (
 	}
 	n.vols.mu.Lock()
 	defer n.vols.mu.Unlock()
-	if v, err := n.VolumeNamed(ctx, name); err != nil {
+	if v, err := n.VolumeNamed(ctx, team, name); err != nil {
 		return nil, err
 	} else if v != nil {
 		return nil, cube.Errorf(cube.Invalid, "Volume with name '%s' already exists (%s): pick another name or delete it first", name, v.ID).WithField("name")
 	}
-	rec := &store.Volume{ID: volume.NewID(), Name: name, State: store.VolumeCreating, Node: n.cfg.NodeID, Token: "vtk_" + id.Token(24),
+	rec := &store.Volume{ID: volume.NewID(), Team: team, Name: name, State: store.VolumeCreating, Node: n.cfg.NodeID, Token: "vtk_" + id.Token(24),
 		SizeBytes: sizeBytes, CreatedAt: time.Now().UTC()}
 	var c cleanup
 	defer n.cleanUp(&c, "create", "volume", rec.ID)
@@ -111,15 +111,17 @@ func (n *Node) CreateVolume(ctx context.Context, name string, sizeBytes int64) (
 	return volumeView(rec), nil
 }
 
-// ListVolumes returns every ready volume.
-func (n *Node) ListVolumes(ctx context.Context) ([]cube.Volume, error) {
+// ListVolumes returns the team's ready volumes (every team's for "").
+func (n *Node) ListVolumes(ctx context.Context, team string) ([]cube.Volume, error) {
 	recs, err := n.store.Volumes().List(ctx, string(store.VolumeReady))
 	if err != nil {
 		return nil, err
 	}
 	out := make([]cube.Volume, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, *volumeView(r))
+		if team == "" || r.Team == team {
+			out = append(out, *volumeView(r))
+		}
 	}
 	return out, nil
 }
@@ -151,18 +153,19 @@ func (vs *volumeSet) volumeRecord(ctx context.Context, volumeID string) (*store.
 	return rec, err
 }
 
-// VolumeNamed returns the live volume called name, or nil.
-func (n *Node) VolumeNamed(ctx context.Context, name string) (*store.Volume, error) {
-	return n.volumeNamed(ctx, name)
+// VolumeNamed returns the team's live volume called name, or nil: names
+// are unique within a team.
+func (n *Node) VolumeNamed(ctx context.Context, team, name string) (*store.Volume, error) {
+	return n.volumeNamed(ctx, team, name)
 }
 
-func (h *host) volumeNamed(ctx context.Context, name string) (*store.Volume, error) {
+func (h *host) volumeNamed(ctx context.Context, team, name string) (*store.Volume, error) {
 	recs, err := h.store.Volumes().List(ctx, string(store.VolumeReady), string(store.VolumeCreating))
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range recs {
-		if r.Name == name {
+		if r.Name == name && r.Team == team {
 			return r, nil
 		}
 	}
@@ -277,7 +280,7 @@ func (h *heldFiles) Close() error {
 // deletion until unlock is called. A snapshot keeps the mounts it was
 // taken with (a checkpoint cannot gain or lose one): asking for others
 // is Invalid.
-func (vs *volumeSet) mountVolumes(ctx context.Context, boot *store.Template, asked []cube.VolumeMount) (unlock func(), err error) {
+func (vs *volumeSet) mountVolumes(ctx context.Context, team string, boot *store.Template, asked []cube.VolumeMount) (unlock func(), err error) {
 	vs.mu.RLock()
 	release := vs.mu.RUnlock
 	defer func() {
@@ -295,7 +298,7 @@ func (vs *volumeSet) mountVolumes(ctx context.Context, boot *store.Template, ask
 	}
 	var mounts []store.VolumeMount
 	for _, m := range asked {
-		v, err := vs.h.volumeNamed(ctx, m.Name)
+		v, err := vs.h.volumeNamed(ctx, team, m.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -411,7 +414,7 @@ func mountsView(t *store.Template) []cube.VolumeMount {
 }
 
 func volumeView(r *store.Volume) *cube.Volume {
-	return &cube.Volume{ID: r.ID, Name: r.Name, Token: r.Token, SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt}
+	return &cube.Volume{ID: r.ID, Team: r.Team, Name: r.Name, Token: r.Token, SizeBytes: r.SizeBytes, CreatedAt: r.CreatedAt}
 }
 
 // reconcileVolumes makes the volumes on disk agree with the store after a

@@ -95,14 +95,14 @@ func (c *clustered) CreateSandbox(ctx context.Context, req cube.CreateRequest) (
 // createWant is what a create needs of a node: room for its memory, its
 // template's files, and the node of any volume it mounts.
 func createWant(ctx context.Context, nd *node.Node, req cube.CreateRequest) (cluster.Want, error) {
-	t, err := nd.Template(ctx, req.Template)
+	t, err := nd.TeamTemplate(ctx, req.Team, req.Template)
 	if err != nil {
 		return cluster.Want{}, err
 	}
 	want := cluster.Want{MemoryMB: max(req.MemoryMB, t.MemoryMB), Holders: t.Holders()}
 	// Volumes do not move: a sandbox mounting one runs on its node.
 	for _, m := range req.VolumeMounts {
-		v, err := nd.VolumeNamed(ctx, m.Name)
+		v, err := nd.VolumeNamed(ctx, req.Team, m.Name)
 		if err != nil || v == nil {
 			return cluster.Want{}, errors.New("unknown volume")
 		}

@@ -125,18 +125,18 @@ func (s *service) RollbackSandbox(ctx context.Context, id, snapshotID string) (*
 
 // Templates.
 
-func (s *service) ListTemplates(ctx context.Context) ([]cube.Template, error) {
-	return s.node.ListTemplates(ctx)
+func (s *service) ListTemplates(ctx context.Context, team string) ([]cube.Template, error) {
+	return s.node.ListTemplates(ctx, team)
 }
 
-func (s *service) GetTemplate(ctx context.Context, idOrAlias string) (*cube.Template, error) {
-	return s.node.GetTemplate(ctx, idOrAlias)
+func (s *service) GetTemplate(ctx context.Context, team, idOrAlias string) (*cube.Template, error) {
+	return s.node.GetTemplate(ctx, team, idOrAlias)
 }
 
 // DeleteTemplate deletes the template, then the build layers and trees
 // that no template or sandbox needs any more.
-func (s *service) DeleteTemplate(ctx context.Context, idOrAlias string) error {
-	if err := s.node.DeleteTemplate(ctx, idOrAlias); err != nil {
+func (s *service) DeleteTemplate(ctx context.Context, team, idOrAlias string) error {
+	if err := s.node.DeleteTemplate(ctx, team, idOrAlias); err != nil {
 		return err
 	}
 	if err := s.builder.CollectLayers(context.WithoutCancel(ctx)); err != nil {
@@ -147,12 +147,12 @@ func (s *service) DeleteTemplate(ctx context.Context, idOrAlias string) error {
 
 // Volumes.
 
-func (s *service) CreateVolume(ctx context.Context, name string, sizeBytes int64) (*cube.Volume, error) {
-	return s.node.CreateVolume(ctx, name, sizeBytes)
+func (s *service) CreateVolume(ctx context.Context, team, name string, sizeBytes int64) (*cube.Volume, error) {
+	return s.node.CreateVolume(ctx, team, name, sizeBytes)
 }
 
-func (s *service) ListVolumes(ctx context.Context) ([]cube.Volume, error) {
-	return s.node.ListVolumes(ctx)
+func (s *service) ListVolumes(ctx context.Context, team string) ([]cube.Volume, error) {
+	return s.node.ListVolumes(ctx, team)
 }
 
 func (s *service) GetVolume(ctx context.Context, id string) (*cube.Volume, error) {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -96,4 +97,48 @@ func adopt[T any](ctx context.Context, t Table[T], team string, field func(*T) *
 		n++
 	}
 	return n, nil
+}
+
+// VisibleTo reports whether team may use the template: its own, or a
+// public one. The empty team is the node itself, which sees every one.
+func (t *Template) VisibleTo(team string) bool {
+	return team == "" || t.Team == team || t.Public
+}
+
+// FindTemplate returns the template name (an ID or an alias) means to
+// team, or nil: an ID of a template it may use; an alias of its own
+// first, then of a public template (the oldest, all being in creation
+// order). Aliases are unique within a team, so two teams' templates may
+// share one. The empty team finds any template.
+func FindTemplate(all []*Template, team, name string) *Template {
+	var public *Template
+	for _, t := range all {
+		if !t.VisibleTo(team) {
+			continue
+		}
+		if t.ID == name {
+			return t
+		}
+		if !slices.Contains(t.Aliases, name) {
+			continue
+		}
+		if team == "" || t.Team == team {
+			return t
+		}
+		if public == nil {
+			public = t
+		}
+	}
+	return public
+}
+
+// OwnTemplate returns the team's own template with ID or alias name, or
+// nil: what a new name of the team's would clash with.
+func OwnTemplate(all []*Template, team, name string) *Template {
+	for _, t := range all {
+		if (team == "" || t.Team == team) && (t.ID == name || slices.Contains(t.Aliases, name)) {
+			return t
+		}
+	}
+	return nil
 }

@@ -223,7 +223,7 @@ func TestStepBuildOnGVisor(t *testing.T) {
 	r.n.KillSandbox(context.Background(), sb3.ID)
 
 	// Deleting the template collects its layers; its sandbox keeps its files.
-	if err := r.n.DeleteTemplate(context.Background(), "stepped"); err != nil {
+	if err := r.n.DeleteTemplate(context.Background(), "", "stepped"); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.b.CollectLayers(context.Background()); err != nil {
