@@ -35,6 +35,6 @@ is at hand.`,
 	})
 	root.AddCommand(newListCmd(), newInfoCmd(), newRmCmd(), newTplCmd())
 	root.AddCommand(newSnapshotCmd(), newRollbackCmd(), newPauseCmd(), newResumeCmd(), newCloneCmd())
-	root.AddCommand(newCACmd(), newNodeCmd(), newVolumeCmd())
+	root.AddCommand(newCACmd(), newNodeCmd(), newVolumeCmd(), newTeamCmd(), newKeyCmd())
 	return root
 }
