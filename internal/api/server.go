@@ -103,6 +103,8 @@ type Server struct {
 	log       *slog.Logger
 	// uploads are the build file upload links in use or spent.
 	uploads *uploadLinks
+	// rates are the buckets of keys whose team has a rate quota, by rate.
+	rates *quotaRates
 	// forPeers marks the API that answers what peers sent (Over): only
 	// there does a resume take MoveFromHeader, which only a node sets.
 	forPeers bool
@@ -155,6 +157,7 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 		limiter: ratelimit.New[[sha256.Size]byte](cfg.RateLimit, cfg.RateBurst, 0),
 		log:     cfg.Logger,
 		uploads: &uploadLinks{},
+		rates:   &quotaRates{byRate: map[float64]*ratelimit.Keyed[[sha256.Size]byte]{}},
 	}
 	m, err := newMetrics(cfg.Registry, cfg.SandboxMetrics, b)
 	if err != nil {
@@ -173,7 +176,7 @@ func NewServer(cfg Config, b cube.Backend) (*Server, error) {
 // signed requests reach it, and a node's signature covers its X-Cube-*
 // headers.
 func (s *Server) Over(b cube.Backend) *Server {
-	o := &Server{cfg: s.cfg, backend: b, mux: http.NewServeMux(), metrics: s.metrics, limiter: s.limiter, log: s.log, uploads: s.uploads, forPeers: true}
+	o := &Server{cfg: s.cfg, backend: b, mux: http.NewServeMux(), metrics: s.metrics, limiter: s.limiter, rates: s.rates, log: s.log, uploads: s.uploads, forPeers: true}
 	o.serveRoutes()
 	return o
 }
@@ -392,7 +395,11 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) (
 	if s.adminOnly[pattern] && !c.Admin {
 		return r, httperr.Errorf(http.StatusForbidden, "%s needs the admin key", pattern)
 	}
-	if ok, wait := s.limiter.Allow(key); !ok {
+	limiter := s.limiter
+	if c.RequestsPerSecond > 0 {
+		limiter = s.rates.at(c.RequestsPerSecond)
+	}
+	if ok, wait := limiter.Allow(key); !ok {
 		return r, rateLimited(wait)
 	}
 	return r.WithContext(context.WithValue(r.Context(), callerKey{}, c)), nil

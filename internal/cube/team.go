@@ -20,6 +20,9 @@ type Caller struct {
 	// Admin keys manage every team: teams, their keys and quotas, and
 	// (naming a team) that team's objects.
 	Admin bool
+	// RequestsPerSecond is the key's team's API rate quota (0: the
+	// server's).
+	RequestsPerSecond float64
 }
 
 // Team is a tenant of the service: it owns API keys, sandboxes,

@@ -15,6 +15,7 @@ import (
 	"cube/internal/fault"
 	"cube/internal/id"
 	"cube/internal/netslot"
+	"cube/internal/quota"
 	"cube/internal/store"
 )
 
@@ -31,7 +32,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	if tpl, err = n.copies.localTemplate(ctx, tpl); err != nil {
 		return nil, err
 	}
-	if err := n.checkNetwork(req.Network); err != nil {
+	if err := n.checkNetwork(req.Team, req.Network); err != nil {
 		return nil, err
 	}
 	if err := n.checkCapacity(ctx); err != nil {
@@ -69,6 +70,14 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 	if rec.Network, err = json.Marshal(req.Network); err != nil {
 		return nil, err
 	}
+	if err := n.cfg.Quota.Timeout(ctx, req.Team, req.Timeout); err != nil {
+		return nil, err
+	}
+	release, err := n.cfg.Quota.Start(ctx, req.Team, quota.Sandboxes{Count: 1, VCPUs: max(rec.CPUCount, 1), MemoryMB: rec.MemoryMB})
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	sb := n.track(rec.ID, stateCreating)
 	defer sb.mu.Unlock()
 	if err := sb.start(ctx, rec, tpl, tpl.Checkpoint, tpl.EnvdToken); err != nil {

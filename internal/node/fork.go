@@ -10,6 +10,7 @@ import (
 	"cube/internal/cube"
 	"cube/internal/fault"
 	"cube/internal/id"
+	"cube/internal/quota"
 	"cube/internal/store"
 )
 
@@ -100,6 +101,14 @@ func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image stri
 	if timeout <= 0 {
 		timeout = parent.EndAt.Sub(now)
 	}
+	if err := n.cfg.Quota.Timeout(ctx, parent.Team, timeout); err != nil {
+		return nil, err
+	}
+	release, err := n.cfg.Quota.Start(ctx, parent.Team, quota.Sandboxes{Count: 1, VCPUs: max(parent.CPUCount, 1), MemoryMB: parent.MemoryMB})
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	child := *parent
 	child.ID, child.EnvdToken, child.Node = id.Sandbox(), id.Token(32), n.cfg.NodeID
 	if child.TrafficToken != "" {

@@ -28,6 +28,7 @@ import (
 	"cube/internal/envd/protocol"
 	"cube/internal/envdclient"
 	"cube/internal/netslot"
+	"cube/internal/quota"
 	"cube/internal/runtime"
 	"cube/internal/store"
 )
@@ -48,10 +49,11 @@ type Slots interface {
 }
 
 // SecretNames is what the node needs of the secret store: a create or
-// network update whose rules name a secret that does not exist is refused
-// before anything is applied.
+// network update whose rules name a secret that its sandbox's team does
+// not have (another team's is not there) is refused before anything is
+// applied.
 type SecretNames interface {
-	Exists(ref string) bool
+	Exists(team, ref string) bool
 }
 
 // Agent is what the node asks of the envd inside one sandbox. It is an
@@ -79,6 +81,9 @@ type Config struct {
 	AgentAt func(host netip.Addr) Agent
 	// MaxSandboxes bounds running plus paused sandboxes (0 = 100).
 	MaxSandboxes int
+	// Quota holds each team to its quotas (running sandboxes, their vCPUs
+	// and memory, timeouts, disk); nil holds none.
+	Quota *quota.Checker
 	// DiskReserveMB is free space in the data directory that snapshots
 	// leave alone (0 = DefaultDiskReserveMB, negative = none), so that a
 	// run of snapshots cannot take the room the pauses of running

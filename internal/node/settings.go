@@ -8,6 +8,7 @@ import (
 
 	"cube/internal/cube"
 	"cube/internal/netslot"
+	"cube/internal/quota"
 	"cube/internal/store"
 )
 
@@ -23,6 +24,9 @@ func (n *Node) SetTimeout(ctx context.Context, sandboxID string, timeout time.Du
 	}
 	defer sb.mu.Unlock()
 	if err := sb.requireState("set timeout", stateRunning, statePaused, statePausedOnDisk); err != nil {
+		return err
+	}
+	if err := n.cfg.Quota.Timeout(ctx, rec.Team, timeout); err != nil {
 		return err
 	}
 	end := time.Now().UTC().Add(timeout)
@@ -56,7 +60,16 @@ func (n *Node) ConnectSandbox(ctx context.Context, sandboxID string, req cube.Co
 			return nil, false, cube.Errorf(cube.Conflict, "sandbox %q is already running", sandboxID)
 		}
 	} else {
-		if err := sb.resume(ctx, rec); err != nil {
+		if err := n.cfg.Quota.Timeout(ctx, rec.Team, req.Timeout); err != nil {
+			return nil, false, err
+		}
+		release, err := n.cfg.Quota.Start(ctx, rec.Team, quota.Sandboxes{Count: 1, VCPUs: max(rec.CPUCount, 1), MemoryMB: rec.MemoryMB})
+		if err != nil {
+			return nil, false, err
+		}
+		err = sb.resume(ctx, rec)
+		release()
+		if err != nil {
 			return nil, false, err
 		}
 		resumed = true
@@ -88,7 +101,7 @@ func (h *host) applyPolicy(slot *netslot.Slot, rec *store.Sandbox) error {
 		return err
 	}
 	p := policyOf(nw)
-	p.Owner = rec.ID
+	p.Owner, p.Team = rec.ID, sandboxTeam(rec.Team)
 	if err := h.cfg.Egress.Apply(slot, p); err != nil {
 		return fmt.Errorf("egress policy: %w", err)
 	}
@@ -97,14 +110,14 @@ func (h *host) applyPolicy(slot *netslot.Slot, rec *store.Sandbox) error {
 
 // UpdateNetwork replaces a running sandbox's egress policy, live.
 func (n *Node) UpdateNetwork(ctx context.Context, sandboxID string, nw cube.Network) error {
-	if err := n.checkNetwork(nw); err != nil {
-		return err
-	}
 	sb, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
 		return err
 	}
 	defer sb.mu.Unlock()
+	if err := n.checkNetwork(rec.Team, nw); err != nil {
+		return err
+	}
 	if err := sb.requireState("update network", stateRunning, statePaused, statePausedOnDisk); err != nil {
 		return err
 	}

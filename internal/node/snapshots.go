@@ -65,6 +65,11 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 	if err := n.checkReserve("snapshot"); err != nil {
 		return nil, err
 	}
+	// A snapshot's size is known once it is written: a team that has
+	// reached its disk quota takes no more.
+	if err := n.cfg.Quota.Disk(ctx, rec.Team, 1); err != nil {
+		return nil, err
+	}
 	box := sb.box
 	snapID := id.New("snap-", 16)
 	dir := filepath.Join(n.cfg.DataDir, "snapshots", snapID)

@@ -83,6 +83,9 @@ func (n *Node) CreateVolume(ctx context.Context, team, name string, sizeBytes in
 	if free, err := freeBytes(n.cfg.DataDir); err == nil && free < sizeBytes {
 		return nil, cube.Errorf(cube.DiskFull, "a volume of %d MiB does not fit: the host has %d MiB free in the data directory; ask for less (sizeMB) or free space", sizeBytes>>20, free>>20)
 	}
+	if err := n.cfg.Quota.Disk(ctx, team, sizeBytes); err != nil {
+		return nil, err
+	}
 	n.vols.mu.Lock()
 	defer n.vols.mu.Unlock()
 	if v, err := n.VolumeNamed(ctx, team, name); err != nil {

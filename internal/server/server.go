@@ -25,6 +25,7 @@ import (
 	"cube/internal/node"
 	"cube/internal/oci"
 	"cube/internal/proxy"
+	"cube/internal/quota"
 	"cube/internal/runtime/gvisor"
 	"cube/internal/store"
 	"cube/internal/teams"
@@ -268,7 +269,8 @@ func Run(ctx context.Context, o Options) error {
 	// The proxy's connections to sandboxes, which the node tells when a
 	// container stops.
 	conns := proxy.NewPool(0)
-	nd, err := openNode(ctx, o, name, st, rt, slots, eg, cl, conns, log, &done)
+	quotas := quota.New(st, quota.Cached(keys.Quotas, teams.CacheFor))
+	nd, err := openNode(ctx, o, name, st, quotas, rt, slots, eg, cl, conns, log, &done)
 	if err != nil {
 		return err
 	}
@@ -390,11 +392,11 @@ func openSlots(o Options, hostCIDR netip.Prefix, log *slog.Logger, done *closers
 // cluster's registry and the peer client it fetches files by, and the
 // proxy's pool, whose connections to a container it drops when the
 // container stops; and reconciles it with what the host holds.
-func openNode(ctx context.Context, o Options, name string, st *store.Store, rt *gvisor.Runtime, slots *netSlots, eg *egressParts, cl *clusterParts, conns *proxy.Pool, log *slog.Logger, done *closers) (*node.Node, error) {
+func openNode(ctx context.Context, o Options, name string, st *store.Store, quotas *quota.Checker, rt *gvisor.Runtime, slots *netSlots, eg *egressParts, cl *clusterParts, conns *proxy.Pool, log *slog.Logger, done *closers) (*node.Node, error) {
 	files := newPeerFiles(cl.client)
 	nd, err := node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots.pool, Store: st, Logger: log,
-		MaxSandboxes: o.MaxSandboxes, DiskReserveMB: o.DiskReserveMB, NodeID: name,
+		MaxSandboxes: o.MaxSandboxes, DiskReserveMB: o.DiskReserveMB, NodeID: name, Quota: quotas,
 		PeerAlive: cl.registry.Alive, EnvdVersion: protocol.Version, Domain: o.Domain, PoolSize: o.PoolSize, PreparedPerKey: o.PreparedPerKey,
 		Egress: eg.filter, EgressEvents: eg.events,
 		VolumeBytes: o.VolumeMB << 20, MaxVolumeBytes: o.MaxVolumeMB << 20,

@@ -182,6 +182,13 @@ func (k *Keys) Authenticate(ctx context.Context, raw string) (cube.Caller, error
 		default:
 			c = cached{ok: true, at: now, lastUsed: r.LastUsed,
 				caller: cube.Caller{Team: r.Team, KeyID: r.ID, KeyName: r.Name, Admin: r.Admin}}
+			// The team's rate quota travels with its keys, read as
+			// often: a change applies within CacheFor too.
+			if t, err := k.st.Teams().Get(ctx, r.Team); err == nil {
+				c.caller.RequestsPerSecond = teamOf(t).Quotas.RequestsPerSecond
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return cube.Caller{}, err
+			}
 		}
 		k.remember(digest, c)
 	}
@@ -276,6 +283,12 @@ func (k *Keys) GetTeam(ctx context.Context, teamID string) (cube.Team, error) {
 		return cube.Team{}, err
 	}
 	return teamOf(t), nil
+}
+
+// Quotas returns a team's quotas (quota.Lookup).
+func (k *Keys) Quotas(ctx context.Context, teamID string) (cube.Quotas, error) {
+	t, err := k.GetTeam(ctx, teamID)
+	return t.Quotas, err
 }
 
 // SetQuotas replaces a team's quotas.
