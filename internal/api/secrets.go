@@ -9,6 +9,8 @@ import (
 )
 
 // The /secrets routes: values go in, metadata comes out, never a value.
+// Each acts for the caller's team, whose secrets are the only ones it
+// sees: another team's is answered as one that does not exist.
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) error {
 	limit, token, err := pageParams(r)
@@ -19,7 +21,7 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	items, err := sc.ListSecrets(r.Context())
+	items, err := sc.ListSecrets(r.Context(), callerOf(r).Team)
 	if err != nil {
 		return err
 	}
@@ -45,7 +47,7 @@ func (s *Server) createSecret(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info, err := sc.CreateSecret(r.Context(), body.Name, body.Value, body.Metadata)
+	info, err := sc.CreateSecret(r.Context(), callerOf(r).Team, body.Name, body.Value, body.Metadata)
 	if err != nil {
 		return err
 	}
@@ -58,7 +60,7 @@ func (s *Server) getSecret(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info, err := sc.GetSecret(r.Context(), r.PathValue("secretID"))
+	info, err := sc.GetSecret(r.Context(), callerOf(r).Team, r.PathValue("secretID"))
 	if err != nil {
 		return err
 	}
@@ -75,7 +77,7 @@ func (s *Server) updateSecret(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info, err := sc.UpdateSecret(r.Context(), r.PathValue("secretID"), body.Value, body.Metadata)
+	info, err := sc.UpdateSecret(r.Context(), callerOf(r).Team, r.PathValue("secretID"), body.Value, body.Metadata)
 	if err != nil {
 		return err
 	}
@@ -88,7 +90,7 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := sc.DeleteSecret(r.Context(), r.PathValue("secretID")); err != nil {
+	if err := sc.DeleteSecret(r.Context(), callerOf(r).Team, r.PathValue("secretID")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

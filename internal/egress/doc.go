@@ -38,11 +38,13 @@
 // not exist keeps the address dialled (within the policy), as no secret
 // goes anywhere without TLS verified for the name. Connections to hosts
 // without rules stay end to end. Secret placeholders in header values are
-// resolved through Config.Secrets only as each request leaves, so no
-// value ever enters a sandbox, and only for requests sent on over
-// verified TLS: a plain-HTTP request whose rules name a secret is
-// answered 403 and not sent (E2B applies rules to outbound HTTPS; over
-// plain HTTP nothing ties the destination to the name). TRACE and
+// resolved through Config.Secrets only as each request leaves, among the
+// secrets of the policy's Team alone: no value ever enters a sandbox,
+// none of another team's ever fills a rule, and values go only with
+// requests sent on over verified TLS: a plain-HTTP request whose rules
+// name a secret is answered 403 and not sent (E2B applies rules to
+// outbound HTTPS; over plain HTTP nothing ties the destination to the
+// name). TRACE and
 // CONNECT to such a host are answered 405. Rules are read per request: a
 // change applies from the next one, and a connection is judged again on
 // each request. Every connection and intercepted request is an Event for
@@ -67,7 +69,7 @@
 //
 //	// validate a create request or PUT /sandboxes/{id}/network (400 on error):
 //	p := egress.Policy{AllowInternet: req.AllowInternetAccess /* default true */,
-//		AllowOut: req.Network.AllowOut, DenyOut: req.Network.DenyOut}
+//		AllowOut: req.Network.AllowOut, DenyOut: req.Network.DenyOut, Team: sandbox.Team}
 //	if err := egress.Validate(p); err != nil { ... }
 //
 //	slot, _ := slots.Acquire(ctx)          // or slots.Adopt(i) after a restart

@@ -44,8 +44,10 @@ type Config struct {
 	// nil: the host's trust store.
 	UpstreamRoots *x509.CertPool
 	// Secrets resolves a rule's ${e2b.secrets.<ref>} placeholder, by name
-	// or ID, when a request leaves. nil: every placeholder fails.
-	Secrets func(ref string) (string, error)
+	// or ID, when a request leaves, among the secrets of team (the
+	// policy's Team): another team's secret must not be found. nil: every
+	// placeholder fails.
+	Secrets func(team, ref string) (string, error)
 	// Audit receives every audit event (see Event); it must not block.
 	Audit func(Event)
 }

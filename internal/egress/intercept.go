@@ -206,8 +206,9 @@ func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, br *bufio.
 		body.finish()
 	}
 	ev.Decision = Allowed
-	if hr := s.rules.Load().transforms.match(name); hr != nil {
-		lookup := s.f.cfg.Secrets
+	rs := s.rules.Load()
+	if hr := rs.transforms.match(name); hr != nil {
+		lookup := teamSecrets(s.f.cfg.Secrets, rs.team)
 		if scheme != "https" {
 			lookup = refuseSecret
 		}
@@ -260,6 +261,15 @@ func (s *slotFilter) serveRequest(ctx context.Context, conn net.Conn, br *bufio.
 var errSecretNeedsTLS = errors.New("secrets are sent only over HTTPS")
 
 func refuseSecret(string) (string, error) { return "", errSecretNeedsTLS }
+
+// teamSecrets resolves placeholders among team's secrets only; nil when
+// there is nothing to resolve them with.
+func teamSecrets(secrets func(team, ref string) (string, error), team string) func(string) (string, error) {
+	if secrets == nil {
+		return nil
+	}
+	return func(ref string) (string, error) { return secrets(team, ref) }
+}
 
 // bodyAllowed reports whether an answer to method with status may carry a
 // body at all (RFC 9110): without one, it needs no length to be framed.

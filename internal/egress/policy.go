@@ -39,6 +39,10 @@ type Policy struct {
 	Rules map[string][]Rule
 	// Owner names the sandbox in the Filter's audit events.
 	Owner string
+	// Team is the sandbox's team: its rules' ${e2b.secrets.<ref>}
+	// placeholders are filled only with that team's secrets (see
+	// Config.Secrets).
+	Team string
 }
 
 // Open is the policy of a sandbox created without any network settings.
@@ -66,7 +70,7 @@ type rules struct {
 	allowNets, denyNets   []netip.Prefix
 	allowNames, denyNames []namePattern
 	transforms            *transforms
-	owner                 string
+	owner, team           string
 }
 
 // namePattern is an exact name or, with wildcard, every name below suffix.
@@ -122,7 +126,7 @@ func compile(p Policy) (*rules, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: %w", err)
 	}
-	r.transforms, r.owner = t, p.Owner
+	r.transforms, r.owner, r.team = t, p.Owner, p.Team
 	return r, nil
 }
 

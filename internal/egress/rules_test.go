@@ -140,15 +140,19 @@ type rulesWorld struct {
 	ca      *CA
 	outside *outsideCA
 	audit   *auditLog
-	secrets map[string]string
+	secrets map[secretKey]string
 	mu      sync.Mutex
 }
+
+// secretKey is a secret as the Filter asks for it: a ref within a team.
+// The world's own secret is of the team "", that of policies naming none.
+type secretKey struct{ team, ref string }
 
 type sandboxSlot = struct{ apply func(Policy) }
 
 func newRulesWorld(t *testing.T) *rulesWorld {
 	w := newWorld(t)
-	rw := &rulesWorld{world: w, outside: newOutsideCA(t), audit: &auditLog{}, secrets: map[string]string{"api-key": testSecret}}
+	rw := &rulesWorld{world: w, outside: newOutsideCA(t), audit: &auditLog{}, secrets: map[secretKey]string{{"", "api-key"}: testSecret}}
 	serveEcho(t, w, rulesHost, rw.outside.issue(t, false, "api.rules.example", "plain.rules.example"))
 	serveEcho(t, w, rulesBadHost, rw.outside.issue(t, true, "bad.rules.example"))
 	ca, err := OpenCA(t.TempDir())
@@ -159,10 +163,10 @@ func newRulesWorld(t *testing.T) *rulesWorld {
 	pool, cidr := w.pool(t, "r")
 	f, err := NewFilter(Config{Resolver: w.resolver, HostCIDR: cidr, CA: ca, UpstreamRoots: rw.outside.pool,
 		Audit: rw.audit.add,
-		Secrets: func(ref string) (string, error) {
+		Secrets: func(team, ref string) (string, error) {
 			rw.mu.Lock()
 			defer rw.mu.Unlock()
-			if v, ok := rw.secrets[ref]; ok {
+			if v, ok := rw.secrets[secretKey{team, ref}]; ok {
 				return v, nil
 			}
 			return "", errSecretMissing
@@ -319,6 +323,38 @@ func TestRulesLiveChangeAndMissingSecret(t *testing.T) {
 	rw.slot.apply(Policy{AllowInternet: false, Rules: authRule("x")})
 	if _, _, _, err := rw.fetch("GET", "https://api.rules.example/", nil); err == nil {
 		t.Error("a rule opened a host the policy denies")
+	}
+}
+
+// TestRulesFillOnlyTheSandboxTeamsSecrets: a placeholder is filled only
+// with a secret of the policy's team. A sandbox of team B whose rule names
+// a secret of team A gets nothing filled: the request fails as for a
+// secret that does not exist, and A's value goes nowhere.
+func TestRulesFillOnlyTheSandboxTeamsSecrets(t *testing.T) {
+	const valueOfA = "sk-team-a-4b2e-only-for-team-a"
+	rw := newRulesWorld(t)
+	rw.mu.Lock()
+	rw.secrets[secretKey{"team-a", "vendor-key"}] = valueOfA
+	rw.mu.Unlock()
+
+	rw.slot.apply(Policy{AllowInternet: true, Owner: "sbx-b", Team: "team-b", Rules: authRule("Bearer ${e2b.secrets.vendor-key}")})
+	code, body, _, err := rw.fetch("GET", "https://api.rules.example/b", nil)
+	if err != nil || code != http.StatusBadGateway || !strings.Contains(body, `"vendor-key"`) || strings.Contains(body, valueOfA) {
+		t.Errorf("team B naming team A's secret: %d %q %v, want 502 naming the secret as missing", code, body, err)
+	}
+	if e, ok := rw.audit.find(func(e Event) bool { return e.Owner == "sbx-b" && e.Method == "GET" }); !ok || e.Decision != Failed {
+		t.Errorf("audit of team B's request: %+v %v, want Failed", e, ok)
+	}
+	// Nor does a policy of no team find a team's secret.
+	rw.slot.apply(Policy{AllowInternet: true, Rules: authRule("Bearer ${e2b.secrets.vendor-key}")})
+	if code, body, _, err := rw.fetch("GET", "https://api.rules.example/none", nil); err != nil || code != http.StatusBadGateway || strings.Contains(body, valueOfA) {
+		t.Errorf("a policy without a team naming team A's secret: %d %q %v, want 502", code, body, err)
+	}
+
+	// Team A's own sandbox gets it.
+	rw.slot.apply(Policy{AllowInternet: true, Owner: "sbx-a", Team: "team-a", Rules: authRule("Bearer ${e2b.secrets.vendor-key}")})
+	if code, body, _, err := rw.fetch("GET", "https://api.rules.example/a", nil); err != nil || code != 200 || !strings.Contains(body, "auth=Bearer "+valueOfA) {
+		t.Errorf("team A naming its own secret: %d %q %v", code, body, err)
 	}
 }
 

@@ -26,10 +26,10 @@ func egressRules(in map[string][]cube.NetworkRule) map[string][]egress.Rule {
 	return out
 }
 
-// checkNetwork validates a sandbox's network settings for a create or an
-// update: the policy itself, a CA to intercept with when there are rules,
-// and every secret the rules name.
-func (h *host) checkNetwork(nw cube.Network) error {
+// checkNetwork validates the network settings of a sandbox of team for a
+// create or an update: the policy itself, a CA to intercept with when
+// there are rules, and every secret the rules name, among team's own.
+func (h *host) checkNetwork(team string, nw cube.Network) error {
 	p := policyOf(nw)
 	if err := egress.Validate(p); err != nil {
 		field := "network"
@@ -45,11 +45,21 @@ func (h *host) checkNetwork(nw cube.Network) error {
 		return cube.Errorf(cube.Unsupported, "network.rules: this server runs without an egress filter and CA, so rules cannot be applied").WithField("network.rules")
 	}
 	for _, ref := range egress.SecretRefs(p) {
-		if h.cfg.Secrets == nil || !h.cfg.Secrets.Exists(ref.Name) {
+		if h.cfg.Secrets == nil || !h.cfg.Secrets.Exists(sandboxTeam(team), ref.Name) {
 			return cube.Errorf(cube.Invalid, "%s: secret %q does not exist: create it with POST /secrets (Secret.create) first", ref.Field, ref.Name).WithField(ref.Field)
 		}
 	}
 	return nil
+}
+
+// sandboxTeam is the team whose secrets a sandbox's rules are filled
+// with: its own. One recorded before Cube had teams is the first team's,
+// as the store gives it to that team.
+func sandboxTeam(team string) string {
+	if team == "" {
+		return cube.FirstTeam
+	}
+	return team
 }
 
 // Egress audit: the Filter's events go to the sandbox's log (GET

@@ -10,6 +10,11 @@
 // leaves; nothing else, API answers and logs included, ever carries it.
 // Each value is bound (as GCM additional data) to its secret's ID and
 // version, so a sealed value copied onto another secret does not open.
+//
+// Every secret belongs to a team. Names are unique within a team, and a
+// secret is found, by ID or name, only for its own team: another team's
+// is not there at all. Records written before Cube had teams belong to
+// cube.FirstTeam when loaded.
 package secrets
 
 import (
@@ -49,13 +54,16 @@ const (
 	MaxMetaKeyLen    = 128
 	MaxMetaValueLen  = 1024
 	MaxMetadataBytes = 8192
-	MaxSecrets       = 1000
-	idPrefix         = "sec_"
+	// MaxSecrets bounds each team's secrets, so no team can use up room
+	// another needs.
+	MaxSecrets = 1000
+	idPrefix   = "sec_"
 )
 
 // Info is a secret without its value.
 type Info struct {
 	ID        string
+	Team      string
 	Name      string
 	Version   int64
 	Metadata  map[string]string
@@ -66,6 +74,7 @@ type Info struct {
 // record is a secret as stored.
 type record struct {
 	ID        string            `json:"id"`
+	Team      string            `json:"team"`
 	Name      string            `json:"name"`
 	Version   int64             `json:"version"`
 	Metadata  map[string]string `json:"metadata"`
@@ -117,6 +126,12 @@ func Open(dataDir, key string) (*Store, error) {
 	for _, r := range recs {
 		if _, err := s.open(r); err != nil {
 			return nil, fmt.Errorf("secrets: secret %s does not open with this key (was %s or %s changed?): %w", r.ID, KeyEnv, KeyFile, err)
+		}
+		if r.Team == "" {
+			// Written before teams: the install's first team's. The
+			// team is not part of the sealed value's binding, so the
+			// record opens as it did; the next save records the team.
+			r.Team = cube.FirstTeam
 		}
 		s.recs[r.ID] = r
 	}
@@ -178,8 +193,11 @@ func (s *Store) open(r *record) ([]byte, error) {
 	return s.aead.Open(nil, r.Sealed[:n], r.Sealed[n:], aad(r.ID, r.Version))
 }
 
-// Create stores a new secret.
-func (s *Store) Create(name, value string, md map[string]string) (Info, error) {
+// Create stores a new secret of team.
+func (s *Store) Create(team, name, value string, md map[string]string) (Info, error) {
+	if team == "" {
+		return Info{}, errors.New("secrets: a secret needs a team")
+	}
 	name = strings.ToLower(strings.TrimSpace(name))
 	if err := checkName(name); err != nil {
 		return Info{}, err
@@ -192,14 +210,14 @@ func (s *Store) Create(name, value string, md map[string]string) (Info, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.byName(name) != nil {
+	if s.byName(team, name) != nil {
 		return Info{}, cube.Errorf(cube.Conflict, "a secret named %q exists: update it with POST /secrets/%s", name, name).WithField("name")
 	}
-	if len(s.recs) >= MaxSecrets {
-		return Info{}, cube.Errorf(cube.Capacity, "at most %d secrets: delete one first", MaxSecrets)
+	if s.countLocked(team) >= MaxSecrets {
+		return Info{}, cube.Errorf(cube.Capacity, "at most %d secrets per team: delete one first", MaxSecrets)
 	}
 	now := time.Now().UTC()
-	r := &record{ID: newID(), Name: name, Version: 1, Metadata: orEmpty(md), CreatedAt: now, UpdatedAt: now}
+	r := &record{ID: newID(), Team: team, Name: name, Version: 1, Metadata: orEmpty(md), CreatedAt: now, UpdatedAt: now}
 	var err error
 	if r.Sealed, err = s.seal(r.ID, r.Version, value); err != nil {
 		return Info{}, err
@@ -212,9 +230,9 @@ func (s *Store) Create(name, value string, md map[string]string) (Info, error) {
 	return r.info(), nil
 }
 
-// Update stores value as ref's next version; md, when not nil, replaces
-// its metadata.
-func (s *Store) Update(ref, value string, md map[string]string) (Info, error) {
+// Update stores value as the next version of team's secret ref; md, when
+// not nil, replaces its metadata.
+func (s *Store) Update(team, ref, value string, md map[string]string) (Info, error) {
 	if err := checkValue(value); err != nil {
 		return Info{}, err
 	}
@@ -225,7 +243,7 @@ func (s *Store) Update(ref, value string, md map[string]string) (Info, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.find(ref)
+	r := s.find(team, ref)
 	if r == nil {
 		return Info{}, notFound(ref)
 	}
@@ -247,23 +265,25 @@ func (s *Store) Update(ref, value string, md map[string]string) (Info, error) {
 	return next.info(), nil
 }
 
-// Get finds a secret by ID or name.
-func (s *Store) Get(ref string) (Info, error) {
+// Get finds team's secret by ID or name.
+func (s *Store) Get(team, ref string) (Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.find(ref); r != nil {
+	if r := s.find(team, ref); r != nil {
 		return r.info(), nil
 	}
 	return Info{}, notFound(ref)
 }
 
-// List returns every secret, oldest first.
-func (s *Store) List() []Info {
+// List returns team's secrets, oldest first.
+func (s *Store) List(team string) []Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Info, 0, len(s.recs))
+	out := []Info{}
 	for _, r := range s.recs {
-		out = append(out, r.info())
+		if r.Team == team {
+			out = append(out, r.info())
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
@@ -274,11 +294,11 @@ func (s *Store) List() []Info {
 	return out
 }
 
-// Delete removes a secret; rules naming it fail from then on.
-func (s *Store) Delete(ref string) error {
+// Delete removes team's secret ref; rules naming it fail from then on.
+func (s *Store) Delete(team, ref string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.find(ref)
+	r := s.find(team, ref)
 	if r == nil {
 		return notFound(ref)
 	}
@@ -290,10 +310,12 @@ func (s *Store) Delete(ref string) error {
 	return nil
 }
 
-// Value is a secret's current value, for the egress Filter only.
-func (s *Store) Value(ref string) (string, error) {
+// Value is the current value of team's secret ref, for the egress
+// Filter only: a sandbox's rules are filled with its own team's secrets,
+// and another team's name or ID is not found.
+func (s *Store) Value(team, ref string) (string, error) {
 	s.mu.Lock()
-	r := s.find(ref)
+	r := s.find(team, ref)
 	s.mu.Unlock()
 	if r == nil {
 		return "", notFound(ref)
@@ -305,27 +327,46 @@ func (s *Store) Value(ref string) (string, error) {
 	return string(v), nil
 }
 
-// Exists reports whether ref names a secret.
-func (s *Store) Exists(ref string) bool {
+// Exists reports whether ref names one of team's secrets.
+func (s *Store) Exists(team, ref string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.find(ref) != nil
+	return s.find(team, ref) != nil
 }
 
-func (s *Store) find(ref string) *record {
-	if r := s.recs[ref]; r != nil {
-		return r
+// find is team's secret with ID or name ref; another team's is nil, as
+// one that does not exist. No record has an empty team, so neither does
+// an empty team find any.
+func (s *Store) find(team, ref string) *record {
+	if team == "" {
+		return nil
 	}
-	return s.byName(strings.ToLower(ref))
+	if r := s.recs[ref]; r != nil {
+		if r.Team == team {
+			return r
+		}
+		return nil
+	}
+	return s.byName(team, strings.ToLower(ref))
 }
 
-func (s *Store) byName(name string) *record {
+func (s *Store) byName(team, name string) *record {
 	for _, r := range s.recs {
-		if r.Name == name {
+		if r.Team == team && r.Name == name {
 			return r
 		}
 	}
 	return nil
+}
+
+func (s *Store) countLocked(team string) int {
+	n := 0
+	for _, r := range s.recs {
+		if r.Team == team {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Store) saveLocked() error {
@@ -349,7 +390,7 @@ func (r *record) info() Info {
 	for k, v := range r.Metadata {
 		md[k] = v
 	}
-	return Info{ID: r.ID, Name: r.Name, Version: r.Version, Metadata: md, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	return Info{ID: r.ID, Team: r.Team, Name: r.Name, Version: r.Version, Metadata: md, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
 
 func notFound(ref string) error {

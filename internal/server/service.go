@@ -249,33 +249,36 @@ func (s *service) RemoveNode(ctx context.Context, id string) error {
 }
 
 // Secrets: the store keeps them in memory, sealed on disk, so they need
-// no context.
+// no context. Each is its team's: the store finds, lists and fills rules
+// with a team's own secrets only.
 
-func (s *service) CreateSecret(_ context.Context, name, value string, metadata map[string]string) (cube.SecretInfo, error) {
-	i, err := s.secrets.Create(name, value, metadata)
+func (s *service) CreateSecret(_ context.Context, team, name, value string, metadata map[string]string) (cube.SecretInfo, error) {
+	i, err := s.secrets.Create(team, name, value, metadata)
 	return secretInfo(i), err
 }
 
-func (s *service) UpdateSecret(_ context.Context, ref, value string, metadata map[string]string) (cube.SecretInfo, error) {
-	i, err := s.secrets.Update(ref, value, metadata)
+func (s *service) UpdateSecret(_ context.Context, team, ref, value string, metadata map[string]string) (cube.SecretInfo, error) {
+	i, err := s.secrets.Update(team, ref, value, metadata)
 	return secretInfo(i), err
 }
 
-func (s *service) GetSecret(_ context.Context, ref string) (cube.SecretInfo, error) {
-	i, err := s.secrets.Get(ref)
+func (s *service) GetSecret(_ context.Context, team, ref string) (cube.SecretInfo, error) {
+	i, err := s.secrets.Get(team, ref)
 	return secretInfo(i), err
 }
 
-func (s *service) ListSecrets(context.Context) ([]cube.SecretInfo, error) {
+func (s *service) ListSecrets(_ context.Context, team string) ([]cube.SecretInfo, error) {
 	var out []cube.SecretInfo
-	for _, i := range s.secrets.List() {
+	for _, i := range s.secrets.List(team) {
 		out = append(out, secretInfo(i))
 	}
 	return out, nil
 }
 
-func (s *service) DeleteSecret(_ context.Context, ref string) error { return s.secrets.Delete(ref) }
+func (s *service) DeleteSecret(_ context.Context, team, ref string) error {
+	return s.secrets.Delete(team, ref)
+}
 
 func secretInfo(i secrets.Info) cube.SecretInfo {
-	return cube.SecretInfo{ID: i.ID, Name: i.Name, Version: i.Version, Metadata: i.Metadata, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
+	return cube.SecretInfo{ID: i.ID, Team: i.Team, Name: i.Name, Version: i.Version, Metadata: i.Metadata, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
 }
