@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"cube/internal/audit"
 	"cube/internal/node"
 	"cube/internal/oci"
 	"cube/internal/secrets"
@@ -51,6 +52,8 @@ func main() {
 	flag.IntVar(&o.PreparedPerKey, "prepared-pool", 2, "containers made ahead of cold restores, per kind of restore asked for in the last 10 minutes (0: none)")
 	flag.Int64Var(&o.VolumeMB, "volume-size", 1024, "size in MiB of a persistent volume created without sizeMB")
 	flag.Int64Var(&o.MaxVolumeMB, "max-volume-size", 100<<10, "largest persistent volume in MiB a create may ask for")
+	flag.DurationVar(&o.AuditMaxAge, "audit-max-age", audit.DefaultMaxAge, "how long audit entries are kept")
+	flag.Int64Var(&o.AuditMaxRows, "audit-max-rows", audit.DefaultMaxRows, "most audit entries kept (the oldest go first)")
 	flag.DurationVar(&o.PauseWriteDelay, "pause-write-delay", 10*time.Second, "how long a paused sandbox stays in memory (resuming at once) before it is written to disk")
 	flag.DurationVar(&o.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a request may ask for")
 	flag.IntVar(&o.Slots, "slots", 0, "network slots (default: the netslot default)")

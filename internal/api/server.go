@@ -73,6 +73,10 @@ type Config struct {
 	// without the API key. Empty picks 32 random bytes, so links die with
 	// the process; servers behind one address share a secret.
 	UploadSecret []byte
+	// Audit receives an entry for every change made through the API
+	// (every request but GET, HEAD and OPTIONS that a key or token
+	// authorised, whatever its outcome); nil keeps none.
+	Audit cube.Audit
 	// Console answers the web console's routes (/console, its assets and
 	// /console/api/...); nil answers 404 there. The page and its assets
 	// are public, every /console/api route needs the key like any other.
@@ -271,6 +275,7 @@ func (s *Server) routes() []route {
 		{"DELETE", "/admin/teams/{teamID}/api-keys/{apiKeyID}", admin, s.adminDeleteKey},
 		{"POST", "/admin/teams/{teamID}/sandboxes/kill", admin, s.adminKillSandboxes},
 		{"GET", "/admin/sandboxes/running-counts", admin, s.runningCounts},
+		{"GET", "/audit", team, s.listAudit},
 		{"GET", "/secrets", team, s.listSecrets},
 		{"POST", "/secrets", team, s.createSecret},
 		{"GET", "/secrets/{secretID}", team, s.getSecret},
@@ -355,6 +360,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) string {
 		r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(pattern))
 	}
 	s.mux.ServeHTTP(w, r)
+	s.audit(w, r, pattern)
 	return pattern
 }
 

@@ -199,7 +199,7 @@ func resolve(doc map[string]any, ref string) any {
 // schemaTypes maps every object schema of the spec to the Go type that is
 // encoded or decoded for it.
 var schemaTypes = map[string]any{
-	"Error": wire.Error{}, "ProxyError": proxy.ErrorBody{}, "Health": wire.Health{}, "ImportedArchive": ImportedArchive{},
+	"Error": wire.Error{}, "AuditEntry": wire.AuditEntry{}, "ProxyError": proxy.ErrorBody{}, "Health": wire.Health{}, "ImportedArchive": ImportedArchive{},
 	"NetworkConfig": wire.NetworkConfig{}, "NetworkUpdate": wire.NetworkUpdate{},
 	"NetworkRule": wire.NetworkRule{}, "NetworkTransform": wire.NetworkTransform{},
 	"Node": wire.Node{}, "NodeStatusChange": wire.NodeStatusChange{},

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"cube/internal/api"
+	"cube/internal/audit"
 	"cube/internal/cube"
 	"cube/internal/envd/protocol"
 	"cube/internal/fault"
@@ -88,6 +89,10 @@ type Options struct {
 	// VolumeMB and MaxVolumeMB are the size of a volume created without
 	// one and the largest volume allowed (node.Config.VolumeBytes).
 	VolumeMB, MaxVolumeMB int64
+	// AuditMaxAge and AuditMaxRows bound the audit trail (0: audit's
+	// defaults, 90 days and a million entries).
+	AuditMaxAge  time.Duration
+	AuditMaxRows int64
 	// PauseWriteDelay is how long a paused sandbox stays in memory.
 	PauseWriteDelay time.Duration
 	MaxTimeout      time.Duration
@@ -286,7 +291,9 @@ func Run(ctx context.Context, o Options) error {
 	own := &service{
 		node: nd, builder: builder, nodes: cl.registry, secrets: eg.secrets, creates: counts, forkAway: cl.forkAway(st, nd),
 	}
-	apiSrv, err := newAPI(o, keys, ls, log, eg, nd, builder, cl, cl.service(own, nd))
+	trail := audit.New(st, name, audit.Retention{MaxAge: o.AuditMaxAge, MaxRows: o.AuditMaxRows}, log)
+	done.push(trail.Close)
+	apiSrv, err := newAPI(o, keys, trail, ls, log, eg, nd, builder, cl, cl.service(own, nd))
 	if err != nil {
 		return err
 	}
@@ -438,7 +445,7 @@ func openBuilder(ctx context.Context, o Options, name string, st *store.Store, n
 
 // newAPI makes the control plane over svc, with the metrics of every
 // part.
-func newAPI(o Options, keys *teams.Keys, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, svc cube.Backend) (*api.Server, error) {
+func newAPI(o Options, keys *teams.Keys, trail *audit.Log, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, svc cube.Backend) (*api.Server, error) {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics.MustRegister(nd.Collectors()...)
@@ -451,7 +458,7 @@ func newAPI(o Options, keys *teams.Keys, ls *listeners, log *slog.Logger, eg *eg
 	perSandbox := prometheus.NewRegistry()
 	perSandbox.MustRegister(nd.SandboxCollector())
 	return api.NewServer(api.Config{
-		Teams: keys, Domain: ls.reported, CACert: ls.caPEM(),
+		Teams: keys, Audit: trail, Domain: ls.reported, CACert: ls.caPEM(),
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics, SandboxMetrics: perSandbox,
 		Console: webui.New(webui.Config{Gatherer: prometheus.Gatherers{metrics, perSandbox}, Version: version.Version, DataDir: o.DataDir,
 			Runtime: "gVisor (runsc, systrap platform)", MaxSandboxes: o.MaxSandboxes}),

@@ -97,6 +97,20 @@ CREATE TABLE IF NOT EXISTS events (
 	message    TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);
+CREATE TABLE IF NOT EXISTS audit (
+	seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+	ts       INTEGER NOT NULL,
+	team     TEXT NOT NULL,
+	key_id   TEXT NOT NULL,
+	key_name TEXT NOT NULL,
+	method   TEXT NOT NULL,
+	route    TEXT NOT NULL,
+	target   TEXT NOT NULL,
+	status   INTEGER NOT NULL,
+	node     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_team ON audit(team, seq);
+CREATE INDEX IF NOT EXISTS audit_ts ON audit(ts);
 `
 
 // Open opens (creating if needed) the database at path.

@@ -76,3 +76,17 @@ type AdminSandboxKillResult struct {
 	KilledCount int `json:"killedCount"`
 	FailedCount int `json:"failedCount"`
 }
+
+// AuditEntry is one change made through the API, as GET /audit lists it.
+type AuditEntry struct {
+	Seq     int64     `json:"seq"`
+	Time    time.Time `json:"time"`
+	TeamID  string    `json:"teamID"`
+	KeyID   string    `json:"keyID"`
+	KeyName string    `json:"keyName"`
+	Method  string    `json:"method"`
+	Route   string    `json:"route"`
+	Target  string    `json:"target"`
+	Status  int       `json:"status"`
+	Node    string    `json:"node"`
+}
