@@ -184,6 +184,7 @@ func clusterOfThree(t *testing.T, mtls bool) {
 	if n := strings.Count(string(out), `"sandboxID"`); code != 200 || n != 30 {
 		t.Fatalf("list through node-c: %d, %d sandboxes", code, n)
 	}
+	teamsAcrossNodes(t, a.d, b.d, c.d)
 
 	// Paused through one node and resumed through another, a sandbox
 	// stays on its node with its files.
