@@ -239,6 +239,9 @@ func (k *Keys) CreateTeam(ctx context.Context, name string, q cube.Quotas) (cube
 	if err := checkName("team", name); err != nil {
 		return cube.Team{}, err
 	}
+	if err := checkQuotas(q); err != nil {
+		return cube.Team{}, err
+	}
 	all, err := k.st.Teams().List(ctx)
 	if err != nil {
 		return cube.Team{}, err
@@ -293,8 +296,8 @@ func (k *Keys) Quotas(ctx context.Context, teamID string) (cube.Quotas, error) {
 
 // SetQuotas replaces a team's quotas.
 func (k *Keys) SetQuotas(ctx context.Context, teamID string, q cube.Quotas) (cube.Team, error) {
-	if q.RunningSandboxes < 0 || q.VCPUs < 0 || q.MemoryMB < 0 || q.MaxTimeout < 0 || q.DiskBytes < 0 || q.Builds < 0 || q.RequestsPerSecond < 0 {
-		return cube.Team{}, cube.Errorf(cube.Invalid, "quotas cannot be negative (0 means no limit)")
+	if err := checkQuotas(q); err != nil {
+		return cube.Team{}, err
 	}
 	quotas, err := json.Marshal(q)
 	if err != nil {
@@ -474,6 +477,13 @@ func (k *Keys) DeleteKey(ctx context.Context, teamID, keyID string) error {
 		return err
 	}
 	k.forget(r.Hash)
+	return nil
+}
+
+func checkQuotas(q cube.Quotas) error {
+	if q.RunningSandboxes < 0 || q.VCPUs < 0 || q.MemoryMB < 0 || q.MaxTimeout < 0 || q.DiskBytes < 0 || q.Builds < 0 || q.RequestsPerSecond < 0 {
+		return cube.Errorf(cube.Invalid, "quotas cannot be negative (0 means no limit)")
+	}
 	return nil
 }
 

@@ -908,7 +908,6 @@ func testSetQuotas(t *testing.T, b backend) {
 // CreateTeam refuses what SetQuotas refuses: POST /teams passes its body's
 // quotas to it unchecked.
 func testCreateTeamNegativeQuotas(t *testing.T, b backend) {
-	t.Skip("BUG (internal/teams/teams.go): CreateTeam does not check its quotas; a team is created with a negative quota that SetQuotas would refuse (Invalid). Remove this Skip once CreateTeam checks them as SetQuotas does.")
 	st, _ := b.open(t)
 	k, _ := started(t, st)
 	for field, neg := range negativeQuotas() {
