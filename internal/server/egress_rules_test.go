@@ -218,8 +218,9 @@ func grepDir(dir string, needle []byte) []string {
 // processes' environments, memory, files) nor in the data dir in plain
 // text; hosts without rules stay end to end; a destination whose
 // certificate does not verify is refused; rules change live; every
-// request is in the sandbox's log; secrets survive a restart, and rules
-// a crash.
+// request is in the sandbox's log; another team neither sees team A's
+// secret nor gets it filled into its sandbox's rules; secrets survive a
+// restart, and rules a crash.
 func TestEgressRulesWithSecrets(t *testing.T) {
 	testenv.RequireRoot(t)
 	out := newOutside(t)
@@ -357,6 +358,65 @@ func TestEgressRulesWithSecrets(t *testing.T) {
 	}
 	if _, metrics := d.do(t, "GET", "/metrics", nil, nil); !bytes.Contains(metrics, []byte(`cube_egress_requests_total{decision="transformed",kind="request"}`)) {
 		t.Errorf("no egress metrics")
+	}
+
+	// Another team (the admin key acting for it): team A's secret is not
+	// there for it, by name or ID, nor in its list, and its rules cannot
+	// name it. Its own secret of the same name fills its sandbox's rules;
+	// once that is deleted, its sandbox's rule fills nothing, team A's of
+	// that name notwithstanding.
+	code, body = d.do(t, "POST", "/teams", map[string]any{"name": "other"}, nil)
+	var other struct{ TeamID string }
+	if json.Unmarshal(body, &other); code != 201 || other.TeamID == "" {
+		t.Fatalf("create team: %d %s", code, body)
+	}
+	asB := map[string]string{"X-Team-ID": other.TeamID}
+	if code, body := d.do(t, "PATCH", "/templates/tiny", map[string]any{"public": true}, nil); code != 200 {
+		t.Fatalf("make the template public: %d %s", code, body)
+	}
+	for _, p := range []string{"/secrets/vendor-key", "/secrets/" + sec.SecretID} {
+		if code, body := d.do(t, "GET", p, nil, asB); code != 404 || bytes.Contains(body, []byte(`"secretID"`)) {
+			t.Errorf("another team's GET %s: %d %s, want 404", p, code, body)
+		}
+	}
+	if code, body := d.do(t, "GET", "/secrets", nil, asB); code != 200 || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("another team's list: %d %s, want []", code, body)
+	}
+	if code, body := d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny", "network": map[string]any{"rules": rules("Bearer ${e2b.secrets.vendor-key}")}}, asB); code != 400 || !bytes.Contains(body, []byte(`secret \"vendor-key\" does not exist`)) {
+		t.Errorf("another team's rule naming team A's secret: %d %s, want 400", code, body)
+	}
+	secretB := fmt.Sprintf("sk-team-b-%x", mrand.Uint64())
+	if code, body := d.do(t, "POST", "/secrets", map[string]any{"name": "vendor-key", "value": secretB}, asB); code != 201 {
+		t.Fatalf("another team's secret of the same name: %d %s", code, body)
+	}
+	code, body = d.do(t, "POST", "/sandboxes", map[string]any{"templateID": "tiny", "network": map[string]any{"rules": rules("Bearer ${e2b.secrets.vendor-key}")}}, asB)
+	var sbB struct{ SandboxID, EnvdAccessToken string }
+	if json.Unmarshal(body, &sbB); code != 201 {
+		t.Fatalf("create another team's sandbox: %d %s", code, body)
+	}
+	runB := func(args ...string) nodetest.Result {
+		t.Helper()
+		return d.exec(t, sbB.SandboxID, sbB.EnvdAccessToken, "/egressprobe", args...)
+	}
+	runB("get", "https://api.rules.test/team-b", good)
+	if got := out.seen(); got[len(got)-1] != "api.rules.test Bearer "+secretB {
+		t.Errorf("another team's sandbox: the destination saw %q, want its own team's secret", got[len(got)-1])
+	}
+	if code, body := d.do(t, "DELETE", "/secrets/vendor-key", nil, asB); code != 204 {
+		t.Fatalf("delete another team's secret: %d %s", code, body)
+	}
+	seen := len(out.seen())
+	if r := runB("get", "https://api.rules.test/team-b-deleted", good); !strings.Contains(r.Stdout, "status 502") || strings.Contains(r.Stdout, secret) {
+		t.Errorf("another team's rule naming a name only team A has: %s, want 502", r)
+	}
+	if got := out.seen(); len(got) != seen {
+		t.Errorf("a request with a secret of another team reached the destination: %q", got[seen:])
+	}
+	if code, body := d.do(t, "GET", "/secrets/vendor-key", nil, nil); code != 200 || !bytes.Contains(body, []byte(sec.SecretID)) {
+		t.Errorf("team A's secret after the other team deleted its own: %d %s", code, body)
+	}
+	if code, body := d.do(t, "DELETE", "/sandboxes/"+sbB.SandboxID, nil, asB); code != 204 {
+		t.Errorf("kill another team's sandbox: %d %s", code, body)
 	}
 
 	// The data dir never holds the value in plain text, a pause image of
