@@ -71,6 +71,11 @@ type Sandbox struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// PausedAt is set while paused; time paused does not count against the timeout.
 	PausedAt time.Time `json:"pausedAt,omitzero"`
+	// RunningSince is when the sandbox last started running (created,
+	// forked, resumed), set while it runs: the open end of its usage, whose
+	// closed stretches are rows of the usage table (usage.go). Zero in
+	// the other states, and in records written before usage was kept.
+	RunningSince time.Time `json:"runningSince,omitzero"`
 
 	CPUCount   int `json:"cpuCount"`
 	MemoryMB   int `json:"memoryMB"`

@@ -111,6 +111,17 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 CREATE INDEX IF NOT EXISTS audit_team ON audit(team, seq);
 CREATE INDEX IF NOT EXISTS audit_ts ON audit(ts);
+CREATE TABLE IF NOT EXISTS usage (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	team       TEXT NOT NULL,
+	sandbox_id TEXT NOT NULL,
+	node       TEXT NOT NULL,
+	start_ns   INTEGER NOT NULL,
+	end_ns     INTEGER NOT NULL,
+	vcpus      INTEGER NOT NULL,
+	memory_mb  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS usage_team_end ON usage(team, end_ns);
 `
 
 // Open opens (creating if needed) the database at path.

@@ -76,6 +76,7 @@ var suite = []struct {
 	{"OrphanEventsGo", testOrphanEventsGo},
 	{"PausedStatesRoundTrip", testPausedStatesRoundTrip},
 	{"OldPausedRecordsReadAsTheirState", testOldPausedRecordsReadAsTheirState},
+	{"Usage", testUsage},
 }
 
 func runSuite(t *testing.T, b backend) {
