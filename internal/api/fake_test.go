@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -65,6 +66,36 @@ func (f *fakeBackend) template(idOrAlias string) *cube.Template {
 	return nil
 }
 
+// find is the template name (an ID or an alias) means to team, as
+// store.FindTemplate finds it: an ID of one it may use, an alias of its
+// own first, then of a public one.
+func (f *fakeBackend) find(team, name string) *cube.Template {
+	var public *cube.Template
+	for i := range f.templates {
+		t := &f.templates[i]
+		if !visible(t, team) {
+			continue
+		}
+		if t.ID == name {
+			return t
+		}
+		if !slices.Contains(t.Aliases, name) {
+			continue
+		}
+		if owned(t, team) {
+			return t
+		}
+		if public == nil {
+			public = t
+		}
+	}
+	return public
+}
+
+// owned is the fake's rule for templates a team may change: its own, and
+// those made without a team.
+func owned(t *cube.Template, team string) bool { return t.Team == "" || t.Team == team }
+
 func (f *fakeBackend) sandbox(id string) (*cube.Sandbox, error) {
 	sb, ok := f.sandboxes[id]
 	if !ok {
@@ -104,7 +135,7 @@ func (f *fakeBackend) CreateSandbox(ctx context.Context, req cube.CreateRequest)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastCreate = req
-	t := f.template(req.Template)
+	t := f.find(req.Team, req.Template)
 	if t == nil {
 		return nil, cube.Errorf(cube.NotFound, "template %q not found", req.Template)
 	}
@@ -277,8 +308,8 @@ func (f *fakeBackend) ListTemplates(ctx context.Context, team string) ([]cube.Te
 func (f *fakeBackend) GetTemplate(ctx context.Context, team, idOrAlias string) (*cube.Template, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := f.template(idOrAlias)
-	if t == nil || !visible(t, team) {
+	t := f.find(team, idOrAlias)
+	if t == nil {
 		return nil, cube.Errorf(cube.NotFound, "template %q not found", idOrAlias)
 	}
 	cp := *t
@@ -294,13 +325,20 @@ func (f *fakeBackend) DeleteTemplate(ctx context.Context, team, idOrAlias string
 			return nil
 		}
 	}
+	t := f.find(team, idOrAlias)
+	if t == nil {
+		return cube.Errorf(cube.NotFound, "template %q not found", idOrAlias)
+	}
+	if !owned(t, team) {
+		return cube.Errorf(cube.Forbidden, "template %q is another team's public template", idOrAlias)
+	}
 	for i := range f.templates {
-		if f.templates[i].ID == idOrAlias {
+		if f.templates[i].ID == t.ID {
 			f.templates = append(f.templates[:i], f.templates[i+1:]...)
-			return nil
+			break
 		}
 	}
-	return cube.Errorf(cube.NotFound, "template %q not found", idOrAlias)
+	return nil
 }
 
 func (f *fakeBackend) CountSandboxes(ctx context.Context) (map[cube.SandboxState]int, error) {

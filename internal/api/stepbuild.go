@@ -43,6 +43,7 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	intent.Team = callerOf(r).Team
 	b, err := s.stepBuilder()
 	if err != nil {
 		return err
@@ -88,7 +89,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := b.StartBuild(r.Context(), tid, bid, spec); err != nil {
+	if err := b.StartBuild(r.Context(), callerOf(r).Team, tid, bid, spec); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusAccepted)

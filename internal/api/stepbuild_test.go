@@ -20,7 +20,10 @@ import (
 )
 
 // fakeStepBuilder adds step builds to the in-memory backend: one template
-// (the fake's base) with one build, build1.
+// (the fake's base) with one build, build1. Builds belong to their
+// template's team (builds), and templates are found as the builder finds
+// them (fakeBackend.find): a team sees its own and public ones, and
+// changes only its own.
 type fakeStepBuilder struct {
 	*fakeBackend
 	maxFiles  int64
@@ -35,6 +38,10 @@ type fakeStepBuilder struct {
 	removed   []string
 	public    *bool
 	firstRead chan []byte // when set, PutFiles sends its first read here
+	// builds are the template of each build ID; teams, the team of every
+	// call, in order.
+	builds map[string]string
+	teams  []string
 }
 
 const (
@@ -42,26 +49,36 @@ const (
 	stepBuild    = "build1"
 )
 
-func newStepEnv(t *testing.T) (*testEnv, *fakeStepBuilder) {
+func newStepEnv(t *testing.T, mutate ...func(*envConfig)) (*testEnv, *fakeStepBuilder) {
 	fake := newFake()
-	b := &fakeStepBuilder{fakeBackend: fake, maxFiles: 2 << 20, files: map[string][]byte{}}
-	return newEnvWith(t, fake, b), b
+	b := &fakeStepBuilder{fakeBackend: fake, maxFiles: 2 << 20, files: map[string][]byte{}, builds: map[string]string{stepBuild: stepTemplate}}
+	return newEnvWith(t, fake, b, mutate...), b
 }
 
-// known answers NotFound for a template the fake does not hold.
-func (b *fakeStepBuilder) known(idOrName string) error {
+// known returns the template idOrName names to team (a tag aside):
+// NotFound for one the fake does not hold or team may not see, and, when
+// change is set, Forbidden for another team's public one.
+func (b *fakeStepBuilder) known(team, idOrName string, change bool) (*cube.Template, error) {
+	b.teams = append(b.teams, team)
 	name, _, _ := strings.Cut(idOrName, ":")
-	if b.template(name) == nil {
-		return cube.Errorf(cube.NotFound, "template %q not found", idOrName)
+	t := b.find(team, name)
+	if t == nil {
+		return nil, cube.Errorf(cube.NotFound, "template %q not found", idOrName)
 	}
-	return nil
+	if change && !owned(t, team) {
+		return nil, cube.Errorf(cube.Forbidden, "template %q is another team's public template", idOrName)
+	}
+	return t, nil
 }
 
-func (b *fakeStepBuilder) knownBuild(templateID, buildID string) error {
-	if err := b.known(templateID); err != nil {
+// knownBuild checks a build of the template: another team's build is not
+// found, even of a public template.
+func (b *fakeStepBuilder) knownBuild(team, templateID, buildID string) error {
+	t, err := b.known(team, templateID, false)
+	if err != nil {
 		return err
 	}
-	if buildID != stepBuild {
+	if b.builds[buildID] != t.ID || !owned(t, team) {
 		return cube.Errorf(cube.NotFound, "build %q not found", buildID)
 	}
 	return nil
@@ -75,6 +92,7 @@ func (b *fakeStepBuilder) RequestBuild(ctx context.Context, req cube.BuildIntent
 		return nil, cube.Errorf(cube.Conflict, "name %q is held by a snapshot", name)
 	}
 	b.intent = req
+	b.teams = append(b.teams, req.Team)
 	tags := append([]string{}, req.Tags...)
 	if tagged {
 		tags = append(tags, tag)
@@ -82,10 +100,10 @@ func (b *fakeStepBuilder) RequestBuild(ctx context.Context, req cube.BuildIntent
 	return &cube.BuildTicket{TemplateID: "tpl1", BuildID: stepBuild, Names: []string{name}, Tags: tags}, nil
 }
 
-func (b *fakeStepBuilder) FilesPresent(ctx context.Context, templateID, hash string) (bool, error) {
+func (b *fakeStepBuilder) FilesPresent(ctx context.Context, team, templateID, hash string) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.known(templateID); err != nil {
+	if _, err := b.known(team, templateID, true); err != nil {
 		return false, err
 	}
 	_, ok := b.files[hash]
@@ -93,7 +111,10 @@ func (b *fakeStepBuilder) FilesPresent(ctx context.Context, templateID, hash str
 }
 
 func (b *fakeStepBuilder) PutFiles(ctx context.Context, templateID, hash string, body io.Reader, verify bool) error {
-	if err := b.known(templateID); err != nil {
+	b.mu.Lock()
+	_, err := b.known("", templateID, false)
+	b.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	if verify {
@@ -128,20 +149,23 @@ func (b *fakeStepBuilder) PutFiles(ctx context.Context, templateID, hash string,
 
 func (b *fakeStepBuilder) MaxFilesBytes() int64 { return b.maxFiles }
 
-func (b *fakeStepBuilder) StartBuild(ctx context.Context, templateID, buildID string, spec cube.BuildSpec) error {
+func (b *fakeStepBuilder) StartBuild(ctx context.Context, team, templateID, buildID string, spec cube.BuildSpec) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.knownBuild(templateID, buildID); err != nil {
+	if err := b.knownBuild(team, templateID, buildID); err != nil {
 		return err
+	}
+	if from, _, _ := strings.Cut(spec.FromTemplate, ":"); from != "" && b.find(team, from) == nil {
+		return cube.Errorf(cube.Invalid, "base template %q not found or not ready", spec.FromTemplate)
 	}
 	b.spec = spec
 	return nil
 }
 
-func (b *fakeStepBuilder) BuildStatus(ctx context.Context, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
+func (b *fakeStepBuilder) BuildStatus(ctx context.Context, team, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.knownBuild(templateID, buildID); err != nil {
+	if err := b.knownBuild(team, templateID, buildID); err != nil {
 		return nil, err
 	}
 	b.offset = logsOffset
@@ -155,53 +179,55 @@ func (b *fakeStepBuilder) BuildStatus(ctx context.Context, templateID, buildID s
 	return st, nil
 }
 
-func (b *fakeStepBuilder) BuildLogs(ctx context.Context, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
+func (b *fakeStepBuilder) BuildLogs(ctx context.Context, team, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.knownBuild(templateID, buildID); err != nil {
+	if err := b.knownBuild(team, templateID, buildID); err != nil {
 		return nil, err
 	}
 	b.logQuery = q
 	return b.logs, nil
 }
 
-func (b *fakeStepBuilder) AssignTags(ctx context.Context, target string, tags []string) (string, error) {
+func (b *fakeStepBuilder) AssignTags(ctx context.Context, team, target string, tags []string) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.known(target); err != nil {
+	if _, err := b.known(team, target, true); err != nil {
 		return "", err
 	}
 	b.assigned = tags
 	return stepBuild, nil
 }
 
-func (b *fakeStepBuilder) RemoveTags(ctx context.Context, name string, tags []string) error {
+func (b *fakeStepBuilder) RemoveTags(ctx context.Context, team, name string, tags []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.known(name); err != nil {
+	if _, err := b.known(team, name, true); err != nil {
 		return err
 	}
 	b.removed = tags
 	return nil
 }
 
-func (b *fakeStepBuilder) TemplateTags(ctx context.Context, idOrName string) ([]cube.TemplateTag, error) {
+func (b *fakeStepBuilder) TemplateTags(ctx context.Context, team, idOrName string) ([]cube.TemplateTag, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.known(idOrName); err != nil {
+	if _, err := b.known(team, idOrName, false); err != nil {
 		return nil, err
 	}
 	return []cube.TemplateTag{{Tag: "default", BuildID: stepBuild, CreatedAt: b.now}}, nil
 }
 
-func (b *fakeStepBuilder) SetPublic(ctx context.Context, idOrName string, public bool) ([]string, error) {
+func (b *fakeStepBuilder) SetPublic(ctx context.Context, team, idOrName string, public bool) ([]string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.known(idOrName); err != nil {
+	t, err := b.known(team, idOrName, true)
+	if err != nil {
 		return nil, err
 	}
 	b.public = &public
-	return b.template(idOrName).Aliases, nil
+	t.Public = public
+	return t.Aliases, nil
 }
 
 func sha(s string) string {

@@ -70,7 +70,7 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	present, err := b.FilesPresent(r.Context(), tid, hash)
+	present, err := b.FilesPresent(r.Context(), callerOf(r).Team, tid, hash)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,9 @@ func (l *uploadLinks) release(link signedLink, stored bool) {
 
 // uploadFiles serves PUT UploadPath: a COPY step's tar archive, streamed
 // to the builder as it arrives. Its body limit is the builder's (see
-// bodyLimit).
+// bodyLimit). It has no caller, and so no team: the link's signature,
+// made by fileUploadLink once FilesPresent checked the caller's team, is
+// its authority over the one template ID it names.
 func (s *Server) uploadFiles(w http.ResponseWriter, r *http.Request) error {
 	tid, hash, err := templateFiles(r)
 	if err != nil {

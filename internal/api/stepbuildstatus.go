@@ -24,7 +24,7 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	st, err := b.BuildStatus(r.Context(), tid, bid, int(offset))
+	st, err := b.BuildStatus(r.Context(), callerOf(r).Team, tid, bid, int(offset))
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	logs, err := b.BuildLogs(r.Context(), tid, bid, q)
+	logs, err := b.BuildLogs(r.Context(), callerOf(r).Team, tid, bid, q)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	bid, err := b.AssignTags(r.Context(), body.Target, body.Tags)
+	bid, err := b.AssignTags(r.Context(), callerOf(r).Team, body.Target, body.Tags)
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func (s *Server) removeTags(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := b.RemoveTags(r.Context(), body.Name, body.Tags); err != nil {
+	if err := b.RemoveTags(r.Context(), callerOf(r).Team, body.Name, body.Tags); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -83,7 +83,7 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	tags, err := b.TemplateTags(r.Context(), tid)
+	tags, err := b.TemplateTags(r.Context(), callerOf(r).Team, tid)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func (s *Server) updateTemplate(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) templateNames(r *http.Request, b cube.StepBuilder, tid string, public *bool) ([]string, error) {
 	if public != nil {
-		return b.SetPublic(r.Context(), tid, *public)
+		return b.SetPublic(r.Context(), callerOf(r).Team, tid, *public)
 	}
 	t, err := s.backend.GetTemplate(r.Context(), callerOf(r).Team, tid)
 	if err != nil {

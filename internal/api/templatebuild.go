@@ -173,6 +173,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	req.Team = callerOf(r).Team
 	b, err := s.builder()
 	if err != nil {
 		return err
@@ -195,7 +196,7 @@ func (s *Server) getBuildJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	job, err := b.BuildJob(r.Context(), jobID)
+	job, err := b.BuildJob(r.Context(), callerOf(r).Team, jobID)
 	if err != nil {
 		return err
 	}
@@ -214,6 +215,7 @@ func (s *Server) listTemplatesDetailed(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
+	// Every template's details: only those of the team's list are shown.
 	details, err := b.TemplateDetails(r.Context())
 	if err != nil {
 		return err

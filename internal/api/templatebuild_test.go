@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -16,6 +17,9 @@ type fakeBuilder struct {
 	*fakeBackend
 	last cube.BuildRequest
 	jobs map[string]*cube.BuildJob
+	// jobTeams is the team of each job BuildTemplate made; another
+	// team's job is not found.
+	jobTeams map[string]string
 }
 
 func (b *fakeBuilder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cube.BuildJob, error) {
@@ -25,18 +29,22 @@ func (b *fakeBuilder) BuildTemplate(ctx context.Context, req cube.BuildRequest) 
 		return nil, cube.Errorf(cube.Conflict, "template %q already exists", req.TemplateID)
 	}
 	b.last = req
-	j := &cube.BuildJob{ID: "job1", TemplateID: req.TemplateID, Phase: "PULLING", CreatedAt: b.now, UpdatedAt: b.now}
+	j := &cube.BuildJob{ID: fmt.Sprintf("job%d", len(b.jobs)+1), TemplateID: req.TemplateID, Phase: "PULLING", CreatedAt: b.now, UpdatedAt: b.now}
 	if j.TemplateID == "" {
 		j.TemplateID = "generated"
 	}
 	b.jobs[j.ID] = j
+	b.jobTeams[j.ID] = req.Team
 	return j, nil
 }
 
-func (b *fakeBuilder) BuildJob(ctx context.Context, jobID string) (*cube.BuildJob, error) {
+func (b *fakeBuilder) BuildJob(ctx context.Context, team, jobID string) (*cube.BuildJob, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	j, ok := b.jobs[jobID]
+	if jt := b.jobTeams[jobID]; jt != "" && jt != team {
+		ok = false
+	}
 	if !ok {
 		return nil, cube.Errorf(cube.NotFound, "build job %q not found", jobID)
 	}
@@ -49,10 +57,10 @@ func (b *fakeBuilder) TemplateDetails(ctx context.Context) (map[string]cube.Temp
 	}, nil
 }
 
-func newBuilderEnv(t *testing.T) (*testEnv, *fakeBuilder) {
+func newBuilderEnv(t *testing.T, mutate ...func(*envConfig)) (*testEnv, *fakeBuilder) {
 	fake := newFake()
-	b := &fakeBuilder{fakeBackend: fake, jobs: map[string]*cube.BuildJob{}}
-	return newEnvWith(t, fake, b), b
+	b := &fakeBuilder{fakeBackend: fake, jobs: map[string]*cube.BuildJob{}, jobTeams: map[string]string{}}
+	return newEnvWith(t, fake, b, mutate...), b
 }
 
 func TestBuildTemplateRequest(t *testing.T) {

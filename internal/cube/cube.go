@@ -99,14 +99,19 @@ type NetworkUpdater interface {
 // images (without it building is Unsupported). It also enriches template
 // listings with each template's build facts.
 type TemplateBuilder interface {
-	// BuildTemplate records a build job and its template (status building)
-	// and starts the build in the background; it returns at once. Template
-	// id or alias already taken → Conflict.
+	// BuildTemplate records a build job and its template (status building),
+	// both req.Team's, and starts the build in the background; it returns
+	// at once. An alias or template ID the team already uses → Conflict;
+	// so is a template ID another team's template has (IDs are unique
+	// across teams, aliases only within one).
 	BuildTemplate(ctx context.Context, req BuildRequest) (*BuildJob, error)
-	// BuildJob returns one build job; unknown → NotFound.
-	BuildJob(ctx context.Context, jobID string) (*BuildJob, error)
+	// BuildJob returns one of team's build jobs; unknown, or another
+	// team's → NotFound. The empty team is the node, which sees every one.
+	BuildJob(ctx context.Context, team, jobID string) (*BuildJob, error)
 	// TemplateDetails returns the build facts of every stored template
-	// (snapshots included), keyed by template ID.
+	// (snapshots included), keyed by template ID, whatever its team: the
+	// caller picks those of the templates it lists (ListTemplates and
+	// GetTemplate filter by team).
 	TemplateDetails(ctx context.Context) (map[string]TemplateDetail, error)
 }
 

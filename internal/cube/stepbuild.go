@@ -13,14 +13,23 @@ import (
 // a build ID; the files of COPY steps are uploaded, each by its hash; then
 // StartBuild runs the steps. The template keeps serving its previous build
 // until the new one is ready.
+//
+// Templates and builds belong to a team (the team argument, the empty team
+// being the node, which sees every one). Another team's private template,
+// and another team's build of any template, are answered NotFound, the
+// answer for one that does not exist; another team's public template may
+// be built from (FromTemplate) and its tags read, but changing it (tags,
+// public, files) → Forbidden.
 type StepBuilder interface {
-	// RequestBuild reserves a build. The name may end in ":tag", which
-	// counts as one more tag. A name held by a snapshot or by a template
-	// still building → Conflict.
+	// RequestBuild reserves a build of req.Team's template req.Name. The
+	// name may end in ":tag", which counts as one more tag. Names are
+	// the team's own: another team's template of the same name is another
+	// template. A name held by a snapshot or by a template still building
+	// → Conflict.
 	RequestBuild(ctx context.Context, req BuildIntent) (*BuildTicket, error)
 	// FilesPresent reports whether the files of a COPY step, named by the
 	// SDK's hash of them, are already stored. Unknown template → NotFound.
-	FilesPresent(ctx context.Context, templateID, hash string) (bool, error)
+	FilesPresent(ctx context.Context, team, templateID, hash string) (bool, error)
 	// PutFiles stores a COPY step's files: a tar archive, gzipped or not.
 	// Larger than MaxFilesBytes → TooLarge; not a tar archive → Invalid.
 	// With verify, hash is the SHA-256 of the tar (ungzipped), as
@@ -28,33 +37,41 @@ type StepBuilder interface {
 	// stored. (The SDKs' hash covers the step's source and destination and
 	// the stat data of the source tree, which no upload carries, so their
 	// uploads cannot be checked.) Files already stored under hash are kept
-	// and the upload discarded.
+	// and the upload discarded. It takes no team: an upload comes through
+	// a link signed for one template ID (IDs are unique across teams),
+	// handed out only after FilesPresent checked the team.
 	PutFiles(ctx context.Context, templateID, hash string, body io.Reader, verify bool) error
 	MaxFilesBytes() int64
 	// StartBuild runs a requested build in the background. Unknown
 	// template or build → NotFound; a build already started → Conflict;
-	// a COPY step whose files were never uploaded → Invalid.
-	StartBuild(ctx context.Context, templateID, buildID string, spec BuildSpec) error
+	// a COPY step whose files were never uploaded → Invalid; a
+	// FromTemplate that is neither the team's nor public → Invalid, as
+	// one that does not exist.
+	StartBuild(ctx context.Context, team, templateID, buildID string, spec BuildSpec) error
 	// BuildStatus returns a build's status and its log entries from
 	// logsOffset on (the number of entries the caller has already seen).
-	BuildStatus(ctx context.Context, templateID, buildID string, logsOffset int) (*BuildStatus, error)
+	BuildStatus(ctx context.Context, team, templateID, buildID string, logsOffset int) (*BuildStatus, error)
 	// BuildLogs returns a build's log entries, oldest first, filtered by
 	// the query.
-	BuildLogs(ctx context.Context, templateID, buildID string, q BuildLogQuery) ([]BuildLogEntry, error)
+	BuildLogs(ctx context.Context, team, templateID, buildID string, q BuildLogQuery) ([]BuildLogEntry, error)
 	// AssignTags gives tags to the build that target ("name" or
 	// "name:tag") names and returns that build's ID.
-	AssignTags(ctx context.Context, target string, tags []string) (buildID string, err error)
+	AssignTags(ctx context.Context, team, target string, tags []string) (buildID string, err error)
 	// RemoveTags removes tags from the template name names.
-	RemoveTags(ctx context.Context, name string, tags []string) error
-	// TemplateTags lists the tags of a template, by ID or name.
-	TemplateTags(ctx context.Context, idOrName string) ([]TemplateTag, error)
+	RemoveTags(ctx context.Context, team, name string, tags []string) error
+	// TemplateTags lists the tags of a template, by ID or name: the
+	// team's own or a public one.
+	TemplateTags(ctx context.Context, team, idOrName string) ([]TemplateTag, error)
 	// SetPublic records whether a template is public and returns its
 	// names.
-	SetPublic(ctx context.Context, idOrName string, public bool) ([]string, error)
+	SetPublic(ctx context.Context, team, idOrName string, public bool) ([]string, error)
 }
 
 // BuildIntent is a request for a new build of a template.
 type BuildIntent struct {
+	// Team builds the template: its names are looked up among the team's
+	// templates, and a new template and the build job are the team's.
+	Team string
 	// Name is the template's name, optionally with ":tag".
 	Name     string
 	Tags     []string

@@ -67,6 +67,8 @@ type Rollback struct {
 // BuildRequest is a validated request to build a template from an image.
 // Zero values mean the builder's defaults.
 type BuildRequest struct {
+	// Team builds the template and owns it and its build job.
+	Team  string
 	Image string
 	// TemplateID is empty (generate one) or satisfies id.ValidName.
 	TemplateID string

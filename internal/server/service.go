@@ -176,8 +176,8 @@ func (s *service) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cu
 	return s.builder.BuildTemplate(ctx, req)
 }
 
-func (s *service) BuildJob(ctx context.Context, jobID string) (*cube.BuildJob, error) {
-	return s.builder.BuildJob(ctx, jobID)
+func (s *service) BuildJob(ctx context.Context, team, jobID string) (*cube.BuildJob, error) {
+	return s.builder.BuildJob(ctx, team, jobID)
 }
 
 func (s *service) TemplateDetails(ctx context.Context) (map[string]cube.TemplateDetail, error) {
@@ -194,8 +194,8 @@ func (s *service) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube
 	return s.builder.RequestBuild(ctx, req)
 }
 
-func (s *service) FilesPresent(ctx context.Context, templateID, hash string) (bool, error) {
-	return s.builder.FilesPresent(ctx, templateID, hash)
+func (s *service) FilesPresent(ctx context.Context, team, templateID, hash string) (bool, error) {
+	return s.builder.FilesPresent(ctx, team, templateID, hash)
 }
 
 func (s *service) PutFiles(ctx context.Context, templateID, hash string, body io.Reader, verify bool) error {
@@ -204,32 +204,32 @@ func (s *service) PutFiles(ctx context.Context, templateID, hash string, body io
 
 func (s *service) MaxFilesBytes() int64 { return s.builder.MaxFilesBytes() }
 
-func (s *service) StartBuild(ctx context.Context, templateID, buildID string, spec cube.BuildSpec) error {
-	return s.builder.StartBuild(ctx, templateID, buildID, spec)
+func (s *service) StartBuild(ctx context.Context, team, templateID, buildID string, spec cube.BuildSpec) error {
+	return s.builder.StartBuild(ctx, team, templateID, buildID, spec)
 }
 
-func (s *service) BuildStatus(ctx context.Context, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
-	return s.builder.BuildStatus(ctx, templateID, buildID, logsOffset)
+func (s *service) BuildStatus(ctx context.Context, team, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
+	return s.builder.BuildStatus(ctx, team, templateID, buildID, logsOffset)
 }
 
-func (s *service) BuildLogs(ctx context.Context, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
-	return s.builder.BuildLogs(ctx, templateID, buildID, q)
+func (s *service) BuildLogs(ctx context.Context, team, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
+	return s.builder.BuildLogs(ctx, team, templateID, buildID, q)
 }
 
-func (s *service) AssignTags(ctx context.Context, target string, tags []string) (string, error) {
-	return s.builder.AssignTags(ctx, target, tags)
+func (s *service) AssignTags(ctx context.Context, team, target string, tags []string) (string, error) {
+	return s.builder.AssignTags(ctx, team, target, tags)
 }
 
-func (s *service) RemoveTags(ctx context.Context, name string, tags []string) error {
-	return s.builder.RemoveTags(ctx, name, tags)
+func (s *service) RemoveTags(ctx context.Context, team, name string, tags []string) error {
+	return s.builder.RemoveTags(ctx, team, name, tags)
 }
 
-func (s *service) TemplateTags(ctx context.Context, idOrName string) ([]cube.TemplateTag, error) {
-	return s.builder.TemplateTags(ctx, idOrName)
+func (s *service) TemplateTags(ctx context.Context, team, idOrName string) ([]cube.TemplateTag, error) {
+	return s.builder.TemplateTags(ctx, team, idOrName)
 }
 
-func (s *service) SetPublic(ctx context.Context, idOrName string, public bool) ([]string, error) {
-	return s.builder.SetPublic(ctx, idOrName, public)
+func (s *service) SetPublic(ctx context.Context, team, idOrName string, public bool) ([]string, error) {
+	return s.builder.SetPublic(ctx, team, idOrName, public)
 }
 
 // Nodes.

@@ -248,10 +248,57 @@ func (b *Builder) Recover(ctx context.Context) error {
 		}
 		b.removeTemplateDir(t.ID)
 	}
+	if err := b.publishDefault(ctx); err != nil {
+		return err
+	}
 	b.sweepUploads(0)
 	b.pruneLogs()
 	b.recoverSteps(ctx)
 	return oci.Sweep(filepath.Join(b.cfg.DataDir, "rootfs"))
+}
+
+// DefaultAlias names an install's default template: `make template`
+// builds it (template ID code-interpreter, aliases base and
+// code-interpreter-v1) with the server's own key, the first team's, and
+// E2B's SDKs create sandboxes from "base" when they name no template.
+const DefaultAlias = "base"
+
+// isDefault reports whether a template of team, with ID id and aliases,
+// is the install's default template: the first team's (cube.FirstTeam)
+// template named DefaultAlias. Every team creates sandboxes from it, so it
+// is public: the builder records it public when a build makes it
+// (BuildTemplate, RequestBuild), Recover makes it public at start, and
+// SetPublic keeps it so. The rule lives here, where templates are made,
+// rather than in a flag of `make template`, so that an install from before
+// teams is covered too: it built the template without a team, and at
+// start (before Recover) its records were given to the first team
+// (store.AdoptUnowned) and so stayed private. Another team's template
+// named base is its own and private, and found before this one by that
+// team (store.FindTemplate).
+func isDefault(team, id string, aliases []string) bool {
+	return team == cube.FirstTeam && (id == DefaultAlias || slices.Contains(aliases, DefaultAlias))
+}
+
+// publishDefault makes the default template public (see isDefault).
+func (b *Builder) publishDefault(ctx context.Context) error {
+	all, err := b.st.Templates().List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range all {
+		if t.Public || t.SourceSandbox != "" || !isDefault(t.Team, t.ID, t.Aliases) {
+			continue
+		}
+		err := b.st.Templates().Update(ctx, t.ID, func(cur *store.Template) error {
+			cur.Public = true
+			return nil
+		})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("make the default template %s public: %w", t.ID, err)
+		}
+		b.log.Info("the default template is public: every team may create sandboxes from it", "template", t.ID, "alias", DefaultAlias)
+	}
+	return nil
 }
 
 // removeTemplateDir removes what a failed build of id may have left.
@@ -267,10 +314,14 @@ func (b *Builder) removeTemplateDir(tplID string) {
 }
 
 // BuildTemplate implements cube.TemplateBuilder. The template ID and aliases
-// must be free: a building or ready template with the same ID, or any
-// other template holding one of the names, is a Conflict. A failed template of
-// the same ID is replaced, and failed templates give up aliases the new
-// build claims.
+// must be free within req.Team: a building or ready template of the team
+// with the same ID, or any other of the team's templates holding one of
+// the names, is a Conflict (store.OwnTemplate's rule: other teams'
+// aliases do not clash). A template ID is also the template's key, unique
+// across teams: another team's template of that ID is a Conflict that
+// says nothing of it. A failed template of the team with the same ID is
+// replaced, and the team's failed templates give up aliases the new build
+// claims.
 func (b *Builder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cube.BuildJob, error) {
 	src, err := oci.ParseSource(req.Image)
 	if err != nil {
@@ -312,6 +363,13 @@ func (b *Builder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cu
 	}
 	var release []*store.Template // failed templates giving up aliases
 	for _, t := range all {
+		mine := owns(req.Team, t)
+		if t.ID == tplID && !mine {
+			return nil, cube.Errorf(cube.Conflict, "template ID %q is taken: choose another, or leave it out for a generated one", tplID)
+		}
+		if !mine {
+			continue
+		}
 		if t.ID == tplID {
 			if t.Status != store.TemplateFailed {
 				return nil, cube.Errorf(cube.Conflict, "template %q already exists (%s): delete it first with `cubemastercli tpl delete --template-id %s`", tplID, t.Status, tplID)
@@ -341,9 +399,10 @@ func (b *Builder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cu
 	}
 
 	now := time.Now().UTC()
-	job := &store.Job{ID: id.New("", 20), TemplateID: tplID, Phase: store.PhasePulling, CreatedAt: now, UpdatedAt: now, Node: b.cfg.NodeID}
+	job := &store.Job{ID: id.New("", 20), Team: req.Team, TemplateID: tplID, Phase: store.PhasePulling, CreatedAt: now, UpdatedAt: now, Node: b.cfg.NodeID}
 	tpl := &store.Template{
-		ID: tplID, Aliases: slices.Clone(req.Aliases), Status: store.TemplateBuilding, Node: b.cfg.NodeID,
+		ID: tplID, Team: req.Team, Public: isDefault(req.Team, tplID, req.Aliases),
+		Aliases: slices.Clone(req.Aliases), Status: store.TemplateBuilding, Node: b.cfg.NodeID,
 		CreatedAt: now, UpdatedAt: now, Image: strings.TrimSpace(req.Image), BuildJob: job.ID,
 		CPUCount: or(req.CPUCount, DefaultCPUCount), MemoryMB: or(req.MemoryMB, DefaultMemoryMB),
 		DiskSizeMB: or(req.DiskSizeMB, DefaultDiskSizeMB), ExposedPorts: slices.Clone(req.ExposedPorts),
@@ -376,9 +435,13 @@ func or(v, def int) int {
 	return def
 }
 
-// BuildJob implements cube.TemplateBuilder.
-func (b *Builder) BuildJob(ctx context.Context, jobID string) (*cube.BuildJob, error) {
+// BuildJob implements cube.TemplateBuilder: another team's job is not
+// found.
+func (b *Builder) BuildJob(ctx context.Context, team, jobID string) (*cube.BuildJob, error) {
 	j, err := b.st.Jobs().Get(ctx, jobID)
+	if err == nil && !ownsJob(team, j) {
+		err = store.ErrNotFound
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, cube.Errorf(cube.NotFound, "build job %q not found", jobID)
 	}

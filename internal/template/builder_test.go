@@ -331,10 +331,10 @@ func TestNamesAreUnique(t *testing.T) {
 		t.Errorf("rebuilt template = %+v", tpl)
 	}
 	// The failed job stays as history.
-	if old, _ := f.b.BuildJob(context.Background(), failed.ID); old == nil || old.Phase != "FAILED" {
+	if old, _ := f.b.BuildJob(context.Background(), "", failed.ID); old == nil || old.Phase != "FAILED" {
 		t.Errorf("old job = %+v", old)
 	}
-	if _, err := f.b.BuildJob(context.Background(), "nosuchjob"); cube.KindOf(err) != cube.NotFound {
+	if _, err := f.b.BuildJob(context.Background(), "", "nosuchjob"); cube.KindOf(err) != cube.NotFound {
 		t.Errorf("unknown job: %v", err)
 	}
 }
@@ -345,14 +345,14 @@ func TestShutdownFailsRunningBuild(t *testing.T) {
 	dir := f.writeLayout(t, testImage(t))
 	job := f.build(t, cube.BuildRequest{Image: "oci:" + dir, TemplateID: "cut"})
 	for {
-		j, _ := f.b.BuildJob(context.Background(), job.ID)
+		j, _ := f.b.BuildJob(context.Background(), "", job.ID)
 		if j.Phase == "BOOTING" {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	f.b.Close()
-	j, _ := f.b.BuildJob(context.Background(), job.ID)
+	j, _ := f.b.BuildJob(context.Background(), "", job.ID)
 	if j.Phase != "FAILED" || j.Error != ShutdownReason {
 		t.Errorf("job = %+v", j)
 	}
@@ -392,14 +392,14 @@ func TestRecoverMarksInterruptedBuilds(t *testing.T) {
 	if err := b.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	j1, _ := b.BuildJob(ctx, "j1")
+	j1, _ := b.BuildJob(ctx, "", "j1")
 	if j1.Phase != "FAILED" || j1.Error != RestartReason || j1.Progress != 80 {
 		t.Errorf("interrupted job = %+v", j1)
 	}
-	if j2, _ := b.BuildJob(ctx, "j2"); j2.Phase != "READY" {
+	if j2, _ := b.BuildJob(ctx, "", "j2"); j2.Phase != "READY" {
 		t.Errorf("finished job changed: %+v", j2)
 	}
-	if j3, _ := b.BuildJob(ctx, "j3"); j3.Phase != "READY" || j3.Error != "" {
+	if j3, _ := b.BuildJob(ctx, "", "j3"); j3.Phase != "READY" || j3.Error != "" {
 		t.Errorf("job of a template stored ready = %+v, want READY", j3)
 	}
 	if late, _ := st.Templates().Get(ctx, "late"); late.Status != store.TemplateReady {

@@ -36,18 +36,27 @@ func (b *Builder) filesPath(templateID, hash string) string {
 	return filepath.Join(b.filesDir(), templateID, hash+".tar")
 }
 
-// FilesPresent implements cube.StepBuilder.
-func (b *Builder) FilesPresent(ctx context.Context, templateID, hash string) (bool, error) {
+// FilesPresent implements cube.StepBuilder. Files are uploaded for a
+// build of the team's own template: another team's private template is
+// not found, its public one Forbidden (it can be used, not built).
+func (b *Builder) FilesPresent(ctx context.Context, team, templateID, hash string) (bool, error) {
 	if !hashPattern.MatchString(hash) {
 		return false, cube.Errorf(cube.Invalid, "invalid files hash %q: want 64 hex digits", hash)
 	}
 	if !id.ValidName(templateID) {
 		return false, cube.Errorf(cube.NotFound, "template %q not found", templateID)
 	}
-	if _, err := b.st.Templates().Get(ctx, templateID); err != nil {
+	t, err := b.st.Templates().Get(ctx, templateID)
+	if err == nil && !t.VisibleTo(team) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
 		return false, notFound(err, "template %q not found", templateID)
 	}
-	_, err := os.Stat(b.filesPath(templateID, hash))
+	if !owns(team, t) {
+		return false, cube.Errorf(cube.Forbidden, "template %q is another team's public template: it can be used, not built", templateID)
+	}
+	_, err = os.Stat(b.filesPath(templateID, hash))
 	return err == nil, nil
 }
 
@@ -61,7 +70,10 @@ func (b *Builder) MaxFilesBytes() int64 { return b.cfg.MaxFilesBytes }
 // hash stay: the first complete upload is the one builds use, so a later
 // upload under the same name, from whatever link, cannot swap them.
 func (b *Builder) PutFiles(ctx context.Context, templateID, hash string, body io.Reader, verify bool) error {
-	if _, err := b.FilesPresent(ctx, templateID, hash); err != nil {
+	// The link's signature is the upload's authority (see
+	// cube.StepBuilder.PutFiles): the template is checked as the node
+	// sees it.
+	if _, err := b.FilesPresent(ctx, "", templateID, hash); err != nil {
 		return err
 	}
 	dir := filepath.Dir(b.filesPath(templateID, hash))

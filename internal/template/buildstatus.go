@@ -16,14 +16,15 @@ import (
 // reasonLines is how many of its last log lines a failed build reports.
 const reasonLines = 20
 
-// buildEntries returns a build's job and its log.
-func (b *Builder) buildEntries(ctx context.Context, templateID, buildID string) (*store.Job, []cube.BuildLogEntry, int, error) {
+// buildEntries returns a build's job and its log. Another team's build is
+// not found, whatever its template.
+func (b *Builder) buildEntries(ctx context.Context, team, templateID, buildID string) (*store.Job, []cube.BuildLogEntry, int, error) {
 	b.mu.Lock()
 	sb := b.builds[buildID]
 	pos := slices.Index(b.waiting, buildID)
 	b.mu.Unlock()
 	j, err := b.st.Jobs().Get(ctx, buildID)
-	if err != nil || j.TemplateID != templateID {
+	if err != nil || j.TemplateID != templateID || !ownsJob(team, j) {
 		return nil, nil, 0, cube.Errorf(cube.NotFound, "build %q of template %q not found", buildID, templateID)
 	}
 	if sb != nil {
@@ -33,8 +34,8 @@ func (b *Builder) buildEntries(ctx context.Context, templateID, buildID string) 
 }
 
 // BuildStatus implements cube.StepBuilder.
-func (b *Builder) BuildStatus(ctx context.Context, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
-	j, logs, pos, err := b.buildEntries(ctx, templateID, buildID)
+func (b *Builder) BuildStatus(ctx context.Context, team, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
+	j, logs, pos, err := b.buildEntries(ctx, team, templateID, buildID)
 	if err != nil {
 		return nil, err
 	}
@@ -61,8 +62,8 @@ func buildStatus(p store.JobPhase) string {
 }
 
 // BuildLogs implements cube.StepBuilder.
-func (b *Builder) BuildLogs(ctx context.Context, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
-	_, logs, _, err := b.buildEntries(ctx, templateID, buildID)
+func (b *Builder) BuildLogs(ctx context.Context, team, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
+	_, logs, _, err := b.buildEntries(ctx, team, templateID, buildID)
 	if err != nil {
 		return nil, err
 	}
@@ -88,25 +89,42 @@ func (b *Builder) BuildLogs(ctx context.Context, templateID, buildID string, q c
 	return out, nil
 }
 
-// templateByName returns the template a name (ID or alias) names.
-func (b *Builder) templateByName(ctx context.Context, name string) (*store.Template, error) {
+// templateByName returns the template a name (ID or alias) names to
+// team: its own, or a public one (store.FindTemplate). Another team's
+// private template is not found, as one that does not exist.
+func (b *Builder) templateByName(ctx context.Context, team, name string) (*store.Template, error) {
 	all, err := b.st.Templates().List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t := findTemplate(all, name)
+	t := store.FindTemplate(all, team, name)
 	if t == nil || t.Status == store.TemplateDeleting {
 		return nil, cube.Errorf(cube.NotFound, "template %q not found", name)
 	}
 	return t, nil
 }
 
+// templateToChange returns the template name names to team for a change
+// (tags, public): templateByName's, which must be the team's own. Another
+// team's public template → Forbidden, as node.DeleteTemplate answers: the
+// team sees it, and may use it, not change it.
+func (b *Builder) templateToChange(ctx context.Context, team, name string) (*store.Template, error) {
+	t, err := b.templateByName(ctx, team, name)
+	if err != nil {
+		return nil, err
+	}
+	if !owns(team, t) {
+		return nil, cube.Errorf(cube.Forbidden, "template %q is another team's public template: it can be used, not changed", name)
+	}
+	return t, nil
+}
+
 // AssignTags implements cube.StepBuilder.
-func (b *Builder) AssignTags(ctx context.Context, target string, tags []string) (string, error) {
+func (b *Builder) AssignTags(ctx context.Context, team, target string, tags []string) (string, error) {
 	name, from := splitName(target)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t, err := b.templateByName(ctx, name)
+	t, err := b.templateToChange(ctx, team, name)
 	if err != nil {
 		return "", err
 	}
@@ -131,10 +149,10 @@ func (b *Builder) AssignTags(ctx context.Context, target string, tags []string) 
 }
 
 // RemoveTags implements cube.StepBuilder.
-func (b *Builder) RemoveTags(ctx context.Context, name string, tags []string) error {
+func (b *Builder) RemoveTags(ctx context.Context, team, name string, tags []string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t, err := b.templateByName(ctx, name)
+	t, err := b.templateToChange(ctx, team, name)
 	if err != nil {
 		return err
 	}
@@ -148,9 +166,11 @@ func (b *Builder) RemoveTags(ctx context.Context, name string, tags []string) er
 	return b.st.Templates().Put(ctx, t)
 }
 
-// TemplateTags implements cube.StepBuilder.
-func (b *Builder) TemplateTags(ctx context.Context, idOrName string) ([]cube.TemplateTag, error) {
-	t, err := b.templateByName(ctx, idOrName)
+// TemplateTags implements cube.StepBuilder: the tags of the team's own
+// template or of a public one, which "name:tag" may create sandboxes
+// from.
+func (b *Builder) TemplateTags(ctx context.Context, team, idOrName string) ([]cube.TemplateTag, error) {
+	t, err := b.templateByName(ctx, team, idOrName)
 	if err != nil {
 		return nil, err
 	}
@@ -161,13 +181,17 @@ func (b *Builder) TemplateTags(ctx context.Context, idOrName string) ([]cube.Tem
 	return out, nil
 }
 
-// SetPublic implements cube.StepBuilder.
-func (b *Builder) SetPublic(ctx context.Context, idOrName string, public bool) ([]string, error) {
+// SetPublic implements cube.StepBuilder. The install's default template
+// stays public (see isDefault).
+func (b *Builder) SetPublic(ctx context.Context, team, idOrName string, public bool) ([]string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t, err := b.templateByName(ctx, idOrName)
+	t, err := b.templateToChange(ctx, team, idOrName)
 	if err != nil {
 		return nil, err
+	}
+	if !public && isDefault(t.Team, t.ID, t.Aliases) {
+		return nil, cube.Errorf(cube.Conflict, "template %q is the default template (%s), which every team creates sandboxes from: it stays public", idOrName, DefaultAlias)
 	}
 	t.Public, t.UpdatedAt = public, time.Now().UTC()
 	return slices.Clone(t.Aliases), b.st.Templates().Put(ctx, t)

@@ -275,7 +275,7 @@ func (f *fixture) wait(t *testing.T, jobID string) *cube.BuildJob {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		j, err := f.b.BuildJob(context.Background(), jobID)
+		j, err := f.b.BuildJob(context.Background(), "", jobID)
 		if err != nil {
 			t.Fatal(err)
 		}

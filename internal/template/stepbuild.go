@@ -71,17 +71,17 @@ func baseName(s string) string {
 	return name
 }
 
-// findTemplate returns the template with ID or alias name, or nil.
-func findTemplate(all []*store.Template, name string) *store.Template {
-	for _, t := range all {
-		if t.ID == name || slices.Contains(t.Aliases, name) {
-			return t
-		}
-	}
-	return nil
-}
+// owns reports whether team owns t, and so may build it, tag it or
+// change it: the empty team is the node, which owns every one.
+func owns(team string, t *store.Template) bool { return team == "" || t.Team == team }
 
-// RequestBuild implements cube.StepBuilder.
+// ownsJob reports whether team owns the build j.
+func ownsJob(team string, j *store.Job) bool { return team == "" || j.Team == team }
+
+// RequestBuild implements cube.StepBuilder. The name is looked up among
+// req.Team's own templates only (store.OwnTemplate): another team's
+// template of that name, public or not, is another template, and a new
+// one is made for the team.
 func (b *Builder) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube.BuildTicket, error) {
 	name, tag := splitName(req.Name)
 	if !id.ValidName(name) || strings.HasPrefix(name, "snap-") {
@@ -104,12 +104,12 @@ func (b *Builder) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube
 		return nil, err
 	}
 	now := time.Now().UTC()
-	t := findTemplate(all, name)
+	t := store.OwnTemplate(all, req.Team, name)
 	switch {
 	case t == nil:
-		t = &store.Template{ID: id.New("", 20), Aliases: []string{name}, Status: store.TemplateBuilding, Node: b.cfg.NodeID,
+		t = &store.Template{ID: id.New("", 20), Team: req.Team, Aliases: []string{name}, Status: store.TemplateBuilding, Node: b.cfg.NodeID,
 			CreatedAt: now, UpdatedAt: now, CPUCount: or(req.CPUCount, DefaultCPUCount), MemoryMB: or(req.MemoryMB, DefaultMemoryMB),
-			DiskSizeMB: DefaultDiskSizeMB}
+			DiskSizeMB: DefaultDiskSizeMB, Public: isDefault(req.Team, "", []string{name})}
 	case t.SourceSandbox != "":
 		return nil, cube.Errorf(cube.Conflict, "%q names a snapshot: choose another template name", name)
 	case t.Status == store.TemplateDeleting:
@@ -132,7 +132,7 @@ func (b *Builder) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube
 			sb.log.close()
 		}()
 	}
-	job := &store.Job{ID: id.New("", 20), TemplateID: t.ID, Phase: store.PhaseRequested, CreatedAt: now, UpdatedAt: now, Node: b.cfg.NodeID,
+	job := &store.Job{ID: id.New("", 20), Team: t.Team, TemplateID: t.ID, Phase: store.PhaseRequested, CreatedAt: now, UpdatedAt: now, Node: b.cfg.NodeID,
 		Steps: true, Tags: tags, CPUCount: req.CPUCount, MemoryMB: req.MemoryMB}
 	if err := b.st.Jobs().Put(ctx, job); err != nil {
 		return nil, err
@@ -167,16 +167,18 @@ func (b *Builder) expireRequested(buildID string) {
 	})
 }
 
-// StartBuild implements cube.StepBuilder.
-func (b *Builder) StartBuild(ctx context.Context, templateID, buildID string, spec cube.BuildSpec) error {
+// StartBuild implements cube.StepBuilder. Another team's build is not
+// found; the template it builds from (FromTemplate) is the team's own or a
+// public one (store.FindTemplate), and any other is not found either.
+func (b *Builder) StartBuild(ctx context.Context, team, templateID, buildID string, spec cube.BuildSpec) error {
 	if _, ok := b.cfg.Snapshotter.(StepRunner); !ok {
 		return cube.ErrNotSupported
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	sb := b.builds[buildID]
-	if sb == nil || sb.job.TemplateID != templateID {
-		if j, err := b.st.Jobs().Get(ctx, buildID); err == nil && j.TemplateID == templateID {
+	if sb == nil || sb.job.TemplateID != templateID || !ownsJob(team, sb.job) {
+		if j, err := b.st.Jobs().Get(ctx, buildID); err == nil && j.TemplateID == templateID && ownsJob(team, j) {
 			return cube.Errorf(cube.Conflict, "build %q of template %q has already run (%s): request a new build", buildID, templateID, strings.ToLower(string(j.Phase)))
 		}
 		return cube.Errorf(cube.NotFound, "build %q of template %q not found: request one with POST /v3/templates", buildID, templateID)
@@ -196,7 +198,7 @@ func (b *Builder) StartBuild(ctx context.Context, templateID, buildID string, sp
 		if err != nil {
 			return err
 		}
-		base := findTemplate(all, baseName(spec.FromTemplate))
+		base := store.FindTemplate(all, sb.job.Team, baseName(spec.FromTemplate))
 		if base == nil || base.Status != store.TemplateReady {
 			return cube.Errorf(cube.Invalid, "base template %q not found or not ready", spec.FromTemplate).WithField("fromTemplate")
 		}

@@ -88,12 +88,12 @@ func (r *realNode) stepBuildRun(t *testing.T, name string, spec cube.BuildSpec, 
 			t.Fatal(err)
 		}
 	}
-	if err := r.b.StartBuild(ctx, tk.TemplateID, tk.BuildID, spec); err != nil {
+	if err := r.b.StartBuild(ctx, "", tk.TemplateID, tk.BuildID, spec); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
-		st, err := r.b.BuildStatus(ctx, tk.TemplateID, tk.BuildID, 0)
+		st, err := r.b.BuildStatus(ctx, "", tk.TemplateID, tk.BuildID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

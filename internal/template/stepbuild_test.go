@@ -146,13 +146,13 @@ func TestPutFiles(t *testing.T) {
 	b, tk := stepFixture(t)
 	ctx := context.Background()
 	hash := strings.Repeat("ab", 32)
-	if present, err := b.FilesPresent(ctx, tk.TemplateID, hash); err != nil || present {
+	if present, err := b.FilesPresent(ctx, "", tk.TemplateID, hash); err != nil || present {
 		t.Fatalf("before upload: %v %v", present, err)
 	}
 	if err := b.PutFiles(ctx, tk.TemplateID, hash, bytes.NewReader(tarOf(t, true, map[string]string{"a.txt": "hi"})), false); err != nil {
 		t.Fatal(err)
 	}
-	if present, err := b.FilesPresent(ctx, tk.TemplateID, hash); err != nil || !present {
+	if present, err := b.FilesPresent(ctx, "", tk.TemplateID, hash); err != nil || !present {
 		t.Fatalf("after upload: %v %v", present, err)
 	}
 	// Stored unpacked from gzip, as a plain tar.
@@ -169,13 +169,13 @@ func TestPutFiles(t *testing.T) {
 	if err := b.PutFiles(ctx, tk.TemplateID, other, bytes.NewReader(tarOf(t, true, map[string]string{"big": strings.Repeat("x", 4096)})), false); cube.KindOf(err) != cube.TooLarge {
 		t.Errorf("over the limit unpacked: %v", err)
 	}
-	if present, _ := b.FilesPresent(ctx, tk.TemplateID, other); present {
+	if present, _ := b.FilesPresent(ctx, "", tk.TemplateID, other); present {
 		t.Error("a refused upload is present")
 	}
-	if _, err := b.FilesPresent(ctx, "no-such-template", hash); cube.KindOf(err) != cube.NotFound {
+	if _, err := b.FilesPresent(ctx, "", "no-such-template", hash); cube.KindOf(err) != cube.NotFound {
 		t.Errorf("unknown template: %v", err)
 	}
-	if _, err := b.FilesPresent(ctx, tk.TemplateID, "../../etc"); cube.KindOf(err) != cube.Invalid {
+	if _, err := b.FilesPresent(ctx, "", tk.TemplateID, "../../etc"); cube.KindOf(err) != cube.Invalid {
 		t.Errorf("bad hash: %v", err)
 	}
 	ents, _ := os.ReadDir(filepath.Dir(b.filesPath(tk.TemplateID, hash)))
@@ -190,7 +190,7 @@ func TestRequestBuild(t *testing.T) {
 	if len(tk.Names) != 1 || tk.Names[0] != "app" || len(tk.Tags) != 1 || tk.Tags[0] != "v1" {
 		t.Fatalf("ticket: %+v", tk)
 	}
-	st, err := b.BuildStatus(ctx, tk.TemplateID, tk.BuildID, 0)
+	st, err := b.BuildStatus(ctx, "", tk.TemplateID, tk.BuildID, 0)
 	if err != nil || st.Status != cube.BuildWaiting {
 		t.Fatalf("requested build: %+v %v", st, err)
 	}
@@ -200,16 +200,16 @@ func TestRequestBuild(t *testing.T) {
 		t.Fatalf("second request: %+v %v", tk2, err)
 	}
 	waitFor(t, func() bool {
-		st, err := b.BuildStatus(ctx, tk.TemplateID, tk.BuildID, 0)
+		st, err := b.BuildStatus(ctx, "", tk.TemplateID, tk.BuildID, 0)
 		return err == nil && st.Status == cube.BuildError && strings.Contains(st.Reason.Message, "superseded")
 	})
-	if err := b.StartBuild(ctx, tk.TemplateID, tk.BuildID, cube.BuildSpec{FromTemplate: "x"}); cube.KindOf(err) != cube.Conflict && cube.KindOf(err) != cube.Unsupported {
+	if err := b.StartBuild(ctx, "", tk.TemplateID, tk.BuildID, cube.BuildSpec{FromTemplate: "x"}); cube.KindOf(err) != cube.Conflict && cube.KindOf(err) != cube.Unsupported {
 		t.Errorf("starting a superseded build: %v", err)
 	}
 	if _, err := b.RequestBuild(ctx, cube.BuildIntent{Name: "Bad Name"}); cube.KindOf(err) != cube.Invalid {
 		t.Errorf("bad name: %v", err)
 	}
-	if _, err := b.BuildStatus(ctx, tk.TemplateID, "nope", 0); cube.KindOf(err) != cube.NotFound {
+	if _, err := b.BuildStatus(ctx, "", tk.TemplateID, "nope", 0); cube.KindOf(err) != cube.NotFound {
 		t.Errorf("unknown build: %v", err)
 	}
 	tpl, err := b.st.Templates().Get(ctx, tk.TemplateID)
@@ -266,7 +266,7 @@ func TestPutFilesVerifiedAndKept(t *testing.T) {
 	if cube.KindOf(err) != cube.Invalid || !strings.Contains(err.Error(), hash) || !strings.Contains(err.Error(), wrong) {
 		t.Errorf("a mismatched upload: %v", err)
 	}
-	if present, _ := b.FilesPresent(ctx, tk.TemplateID, wrong); present {
+	if present, _ := b.FilesPresent(ctx, "", tk.TemplateID, wrong); present {
 		t.Error("a mismatched upload is present")
 	}
 	// Gzipped on the wire, the hash is still the tar's.

@@ -77,7 +77,7 @@ func (b *Builder) publish(sb *stepBuild, tpl *store.Template) error {
 		return &stepError{"finalize", errors.New("the template was deleted during its build")}
 	}
 	now := time.Now().UTC()
-	tpl.Aliases, tpl.CreatedAt, tpl.UpdatedAt, tpl.Public = cur.Aliases, cur.CreatedAt, now, cur.Public
+	tpl.Team, tpl.Aliases, tpl.CreatedAt, tpl.UpdatedAt, tpl.Public = cur.Team, cur.Aliases, cur.CreatedAt, now, cur.Public
 	if tpl.CreatedAt.IsZero() {
 		tpl.CreatedAt = now
 	}

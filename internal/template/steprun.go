@@ -80,7 +80,7 @@ func (b *Builder) buildSteps(ctx context.Context, sb *stepBuild) (*store.Templat
 		return nil, &stepError{"finalize", fmt.Errorf("flatten layers: %w", err)}
 	}
 	tpl := &store.Template{
-		ID: sb.job.TemplateID, Status: store.TemplateReady, Rootfs: rootfs, Env: st.env, Cwd: st.workdir, User: st.user,
+		ID: sb.job.TemplateID, Team: sb.job.Team, Status: store.TemplateReady, Rootfs: rootfs, Env: st.env, Cwd: st.workdir, User: st.user,
 		CPUCount: sb.cpu, MemoryMB: sb.mem, DiskSizeMB: DefaultDiskSizeMB, ProbePort: DefaultProbePort, ProbePath: DefaultProbePath,
 		Layers: st.layers, BuildJob: sb.job.ID, Image: sb.spec.FromImage, Node: b.cfg.NodeID,
 	}
@@ -122,7 +122,8 @@ func (b *Builder) base(ctx context.Context, sb *stepBuild) (*stepState, error) {
 		if err != nil {
 			return nil, err
 		}
-		t := findTemplate(all, baseName(sb.spec.FromTemplate))
+		// As StartBuild found it: the build's team's own or a public one.
+		t := store.FindTemplate(all, sb.job.Team, baseName(sb.spec.FromTemplate))
 		if t == nil || t.Status != store.TemplateReady || t.Rootfs == "" {
 			return nil, fmt.Errorf("base template %q is gone or not ready", sb.spec.FromTemplate)
 		}
