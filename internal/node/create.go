@@ -124,6 +124,7 @@ func (s *sandbox) attach(ctx context.Context, rec *store.Sandbox, box *container
 	var c cleanup
 	defer s.h.cleanUp(&c, "attach", "sandbox", rec.ID)
 	was := s.state
+	s.startRunning(rec, &c)
 	s.changeState(rec, stateRunning)
 	c.Add(func() error { s.changeState(rec, was); return nil })
 	rec.Slot, rec.HostAddr, rec.ContainerID = box.slot.Index, box.slot.HostAddr.String(), box.sb.ID()

@@ -115,7 +115,7 @@ func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image stri
 		child.TrafficToken = id.Token(32)
 	}
 	child.CreatedAt, child.StartedAt, child.EndAt = now, now, now.Add(timeout)
-	child.PauseImage, child.PausedAt = "", time.Time{}
+	child.PauseImage, child.PausedAt, child.RunningSince = "", time.Time{}, time.Time{}
 	// Nothing of the parent's place on the host: a crash before the child
 	// runs must not make reconcile remove the parent's container.
 	child.ContainerID, child.Slot, child.HostAddr = "", -1, ""

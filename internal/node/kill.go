@@ -30,12 +30,14 @@ func (s *sandbox) destroy(ctx context.Context, rec *store.Sandbox, why string) e
 	var c cleanup
 	defer s.h.cleanUp(&c, "kill", "sandbox", rec.ID)
 	was := s.state
+	ran := s.stopRunning(rec, &c)
 	s.changeState(rec, stateDeleting)
 	c.Add(func() error { s.changeState(rec, was); return nil })
 	if err := s.h.save(ctx, rec); err != nil {
 		return err
 	}
 	c.Release()
+	s.h.recordRun(ctx, ran)
 	fault.Point(fault.SandboxDeleteAfterIntent)
 	s.h.mu.Lock()
 	box := s.box

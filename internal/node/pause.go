@@ -84,6 +84,7 @@ func (s *sandbox) freeze(ctx context.Context, rec *store.Sandbox, filesOnly bool
 	var c cleanup
 	defer s.h.cleanUp(&c, "pause", "sandbox", rec.ID)
 	c.Add(func() error { return box.sb.Resume(context.WithoutCancel(ctx)) })
+	ran := s.stopRunning(rec, &c)
 	s.changeState(rec, statePaused)
 	c.Add(func() error { s.changeState(rec, stateRunning); return nil })
 	rec.PausedAt, rec.PauseFilesOnly = time.Now().UTC(), filesOnly
@@ -93,6 +94,7 @@ func (s *sandbox) freeze(ctx context.Context, rec *store.Sandbox, filesOnly bool
 	}
 	s.h.tel.phase("pause", "record", at)
 	c.Release()
+	s.h.recordRun(ctx, ran)
 	return nil
 }
 
@@ -119,6 +121,7 @@ func (s *sandbox) resume(ctx context.Context, rec *store.Sandbox) error {
 		}
 		at = s.h.tel.phase(op, "thaw", at)
 		c.Add(func() error { return box.sb.Pause(context.WithoutCancel(ctx)) })
+		s.startRunning(rec, &c)
 		s.changeState(rec, stateRunning)
 		c.Add(func() error { s.changeState(rec, statePaused); return nil })
 		// A write-out whose last save failed may have recorded the

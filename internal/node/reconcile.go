@@ -60,6 +60,7 @@ func (n *Node) Reconcile(ctx context.Context) error {
 				continue
 			}
 			n.log.Warn("reconcile: sandbox lost its container; removing", "sandbox", rec.ID, "container", rec.ContainerID)
+			n.lostRun(ctx, rec)
 			n.forget(ctx, rec)
 		case stateWritingOut:
 			switch n.settleWriteOut(ctx, rec, running[rec.ContainerID]) {
