@@ -279,7 +279,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	builder, err := openBuilder(ctx, o, name, st, nd, log, &done)
+	builder, err := openBuilder(ctx, o, name, st, quotas, nd, log, &done)
 	if err != nil {
 		return err
 	}
@@ -428,8 +428,8 @@ func openNode(ctx context.Context, o Options, name string, st *store.Store, quot
 // openBuilder makes the template builder, which boots its sandboxes on
 // the node, and recovers the builds a crash interrupted. Builds stop
 // before the node.
-func openBuilder(ctx context.Context, o Options, name string, st *store.Store, nd *node.Node, log *slog.Logger, done *closers) (*template.Builder, error) {
-	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log, NodeID: name,
+func openBuilder(ctx context.Context, o Options, name string, st *store.Store, quotas *quota.Checker, nd *node.Node, log *slog.Logger, done *closers) (*template.Builder, error) {
+	builder, err := template.New(template.Config{DataDir: o.DataDir, Store: st, Snapshotter: nd, Logger: log, NodeID: name, Quota: quotas,
 		ImportDir: o.ImportDir, InsecureRegistries: o.InsecureRegistries,
 		Limits:       oci.Limits{MaxBytes: o.MaxImageBytes, MaxFileBytes: o.MaxFileBytes},
 		BuildTimeout: o.BuildTimeout, MaxLayerBytes: o.MaxLayerBytes})

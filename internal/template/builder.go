@@ -28,6 +28,7 @@ import (
 	"cube/internal/id"
 	"cube/internal/node"
 	"cube/internal/oci"
+	"cube/internal/quota"
 	"cube/internal/store"
 )
 
@@ -67,6 +68,9 @@ type Config struct {
 	// NodeID is the node this builder runs on: the templates it builds
 	// record it, since their files are in its data directory.
 	NodeID string
+	// Quota holds each team to its quotas of builds at once and disk;
+	// nil holds none.
+	Quota *quota.Checker
 	// ProbeTimeout bounds the wait for the probe's first 2xx answer;
 	// default DefaultProbeTimeout.
 	ProbeTimeout time.Duration
@@ -347,6 +351,9 @@ func (b *Builder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cu
 			return nil, cube.Errorf(cube.Invalid, "invalid alias %q", a).WithField("aliases")
 		}
 	}
+	if err := b.admitBuild(ctx, req.Team); err != nil {
+		return nil, err
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -505,4 +512,27 @@ func mergeEnv(image []string, over map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// admitBuild says whether team may start one more build: its builds in
+// progress (requested and not yet finished or failed) stay within its
+// quota, and its disk is not full.
+func (b *Builder) admitBuild(ctx context.Context, team string) error {
+	if b.cfg.Quota == nil || team == "" {
+		return nil
+	}
+	jobs, err := b.st.Jobs().List(ctx)
+	if err != nil {
+		return err
+	}
+	running := 0
+	for _, j := range jobs {
+		if j.Team == team && j.Phase != store.PhaseReady && j.Phase != store.PhaseFailed {
+			running++
+		}
+	}
+	if err := b.cfg.Quota.Builds(ctx, team, running); err != nil {
+		return err
+	}
+	return b.cfg.Quota.Disk(ctx, team, 1)
 }

@@ -94,6 +94,9 @@ func (b *Builder) RequestBuild(ctx context.Context, req cube.BuildIntent) (*cube
 	if len(tags) == 0 {
 		tags = []string{"default"}
 	}
+	if err := b.admitBuild(ctx, req.Team); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

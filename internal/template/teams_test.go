@@ -12,6 +12,7 @@ import (
 
 	"cube/internal/cube"
 	"cube/internal/node"
+	"cube/internal/quota"
 	"cube/internal/store"
 )
 
@@ -256,5 +257,42 @@ func TestDefaultTemplateIsPublic(t *testing.T) {
 	h := newFixture(t)
 	if tk, err := h.b.RequestBuild(ctx, cube.BuildIntent{Team: cube.FirstTeam, Name: DefaultAlias}); err != nil || !tk.Public {
 		t.Errorf("the first team's step build of base: %+v %v, want public", tk, err)
+	}
+}
+
+// TestBuildQuota: a team with a quota of one build at once gets its
+// second build refused (Capacity, naming the quota) while the first is in
+// progress, and may build again once it is over; another team is not
+// held back.
+func TestBuildQuota(t *testing.T) {
+	var f *fixture
+	f = newFixture(t, func(c *Config) {
+		c.Snapshotter = stepSnap{c.Snapshotter.(*fakeSnap)}
+		c.Quota = quota.New(c.Store, func(_ context.Context, team string) (cube.Quotas, error) {
+			if team == teamA {
+				return cube.Quotas{Builds: 1}, nil
+			}
+			return cube.Quotas{}, nil
+		})
+	})
+	b, ctx := f.b, context.Background()
+	first, err := b.RequestBuild(ctx, cube.BuildIntent{Team: teamA, Name: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.RequestBuild(ctx, cube.BuildIntent{Team: teamA, Name: "two"})
+	wantKind(t, "a second build at once", err, cube.Capacity)
+	if err == nil || !strings.Contains(err.Error(), "builds") {
+		t.Errorf("the refusal does not name the quota: %v", err)
+	}
+	if _, err := b.RequestBuild(ctx, cube.BuildIntent{Team: teamB, Name: "two"}); err != nil {
+		t.Fatalf("team B held back by team A's quota: %v", err)
+	}
+	// The first build over (failed), a new one is admitted.
+	if err := f.st.Jobs().Update(ctx, first.BuildID, func(j *store.Job) error { j.Phase = store.PhaseFailed; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.RequestBuild(ctx, cube.BuildIntent{Team: teamA, Name: "two"}); err != nil {
+		t.Fatalf("a build after the first ended: %v", err)
 	}
 }
