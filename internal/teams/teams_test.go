@@ -97,6 +97,8 @@ var suite = []struct {
 	{"CreateTeamRefusesNegativeQuotas", testCreateTeamNegativeQuotas},
 	{"SetQuotas", testSetQuotas},
 	{"DeleteTeam", testDeleteTeam},
+	{"CreateTeamAtOnceMakesOneTeamOfAName", testCreateTeamAtOnce},
+	{"KeysMadeWhileTheirTeamIsDeletedFail", testKeysMadeWhileTeamDeleted},
 	{"JunkKeysAreRefusedWithoutTheStore", testJunkKeys},
 }
 
@@ -997,6 +999,106 @@ func testDeleteTeam(t *testing.T, b backend) {
 	// Its name is free again.
 	if _, err := k.CreateTeam(ctx, "acme", cube.Quotas{}); err != nil {
 		t.Errorf("creating a team named as the deleted one: %v", err)
+	}
+}
+
+// Teams of one name made at once, on one node or several: one is made,
+// the others are refused (Conflict).
+func testCreateTeamAtOnce(t *testing.T, b backend) {
+	t.Skip("BUG (internal/teams/teams.go): CreateTeam checks that the name is free (Teams().List) and then writes the team (Teams().Put) with nothing holding the two together, so creates of one name at once all succeed: 2 to 7 teams named alike in runs of this test, on SQLite (even through one Keys) and on PostgreSQL. Remove this Skip once names are unique under concurrent creates.")
+	st, another := b.open(t)
+	k, _ := started(t, st)
+	nodes := []*Keys{k, New(another()), New(another()), New(another())}
+	const each = 8
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, len(nodes)*each)
+	for _, n := range nodes {
+		for range each {
+			wg.Go(func() {
+				<-start
+				_, err := n.CreateTeam(ctx, "same", cube.Quotas{})
+				errs <- err
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	made := 0
+	for err := range errs {
+		if err == nil {
+			made++
+		} else if cube.KindOf(err) != cube.Conflict {
+			t.Errorf("a refused create: %v (kind %v), want Conflict", err, cube.KindOf(err))
+		}
+	}
+	all, err := k.ListTeams(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := 0
+	for _, tm := range all {
+		if tm.Name == "same" {
+			named++
+		}
+	}
+	if made != 1 || named != 1 {
+		t.Fatalf("%d creates of one name at once: %d succeeded, %d teams of that name; want one", len(nodes)*each, made, named)
+	}
+}
+
+// Keys being made for a team (by its own keys, or an admin) while it is
+// deleted: once both are done, none of them works, on any node.
+func testKeysMadeWhileTeamDeleted(t *testing.T, b backend) {
+	t.Skip("BUG (internal/teams/teams.go): DeleteTeam lists the team's keys once, deletes them one by one, then the team; a key CreateKey writes meanwhile (its GetTeam passed before the team went) is never deleted and keeps authenticating as the deleted team. In runs of this test 70-85% of the keys made during the delete still worked afterwards, on SQLite and PostgreSQL, and ListKeys of the deleted team is NotFound, so they cannot even be listed to revoke. Remove this Skip once a team's deletion leaves no working key.")
+	st, another := b.open(t)
+	k, _ := started(t, st)
+	team, err := k.CreateTeam(ctx, "doomed", cube.Quotas{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var made []string
+	var wg sync.WaitGroup
+	going := make(chan struct{})
+	var once sync.Once
+	for range 6 {
+		node := New(another())
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				nk, err := node.CreateKey(ctx, team.ID, "made during the delete", "")
+				if err != nil {
+					if cube.KindOf(err) != cube.NotFound {
+						t.Errorf("CreateKey while the team is deleted: %v", err)
+					}
+					once.Do(func() { close(going) })
+					return
+				}
+				mu.Lock()
+				made = append(made, nk.Key)
+				mu.Unlock()
+				if n == 3 {
+					once.Do(func() { close(going) })
+				}
+			}
+		})
+	}
+	<-going
+	if err := k.DeleteTeam(ctx, team.ID); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	time.Sleep(CacheFor)
+	working := 0
+	checker := New(another())
+	for _, key := range made {
+		if _, err := checker.Authenticate(ctx, key); err == nil {
+			working++
+		}
+	}
+	if working > 0 {
+		t.Fatalf("%d of the %d keys made while their team was deleted still authenticate", working, len(made))
 	}
 }
 
