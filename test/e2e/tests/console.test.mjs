@@ -60,6 +60,23 @@ async function confirmWith(button) {
   await dialog.waitFor({ state: 'hidden' })
 }
 
+// A year in an axis label: 2026, or the 7/14/26 of uPlot's own labels.
+const YEAR = /\b(19|20)\d\d\b|\/\d\d\b/
+
+/**
+ * The x axis labels of the chart named name as first drawn with exactly
+ * one sample (the figure's data-x-labels, which a sample empties until the
+ * axis is drawn again). Polled at every frame: the next sample comes a
+ * poll later.
+ */
+async function onePointLabels(name) {
+  const labels = await page.waitForFunction((caption) => {
+    const fig = [...document.querySelectorAll('figure.chart')].find((f) => f.querySelector('figcaption')?.textContent === caption)
+    return fig && fig.dataset.points === '1' && fig.dataset.xLabels ? fig.dataset.xLabels : false
+  }, name, { polling: 'raf' })
+  return labels.jsonValue()
+}
+
 async function chartPoints(name, min) {
   const fig = page.locator('figure.chart', { has: page.locator('figcaption', { hasText: new RegExp(`^${name}$`) }) })
   await eventually(async () => Number(await fig.getAttribute('data-points')) >= min, {
@@ -171,8 +188,17 @@ describe('web console', { concurrency: false }, () => {
     await page.getByRole('heading', { name: 'Overview' }).waitFor()
     assert.equal(await page.evaluate(() => sessionStorage.getItem('cube.apiKey')), apiKey)
     assert.equal(await page.evaluate(() => localStorage.length), 0, 'the key is kept in sessionStorage only')
+    // A chart of one sample spans minutes around it, labelled with times
+    // of day: never years.
+    const single = await onePointLabels('Host CPU')
+    assert.match(single, /\d:\d\d/, `Host CPU's axis with one sample: ${single}`)
+    assert.doesNotMatch(single, YEAR, `Host CPU's axis with one sample: ${single}`)
     await chartPoints('Host CPU', 2)
     await chartPoints('Sandboxes', 3)
+    for (const fig of await page.locator('figure.chart').all()) {
+      const labels = await fig.getAttribute('data-x-labels')
+      assert.doesNotMatch(labels ?? '', YEAR, `${await fig.locator('figcaption').textContent()}: ${labels}`)
+    }
     assert.match(await page.locator('.stats').textContent(), /Capacity used\s*\d+ \/ \d+/)
     await shot('overview')
   })
@@ -330,9 +356,37 @@ describe('web console', { concurrency: false }, () => {
     await shot('node')
   })
 
+  test('teams page: the first team, its running sandboxes, quotas and keys', async () => {
+    await section('Teams')
+    const teams = page.getByRole('table', { name: 'Teams of this Cube' })
+    await teams.waitFor()
+    const row = teams.locator('tbody tr', { has: page.getByRole('link', { name: 'default', exact: true }) })
+    await row.waitFor()
+    assert.match(await row.textContent(), /00000000-0000-4000-8000-000000000001/)
+    await page.getByRole('heading', { name: 'Team default', exact: true }).waitFor()
+    await page.getByRole('table', { name: 'API keys of team default' }).getByRole('rowheader').first().waitFor()
+    await chartPoints('Running sandboxes', 1)
+    await shot('teams')
+  })
+
+  test('audit page: the node drained and made ready again', async () => {
+    await section('Audit')
+    const trail = page.getByRole('table', { name: /^Changes made through the API/ })
+    const rows = trail.locator('tbody tr', { hasText: 'POST /nodes/{nodeID}' })
+    // The trail is written off the requests' path: the page is refreshed
+    // until it holds them.
+    await eventually(async () => {
+      if ((await rows.count()) >= 2) return true
+      await page.getByRole('button', { name: 'Refresh' }).click()
+      return false
+    }, { what: 'the drain and the uncordon in the audit trail' })
+    assert.match(await rows.first().textContent(), /default/)
+    await shot('audit')
+  })
+
   test('at phone width nothing scrolls sideways', async () => {
     await page.setViewportSize({ width: 390, height: 844 })
-    for (const [hash, ready] of [['#/overview', 'figure.chart canvas'], ['#/sandboxes', 'form.filters'], ['#/node', '.stack table'], ['#/templates', 'table']]) {
+    for (const [hash, ready] of [['#/overview', 'figure.chart canvas'], ['#/sandboxes', 'form.filters'], ['#/node', '.stack table'], ['#/templates', 'table'], ['#/teams', '.stack table'], ['#/audit', 'table']]) {
       await page.goto(`${consoleUrl}${hash}`)
       await page.locator(ready).first().waitFor()
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)

@@ -22,10 +22,12 @@ export function whenUnauthorized (fn) { onUnauthorized = fn }
 
 /**
  * Calls the API with the session's key. Resolves to {body, headers};
- * rejects with ApiError carrying the server's message.
+ * rejects with ApiError carrying the server's message. team, for an admin
+ * key, is the team the call acts for (X-Team-ID).
  */
-export async function call (method, path, body, { raw = false, contentType } = {}) {
+export async function call (method, path, body, { raw = false, contentType, team } = {}) {
   const headers = { 'X-API-Key': session.key }
+  if (team) headers['X-Team-ID'] = team
   let payload
   if (body !== undefined) {
     if (raw) {
@@ -56,5 +58,6 @@ export async function call (method, path, body, { raw = false, contentType } = {
 export const get = async (path) => (await call('GET', path)).body
 export const post = async (path, body) => (await call('POST', path, body ?? {})).body
 export const del = async (path) => (await call('DELETE', path)).body
+export const put = async (path, body) => (await call('PUT', path, body ?? {})).body
 
 export const enc = encodeURIComponent

@@ -7,6 +7,11 @@ import { h } from './ui.js'
 
 const MAX_POINTS = 180
 const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c']
+// The shortest time an x axis spans, in seconds. Samples that span less
+// (one sample, or several at one instant) are shown in the middle of a
+// window this wide; left to uPlot, a single sample's axis spans a
+// thousand days and is labelled with years.
+export const MIN_SPAN_S = 120
 
 export class TimeChart {
   /**
@@ -28,7 +33,10 @@ export class TimeChart {
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: true }, y: range ? { range } : { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
-      axes: [{}, { values: (u, vals) => vals.map((v) => fmt(u, v)), size: 84 }],
+      axes: [
+        { space: 70, values: (u, splits, axis, space, incr) => this.labelled(timeLabels(splits, incr)) },
+        { values: (u, vals) => vals.map((v) => fmt(u, v)), size: 84 },
+      ],
       series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2, value: fmt }))],
     }, this.data, this.plot)
     this.resizer = new ResizeObserver(() => requestAnimationFrame(() => this.fit()))
@@ -45,11 +53,22 @@ export class TimeChart {
     this.data[0].push(t)
     values.forEach((v, i) => this.data[i + 1].push(v ?? null))
     if (this.data[0].length > MAX_POINTS) this.data.forEach((col) => col.shift())
-    this.u.setData(this.data)
+    // The x axis is set here rather than by uPlot, which spans a single
+    // sample's axis over years (see timeWindow).
+    this.el.dataset.xLabels = ''
+    this.u.setData(this.data, false)
+    const [min, max] = timeWindow(this.data[0])
+    this.u.setScale('x', { min, max })
     const text = this.series.map((s, i) => `${s.label} ${values[i] === null || values[i] === undefined ? '–' : this.format(values[i])}`).join(' · ')
     this.latest.textContent = text
-    this.plot.setAttribute('aria-label', `${this.title}, latest: ${text}`)
+    this.plot.setAttribute('aria-label', `${this.title}, ${timeLabels([min], 1)[0]} to ${timeLabels([max], 1)[0]}, latest: ${text}`)
     this.el.dataset.points = String(this.data[0].length)
+  }
+
+  /** Notes the x axis's labels as drawn (data-x-labels), and returns them. */
+  labelled (labels) {
+    this.el.dataset.xLabels = labels.join(' | ')
+    return labels
   }
 
   destroy () {
@@ -81,4 +100,34 @@ export function windowQuantile (prev, cur, q) {
     below = buckets[i]
   }
   return cur.bounds[cur.bounds.length - 1]
+}
+
+/**
+ * The x range [min, max], in Unix seconds, of a chart whose samples are at
+ * times (ascending): their span, or a window of minSpan seconds centred on
+ * them when they span less (a single sample sits in the middle of it).
+ * [null, null] without samples.
+ */
+export function timeWindow (times, minSpan = MIN_SPAN_S) {
+  if (!times.length) return [null, null]
+  const first = times[0]
+  const last = times[times.length - 1]
+  if (last - first >= minSpan) return [first, last]
+  const mid = (first + last) / 2
+  return [mid - minSpan / 2, mid + minSpan / 2]
+}
+
+/**
+ * The labels of an x axis's ticks (Unix seconds) incr seconds apart: the
+ * time of day, with seconds when the ticks are less than a minute apart;
+ * the day and month when they are a day or more apart. Never a year: a
+ * chart shows minutes or hours, not years. opts go to Intl.DateTimeFormat
+ * (a timeZone, for tests).
+ */
+export function timeLabels (splits, incr, { locale, ...opts } = {}) {
+  const parts = incr >= 86400
+    ? { month: 'short', day: 'numeric' }
+    : incr < 60 ? { hour: '2-digit', minute: '2-digit', second: '2-digit' } : { hour: '2-digit', minute: '2-digit' }
+  const f = new Intl.DateTimeFormat(locale, { ...parts, ...opts })
+  return splits.map((t) => t === null || t === undefined ? '' : f.format(new Date(t * 1000)))
 }

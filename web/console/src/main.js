@@ -9,6 +9,8 @@ import * as templates from './pages/templates.js'
 import * as build from './pages/build.js'
 import * as snapshots from './pages/snapshots.js'
 import * as node from './pages/node.js'
+import * as teams from './pages/teams.js'
+import * as audit from './pages/audit.js'
 
 const routes = [
   [/^#\/overview$/, overview, 'Overview'],
@@ -18,6 +20,9 @@ const routes = [
   [/^#\/builds\/([a-z0-9_-]+)\/([a-z0-9_-]+)$/, build, 'Template build'],
   [/^#\/snapshots$/, snapshots, 'Snapshots'],
   [/^#\/node$/, node, 'Node'],
+  [/^#\/teams$/, teams, 'Teams'],
+  [/^#\/teams\/([A-Za-z0-9_-]+)$/, teams, 'Team'],
+  [/^#\/audit$/, audit, 'Audit'],
 ]
 
 const view = document.getElementById('view')
