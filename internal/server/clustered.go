@@ -51,6 +51,7 @@ var (
 	_ cube.StepBuilder     = (*clustered)(nil)
 	_ cube.NodeAdmin       = (*clustered)(nil)
 	_ cube.Secrets         = (*clustered)(nil)
+	_ cube.Usage           = (*clustered)(nil)
 )
 
 // newClustered is svc in a cluster whose registry is reg and whose peers

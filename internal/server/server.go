@@ -31,6 +31,7 @@ import (
 	"cube/internal/store"
 	"cube/internal/teams"
 	"cube/internal/template"
+	teamusage "cube/internal/usage"
 	"cube/internal/version"
 	"cube/internal/webui"
 )
@@ -290,10 +291,11 @@ func Run(ctx context.Context, o Options) error {
 	go cl.registry.Run(ctx)
 	own := &service{
 		node: nd, builder: builder, nodes: cl.registry, secrets: eg.secrets, creates: counts, forkAway: cl.forkAway(st, nd),
+		usage: teamusage.New(st),
 	}
 	trail := audit.New(st, name, audit.Retention{MaxAge: o.AuditMaxAge, MaxRows: o.AuditMaxRows}, log)
 	done.push(trail.Close)
-	apiSrv, err := newAPI(o, keys, trail, ls, log, eg, nd, builder, cl, cl.service(own, nd))
+	apiSrv, err := newAPI(o, keys, trail, ls, log, eg, nd, builder, cl, own.usage, cl.service(own, nd))
 	if err != nil {
 		return err
 	}
@@ -445,7 +447,7 @@ func openBuilder(ctx context.Context, o Options, name string, st *store.Store, q
 
 // newAPI makes the control plane over svc, with the metrics of every
 // part.
-func newAPI(o Options, keys *teams.Keys, trail *audit.Log, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, svc cube.Backend) (*api.Server, error) {
+func newAPI(o Options, keys *teams.Keys, trail *audit.Log, ls *listeners, log *slog.Logger, eg *egressParts, nd *node.Node, builder *template.Builder, cl *clusterParts, use *teamusage.Reader, svc cube.Backend) (*api.Server, error) {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics.MustRegister(nd.Collectors()...)
@@ -457,6 +459,7 @@ func newAPI(o Options, keys *teams.Keys, trail *audit.Log, ls *listeners, log *s
 	// Per-sandbox series name sandboxes: served only with a key.
 	perSandbox := prometheus.NewRegistry()
 	perSandbox.MustRegister(nd.SandboxCollector())
+	perSandbox.MustRegister(use.Collector(cl.registry.Self())) // per-team series name teams: the same
 	return api.NewServer(api.Config{
 		Teams: keys, Audit: trail, Domain: ls.reported, CACert: ls.caPEM(),
 		MaxTimeout: o.MaxTimeout, Logger: log, RateLimit: o.RateLimit, Registry: metrics, SandboxMetrics: perSandbox,

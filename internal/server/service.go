@@ -11,6 +11,7 @@ import (
 	"cube/internal/node"
 	"cube/internal/secrets"
 	"cube/internal/template"
+	teamusage "cube/internal/usage"
 )
 
 // service is the core's service interfaces as this server provides them:
@@ -26,6 +27,8 @@ type service struct {
 	builder *template.Builder
 	nodes   *cluster.Registry
 	secrets *secrets.Store
+	// usage reads what each team used from the shared store.
+	usage   *teamusage.Reader
 	creates *creates
 	// forkAway starts the children of a fork on another node, when this
 	// one takes no new sandboxes; nil forks only here.
@@ -43,6 +46,7 @@ var (
 	_ cube.StepBuilder     = (*service)(nil)
 	_ cube.NodeAdmin       = (*service)(nil)
 	_ cube.Secrets         = (*service)(nil)
+	_ cube.Usage           = (*service)(nil)
 )
 
 // Sandboxes.
@@ -281,4 +285,19 @@ func (s *service) DeleteSecret(_ context.Context, team, ref string) error {
 
 func secretInfo(i secrets.Info) cube.SecretInfo {
 	return cube.SecretInfo{ID: i.ID, Team: i.Team, Name: i.Name, Version: i.Version, Metadata: i.Metadata, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt}
+}
+
+// Usage: read from the store every node shares, so a team's usage covers
+// the cluster whichever node answers.
+
+func (s *service) TeamUsage(ctx context.Context, team string, start, end time.Time) (cube.UsageTotals, error) {
+	return s.usage.TeamUsage(ctx, team, start, end)
+}
+
+func (s *service) TeamMetrics(ctx context.Context, team string, start, end time.Time, step time.Duration) ([]cube.TeamMetric, error) {
+	return s.usage.TeamMetrics(ctx, team, start, end, step)
+}
+
+func (s *service) MaxTeamMetric(ctx context.Context, team string, start, end time.Time, metric string) (cube.MaxTeamMetric, error) {
+	return s.usage.MaxTeamMetric(ctx, team, start, end, metric)
 }
