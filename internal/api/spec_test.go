@@ -206,6 +206,7 @@ var schemaTypes = map[string]any{
 	"Team": wire.Team{}, "NewTeam": wire.NewTeam{}, "Quotas": wire.Quotas{}, "NewTeamAPIKey": wire.NewTeamAPIKey{},
 	"IdentifierMaskingDetails": wire.IdentifierMaskingDetails{}, "TeamAPIKey": wire.TeamAPIKey{},
 	"CreatedTeamAPIKey": wire.CreatedTeamAPIKey{}, "AdminSandboxKillResult": wire.AdminSandboxKillResult{},
+	"TeamMetric": wire.TeamMetric{}, "MaxTeamMetric": wire.MaxTeamMetric{}, "TeamUsage": wire.TeamUsage{},
 	"NewSecret": wire.NewSecret{}, "SecretUpdate": wire.SecretUpdate{}, "Secret": wire.Secret{},
 	"AutoResume": wire.AutoResume{}, "NewSandbox": wire.NewSandbox{},
 	"Sandbox": wire.Sandbox{}, "Lifecycle": wire.Lifecycle{}, "SandboxDetail": wire.SandboxDetail{},
