@@ -12,13 +12,16 @@ const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c']
 // window this wide; left to uPlot, a single sample's axis spans a
 // thousand days and is labelled with years.
 export const MIN_SPAN_S = 120
+// Tick spacings of a count's axis: never a fraction.
+const WHOLE_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000]
 
 export class TimeChart {
   /**
    * title names the chart; series are {label}; format turns a value into
-   * text (axis and legend); range, when given, fixes the y axis [min, max].
+   * text (axis and legend); range, when given, fixes the y axis [min, max];
+   * whole puts the y axis's ticks on whole numbers only (for counts).
    */
-  constructor (title, series, { format = (v) => String(v), range } = {}) {
+  constructor (title, series, { format = (v) => String(v), range, whole = false } = {}) {
     this.format = format
     this.series = series
     this.data = [[], ...series.map(() => [])]
@@ -35,7 +38,7 @@ export class TimeChart {
       scales: { x: { time: true }, y: range ? { range } : { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
       axes: [
         { space: 70, values: (u, splits, axis, space, incr) => this.labelled(timeLabels(splits, incr)) },
-        { values: (u, vals) => vals.map((v) => fmt(u, v)), size: 84 },
+        { values: (u, vals) => vals.map((v) => fmt(u, v)), size: 84, incrs: whole ? WHOLE_INCRS : undefined },
       ],
       series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2, value: fmt }))],
     }, this.data, this.plot)

@@ -1,7 +1,7 @@
 // Unit tests of what the Teams and Audit pages compute (npm test).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { quotasFrom, quotaSummary, maskedKey, gib } from '../src/pages/teams.js'
+import { quotasFrom, quotaSummary, maskedKey, gib, adminFromMasks } from '../src/pages/teams.js'
 import { requestOf } from '../src/pages/audit.js'
 
 test('a key is shown as its prefix and the ends of its value', () => {
@@ -42,4 +42,16 @@ test('a quota summary names only the limits set', () => {
 test('an audit entry\'s request: the route, which names its method', () => {
   assert.equal(requestOf({ method: 'POST', route: 'POST /sandboxes' }), 'POST /sandboxes')
   assert.equal(requestOf({ method: 'DELETE', route: '/teams/{teamID}' }), 'DELETE /teams/{teamID}')
+})
+
+test('the signed-in key is told apart by its mask', () => {
+  const key = 'e2b_ab' + '0'.repeat(34) + '9f3c'
+  const admin = { admin: true, mask: { prefix: 'e2b_', valueLength: 40, maskedValuePrefix: 'ab', maskedValueSuffix: '9f3c' } }
+  const other = { admin: false, mask: { prefix: 'e2b_', valueLength: 40, maskedValuePrefix: 'cd', maskedValueSuffix: '9f3c' } }
+  assert.equal(adminFromMasks([admin, other], key), true)
+  assert.equal(adminFromMasks([{ ...admin, admin: false }, other], key), false)
+  assert.equal(adminFromMasks([other], key), undefined, 'no key fits')
+  assert.equal(adminFromMasks([admin, { ...admin, admin: false }], key), undefined, 'two keys fit')
+  assert.equal(adminFromMasks([admin], key + '0'), undefined, 'a longer key does not fit')
+  assert.equal(adminFromMasks(undefined, key), undefined)
 })

@@ -10,7 +10,7 @@ export function render (root) {
   const stats = h('div', { class: 'stats', 'aria-live': 'polite' })
   const problem = h('div')
   const charts = {
-    sandboxes: new TimeChart('Sandboxes', [{ label: 'running' }, { label: 'paused' }, { label: 'warm' }], { format: (v) => v.toFixed(0) }),
+    sandboxes: new TimeChart('Sandboxes', [{ label: 'running' }, { label: 'paused' }, { label: 'warm' }], { format: (v) => v.toFixed(0), whole: true }),
     creates: new TimeChart('Creates per minute', [{ label: 'ok' }, { label: 'errors' }], { format: (v) => v.toFixed(1) }),
     latency: new TimeChart('Create latency', [{ label: 'p50' }, { label: 'p95' }, { label: 'p99' }], { format: (v) => ms(v) }),
     cpu: new TimeChart('Host CPU', [{ label: 'busy' }], { format: (v) => `${v.toFixed(0)} %`, range: [0, 100] }),

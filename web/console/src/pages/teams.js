@@ -75,6 +75,19 @@ export function maskedKey (mask = {}) {
   return `${mask.prefix || ''}${mask.maskedValuePrefix || ''}…${mask.maskedValueSuffix || ''}`
 }
 
+/**
+ * Whether key is an admin key, judged from the keys of its own team: the
+ * admin flag of the one key whose mask it fits, or undefined when not
+ * exactly one fits (the server is asked then).
+ */
+export function adminFromMasks (keys, key) {
+  const fits = (keys || []).filter(({ mask: m = {} }) => {
+    const prefix = m.prefix || ''
+    return key.length === prefix.length + m.valueLength && key.startsWith(prefix + (m.maskedValuePrefix || '')) && key.endsWith(m.maskedValueSuffix || '')
+  })
+  return fits.length === 1 ? Boolean(fits[0].admin) : undefined
+}
+
 // Running sandboxes by team, sampled while this page is open and kept
 // while the console is (for the signed-in key only): a team's chart
 // starts from what was seen of it before. admin is whether the key may
@@ -93,7 +106,8 @@ function forThisKey () {
 /**
  * Running sandboxes by team ID: every team's for the admin key
  * (/admin/sandboxes/running-counts), else the caller's own, counted from
- * its list of running sandboxes.
+ * its list of running sandboxes. A key not known to be the admin's or not
+ * is known after the first call.
  */
 async function runningCounts (ownTeam) {
   const s = forThisKey()
@@ -133,8 +147,9 @@ export function render (root, [selected]) {
   const creator = h('div', { class: 'spaced' })
   const list = h('div')
   const detail = h('div')
+  const listTitle = h('h2', { id: 'teams-title' }, 'All teams')
   fill(root, h('h1', {}, 'Teams'), problem,
-    h('section', { 'aria-labelledby': 'teams-title' }, h('h2', { id: 'teams-title' }, 'All teams'), list),
+    h('section', { 'aria-labelledby': 'teams-title' }, listTitle, list),
     creator, detail)
 
   let teams = []
@@ -152,7 +167,9 @@ export function render (root, [selected]) {
 
   function drawList () {
     runningCells.clear()
-    fill(list, table(forThisKey().admin ? 'Teams of this Cube' : 'Your team', ['Team', 'ID', 'Running sandboxes', 'Quotas', 'Created'],
+    const admin = forThisKey().admin
+    listTitle.textContent = admin === false ? 'Your team' : 'All teams'
+    fill(list, table(admin ? 'Teams of this Cube' : 'Your team', ['Team', 'ID', 'Running sandboxes', 'Quotas', 'Created'],
       teams.map((t) => {
         const cell = h('span', { 'data-testid': 'team-running' }, runningText(t))
         runningCells.set(t.teamID, cell)
@@ -202,7 +219,7 @@ export function render (root, [selected]) {
     if (!current) return fill(detail)
     const t = current
     const admin = forThisKey().admin
-    chart = new TimeChart('Running sandboxes', [{ label: 'running' }], { format: (v) => v.toFixed(0) })
+    chart = new TimeChart('Running sandboxes', [{ label: 'running' }], { format: (v) => v.toFixed(0), whole: true })
     for (const [at, n] of forThisKey().samples.get(t.teamID) || []) chart.push(at, [n])
     const keys = h('div', { 'aria-live': 'polite' })
     const keyProblem = h('div')
@@ -280,7 +297,7 @@ export function render (root, [selected]) {
   function newKeyForm (t, shown, keyProblem, reload) {
     const name = h('input', { name: 'keyName', required: true, autocomplete: 'off', spellcheck: 'false', maxlength: '100' })
     const status = h('div')
-    const form = h('form', { class: 'create', 'aria-labelledby': 'newkey-title' },
+    const form = h('form', { class: 'create spaced', 'aria-labelledby': 'newkey-title' },
       h('h3', { id: 'newkey-title' }, 'New API key'),
       h('div', { class: 'row' }, field('Key name', name)),
       h('button', { type: 'submit' }, 'Create key'), status)
@@ -394,8 +411,12 @@ export function render (root, [selected]) {
   let stopPolling = () => {}
   ;(async () => {
     try {
-      // The first poll finds out whether the key is the admin's.
+      // Whether the key is the admin's: only the admin key sees several
+      // teams; else its own team's keys tell, or the first poll does.
       await loadTeams()
+      const s = forThisKey()
+      if (s.admin === undefined && teams.length > 1) s.admin = true
+      if (s.admin === undefined) s.admin = adminFromMasks(await get('/api-keys').catch(() => []), session.key)
       await poll()
     } catch (err) {
       fill(problem, errorBox(err))
