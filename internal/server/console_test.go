@@ -53,6 +53,15 @@ func TestConsoleAndSandboxMetrics(t *testing.T) {
 	if resp.StatusCode != 200 || strings.Contains(string(public), sbx.SandboxID) || !strings.Contains(string(public), "cube_sandbox_capacity") {
 		t.Fatalf("GET /metrics without a key: %d, naming the sandbox: %v", resp.StatusCode, strings.Contains(string(public), sbx.SandboxID))
 	}
+	// The per-team series name teams: the admin key's scrape has them,
+	// one without a key none.
+	team := `cube_team_sandboxes_running{team="00000000-0000-4000-8000-000000000001"} 1`
+	if m := scrape(); !strings.Contains(m, team) || !strings.Contains(m, "cube_team_vcpu_seconds_total{") {
+		t.Fatalf("no per-team series for the running sandbox in:\n%s", grepLines(m, "cube_team_"))
+	}
+	if strings.Contains(string(public), "cube_team_") {
+		t.Fatalf("GET /metrics without a key names teams:\n%s", grepLines(string(public), "cube_team_"))
+	}
 
 	for _, op := range []string{"pause", "resume"} {
 		if code, out := d.do(t, "POST", "/sandboxes/"+sbx.SandboxID+"/"+op, map[string]any{}, nil); code != 204 && code != 201 && code != 200 {
