@@ -56,16 +56,35 @@ export class TimeChart {
     this.data[0].push(t)
     values.forEach((v, i) => this.data[i + 1].push(v ?? null))
     if (this.data[0].length > MAX_POINTS) this.data.forEach((col) => col.shift())
+    this.draw(values)
+  }
+
+  /**
+   * Shows a whole series instead of the samples pushed: times (Unix
+   * seconds, ascending) and, per series, a column of values as long.
+   */
+  set (times, columns) {
+    this.data = [times.slice(), ...columns.map((col) => col.map((v) => v ?? null))]
+    this.draw(columns.map((col) => col[col.length - 1]))
+  }
+
+  draw (values) {
     // The x axis is set here rather than by uPlot, which spans a single
     // sample's axis over years (see timeWindow).
     this.el.dataset.xLabels = ''
     this.u.setData(this.data, false)
+    this.el.dataset.points = String(this.data[0].length)
     const [min, max] = timeWindow(this.data[0])
+    if (min === null) {
+      this.latest.textContent = 'no samples'
+      this.plot.setAttribute('aria-label', `${this.title}: no samples`)
+      return
+    }
     this.u.setScale('x', { min, max })
     const text = this.series.map((s, i) => `${s.label} ${values[i] === null || values[i] === undefined ? '–' : this.format(values[i])}`).join(' · ')
     this.latest.textContent = text
-    this.plot.setAttribute('aria-label', `${this.title}, ${timeLabels([min], 1)[0]} to ${timeLabels([max], 1)[0]}, latest: ${text}`)
-    this.el.dataset.points = String(this.data[0].length)
+    const at = (t) => new Date(t * 1000).toLocaleString()
+    this.plot.setAttribute('aria-label', `${this.title}, ${at(min)} to ${at(max)}, latest: ${text}`)
   }
 
   /** Notes the x axis's labels as drawn (data-x-labels), and returns them. */

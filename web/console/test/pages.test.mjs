@@ -1,7 +1,7 @@
 // Unit tests of what the Teams and Audit pages compute (npm test).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { quotasFrom, quotaSummary, maskedKey, gib, adminFromMasks } from '../src/pages/teams.js'
+import { quotasFrom, quotaSummary, maskedKey, gib, adminFromMasks, usageColumns } from '../src/pages/teams.js'
 import { requestOf } from '../src/pages/audit.js'
 
 test('a key is shown as its prefix and the ends of its value', () => {
@@ -54,4 +54,12 @@ test('the signed-in key is told apart by its mask', () => {
   assert.equal(adminFromMasks([admin, { ...admin, admin: false }], key), undefined, 'two keys fit')
   assert.equal(adminFromMasks([admin], key + '0'), undefined, 'a longer key does not fit')
   assert.equal(adminFromMasks(undefined, key), undefined)
+})
+
+test('a team\'s usage charts from its series', () => {
+  assert.deepEqual(usageColumns([
+    { timestamp: '2026-07-14T13:05:00Z', timestampUnix: 1784034300, concurrentSandboxes: 2, sandboxStartRate: 0.2 },
+    { timestamp: '2026-07-14T13:05:05Z', timestampUnix: 1784034305, concurrentSandboxes: 3, sandboxStartRate: 0 },
+  ]), { times: [1784034300, 1784034305], running: [2, 3], startsPerMinute: [12, 0] })
+  assert.deepEqual(usageColumns(null), { times: [], running: [], startsPerMinute: [] })
 })

@@ -1,7 +1,8 @@
 // Teams: every team (the admin key's view) or the caller's own, with its
-// running sandboxes and quotas; one team at a time in detail: its running
-// sandboxes over time, its API keys (made, renamed and revoked here, a
-// new key shown once) and, for the admin key, its quotas and deletion.
+// running sandboxes and quotas; one team at a time in detail: its usage
+// over time (running sandboxes and starts, GET /teams/{id}/metrics), its
+// API keys (made, renamed and revoked here, a new key shown once) and,
+// for the admin key, its quotas and deletion.
 // The admin key also makes teams. A team key acts on its own team through
 // /api-keys; the admin key on another team through /admin/teams/{id} and
 // X-Team-ID.
@@ -10,7 +11,6 @@ import { h, fill, errorBox, every, notify, confirmAction, facts, table, field, w
 import { TimeChart } from '../charts.js'
 
 const POLL_MS = 5000
-const MAX_SAMPLES = 180 // 15 minutes at POLL_MS
 const MAX_PAGES = 20 // of running sandboxes, when a team key counts its own
 
 /** The quotas a form sets, in wire.Quotas's order; disk is given in GiB. */
@@ -88,17 +88,36 @@ export function adminFromMasks (keys, key) {
   return fits.length === 1 ? Boolean(fits[0].admin) : undefined
 }
 
-// Running sandboxes by team, sampled while this page is open and kept
-// while the console is (for the signed-in key only): a team's chart
-// starts from what was seen of it before. admin is whether the key may
-// read the admin routes, once known.
-const seen = { key: '', admin: undefined, samples: new Map() }
+/** The periods a team's usage charts show, the first by default. */
+export const PERIODS = [
+  { label: 'last hour', seconds: 3600 },
+  { label: 'last 6 hours', seconds: 6 * 3600 },
+  { label: 'last 24 hours', seconds: 24 * 3600 },
+  { label: 'last 7 days', seconds: 7 * 24 * 3600 },
+]
+
+/**
+ * The columns of a team's usage charts from GET /teams/{id}/metrics
+ * (E2B's TeamMetric, one per step): the step's times, the most sandboxes
+ * running at once in each, and the sandboxes started in each per minute.
+ */
+export function usageColumns (metrics) {
+  const ms = metrics || []
+  return {
+    times: ms.map((m) => m.timestampUnix),
+    running: ms.map((m) => m.concurrentSandboxes),
+    startsPerMinute: ms.map((m) => m.sandboxStartRate * 60),
+  }
+}
+
+// Whether the signed-in key is the admin's, once known (for this key
+// only: signing in with another forgets it).
+const seen = { key: '', admin: undefined }
 
 function forThisKey () {
   if (seen.key !== session.key) {
     seen.key = session.key
     seen.admin = undefined
-    seen.samples = new Map()
   }
   return seen
 }
@@ -132,16 +151,6 @@ async function runningCounts (ownTeam) {
   return ownTeam ? { [ownTeam]: n } : {}
 }
 
-function record (teams, counts, t) {
-  const { samples } = forThisKey()
-  for (const team of teams) {
-    const list = samples.get(team.teamID) || []
-    list.push([t, counts[team.teamID] ?? 0])
-    if (list.length > MAX_SAMPLES) list.shift()
-    samples.set(team.teamID, list)
-  }
-}
-
 export function render (root, [selected]) {
   const problem = h('div')
   const creator = h('div', { class: 'spaced' })
@@ -155,7 +164,9 @@ export function render (root, [selected]) {
   let teams = []
   let counts = {}
   let current // the team shown in detail
-  let chart
+  let charts = [] // the usage charts of the team shown
+  let loadUsage = async () => {}
+  let period = PERIODS[0]
   let stopped = false
   const runningCells = new Map() // team ID → its cell in the table, updated in place
 
@@ -204,23 +215,58 @@ export function render (root, [selected]) {
       return
     }
     if (stopped) return
-    const t = Date.now() / 1000
-    record(teams, counts, t)
     for (const team of teams) {
       const cell = runningCells.get(team.teamID)
       if (cell) cell.textContent = runningText(team)
     }
-    if (chart && current) chart.push(t, [counts[current.teamID] ?? 0])
+    await loadUsage()
+  }
+
+  // The team's usage over the period chosen, from its series
+  // (GET /teams/{id}/metrics), asked again at every poll.
+  function usage (t) {
+    const running = new TimeChart('Running sandboxes', [{ label: 'most at once' }], { format: (v) => v.toFixed(0), whole: true })
+    const starts = new TimeChart('Sandbox starts per minute', [{ label: 'started' }], { format: (v) => v.toFixed(1) })
+    charts = [running, starts]
+    const usageProblem = h('div')
+    const choice = h('select', { name: 'period' }, PERIODS.map((p, i) => h('option', { value: String(i), selected: p === period }, p.label)))
+    choice.addEventListener('change', () => { period = PERIODS[Number(choice.value)]; loadUsage(true) })
+    let asked = 0
+    loadUsage = async (now = false) => {
+      // Asked again about once a step of the series: the server's steps
+      // are about a 720th of the period.
+      if (!now && Date.now() - asked < 0.8 * period.seconds * 1000 / 720) return
+      asked = Date.now()
+      const end = Math.floor(asked / 1000)
+      let metrics
+      try {
+        metrics = await get(`/teams/${enc(t.teamID)}/metrics?start=${end - period.seconds}&end=${end}`)
+        fill(usageProblem)
+      } catch (err) {
+        fill(usageProblem, errorBox(err))
+        return
+      }
+      if (stopped || !charts.includes(running)) return
+      const c = usageColumns(metrics)
+      running.set(c.times, [c.running])
+      starts.set(c.times, [c.startsPerMinute])
+    }
+    const periodField = field('Period', choice)
+    periodField.classList.add('narrow')
+    return h('section', { 'aria-labelledby': 'usage-title' },
+      h('h3', { id: 'usage-title' }, 'Usage'),
+      h('div', { class: 'row' }, periodField),
+      usageProblem,
+      h('div', { class: 'charts' }, running.el, starts.el))
   }
 
   function drawDetail () {
-    if (chart) chart.destroy()
-    chart = null
+    charts.forEach((c) => c.destroy())
+    charts = []
+    loadUsage = async () => {}
     if (!current) return fill(detail)
     const t = current
     const admin = forThisKey().admin
-    chart = new TimeChart('Running sandboxes', [{ label: 'running' }], { format: (v) => v.toFixed(0), whole: true })
-    for (const [at, n] of forThisKey().samples.get(t.teamID) || []) chart.push(at, [n])
     const keys = h('div', { 'aria-live': 'polite' })
     const keyProblem = h('div')
     const shown = h('div')
@@ -231,14 +277,14 @@ export function render (root, [selected]) {
         ['Created', when(t.createdAt)],
         ['Quotas', quotaSummary(t.quotas)],
       ]),
-      h('section', { class: 'charts', 'aria-label': `Usage of team ${t.name}` }, chart.el),
-      h('p', { class: 'muted' }, `Sampled every ${POLL_MS / 1000} seconds while this page is open${admin ? ' (from the running counts of every team)' : ''}.`),
+      usage(t),
       admin ? quotaForm(t) : null,
       h('h3', { id: 'keys-title' }, 'API keys'),
       keyProblem, shown, keys,
       newKeyForm(t, shown, keyProblem, () => loadKeys(t, keys, keyProblem)),
       admin && !t.isDefault ? deleteTeam(t) : null))
     loadKeys(t, keys, keyProblem)
+    loadUsage(true)
   }
 
   // The caller's own team is reached through /api-keys; another team (by
@@ -328,7 +374,7 @@ export function render (root, [selected]) {
       inputs[key] = h('input', { name: key, type: 'number', min: '0', step: integer ? '1' : 'any', value, placeholder: 'no limit' })
     }
     const status = h('div')
-    const form = h('form', { class: 'create', 'aria-labelledby': 'quotas-title' },
+    const form = h('form', { class: 'create spaced', 'aria-labelledby': 'quotas-title' },
       h('h3', { id: 'quotas-title' }, `Quotas of team ${t.name}`),
       h('p', { class: 'muted' }, 'Empty or 0: no limit. A change applies to what the team does next; nothing running is stopped.'),
       h('div', { class: 'row' }, QUOTAS.map(({ key, label }) => field(label, inputs[key]))),
@@ -433,7 +479,7 @@ export function render (root, [selected]) {
   return () => {
     stopped = true
     stopPolling()
-    if (chart) chart.destroy()
+    charts.forEach((c) => c.destroy())
   }
 }
 
