@@ -153,12 +153,13 @@ async function runningCounts (ownTeam) {
 
 export function render (root, [selected]) {
   const problem = h('div')
+  const pollProblem = h('div')
   const creator = h('div', { class: 'spaced' })
   const list = h('div')
   const detail = h('div')
   const listTitle = h('h2', { id: 'teams-title' }, 'All teams')
   fill(root, h('h1', {}, 'Teams'), problem,
-    h('section', { 'aria-labelledby': 'teams-title' }, listTitle, list),
+    h('section', { 'aria-labelledby': 'teams-title' }, listTitle, pollProblem, list),
     creator, detail)
 
   let teams = []
@@ -210,8 +211,9 @@ export function render (root, [selected]) {
     if (stopped || !teams.length) return
     try {
       counts = await runningCounts(teams.find((t) => t.isDefault)?.teamID)
+      fill(pollProblem)
     } catch (err) {
-      fill(problem, errorBox(err))
+      fill(pollProblem, errorBox(err))
       return
     }
     if (stopped) return
@@ -223,7 +225,7 @@ export function render (root, [selected]) {
   }
 
   // The team's usage over the period chosen, from its series
-  // (GET /teams/{id}/metrics), asked again at every poll.
+  // (GET /teams/{id}/metrics), asked again as the polls go by.
   function usage (t) {
     const running = new TimeChart('Running sandboxes', [{ label: 'most at once' }], { format: (v) => v.toFixed(0), whole: true })
     const starts = new TimeChart('Sandbox starts per minute', [{ label: 'started' }], { format: (v) => v.toFixed(1) })
