@@ -25,6 +25,9 @@ import (
 // ErrNotFound is returned when no record has the given ID.
 var ErrNotFound = errors.New("not found")
 
+// ErrExists is returned by Insert when a record has the ID already.
+var ErrExists = errors.New("exists already")
+
 // Store is the state database.
 type Store struct {
 	db *sql.DB
@@ -78,6 +81,12 @@ CREATE TABLE IF NOT EXISTS nodes (
 	data  TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS teams (
+	id    TEXT PRIMARY KEY,
+	state TEXT NOT NULL,
+	seq   INTEGER NOT NULL,
+	data  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS teamnames (
 	id    TEXT PRIMARY KEY,
 	state TEXT NOT NULL,
 	seq   INTEGER NOT NULL,
@@ -179,6 +188,27 @@ func (t Table[T]) Put(ctx context.Context, v *T) error {
 		t.key(v), t.state(v), time.Now().UnixNano(), string(data))
 	if err != nil {
 		return t.s.outage(fmt.Errorf("store %s %s: %w", t.name, t.key(v), err))
+	}
+	return nil
+}
+
+// Insert adds a record whose ID no record has yet, or returns ErrExists:
+// of two inserts of one ID at once, on one node or several, one wins.
+func (t Table[T]) Insert(ctx context.Context, v *T) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	res, err := t.s.db.ExecContext(ctx,
+		t.s.q(`INSERT INTO `+t.name+`(id, state, seq, data) VALUES(?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`),
+		t.key(v), t.state(v), time.Now().UnixNano(), string(data))
+	if err != nil {
+		return t.s.outage(fmt.Errorf("store %s %s: %w", t.name, t.key(v), err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return ErrExists
 	}
 	return nil
 }

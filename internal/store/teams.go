@@ -36,6 +36,19 @@ type APIKey struct {
 	Length     int    `json:"length"`
 }
 
+// TeamName holds a team's name for it: the table is keyed by name, so
+// two teams of one name cannot both be inserted, whichever nodes make them.
+type TeamName struct {
+	Name string `json:"name"`
+	Team string `json:"team"`
+}
+
+// TeamNames is the table of team names.
+func (s *Store) TeamNames() Table[TeamName] {
+	return Table[TeamName]{s: s, name: "teamnames",
+		key: func(v *TeamName) string { return v.Name }, state: func(v *TeamName) string { return v.Team }}
+}
+
 // Teams is the table of teams.
 func (s *Store) Teams() Table[Team] {
 	return Table[Team]{s: s, name: "teams",

@@ -124,6 +124,9 @@ func (k *Keys) Bootstrap(ctx context.Context, key string) error {
 	}
 	if _, err := k.st.Teams().Get(ctx, cube.FirstTeam); errors.Is(err, store.ErrNotFound) {
 		t := store.Team{ID: cube.FirstTeam, Name: "default", CreatedAt: k.now().UTC()}
+		if err := k.st.TeamNames().Insert(ctx, &store.TeamName{Name: t.Name, Team: t.ID}); err != nil && !errors.Is(err, store.ErrExists) {
+			return err
+		}
 		if err := k.st.Teams().Put(ctx, &t); err != nil {
 			return err
 		}
@@ -184,9 +187,14 @@ func (k *Keys) Authenticate(ctx context.Context, raw string) (cube.Caller, error
 				caller: cube.Caller{Team: r.Team, KeyID: r.ID, KeyName: r.Name, Admin: r.Admin}}
 			// The team's rate quota travels with its keys, read as
 			// often: a change applies within CacheFor too.
-			if t, err := k.st.Teams().Get(ctx, r.Team); err == nil {
+			// A key whose team is gone (deleted while the key was
+			// made) stands for no one.
+			switch t, err := k.st.Teams().Get(ctx, r.Team); {
+			case err == nil:
 				c.caller.RequestsPerSecond = teamOf(t).Quotas.RequestsPerSecond
-			} else if !errors.Is(err, store.ErrNotFound) {
+			case errors.Is(err, store.ErrNotFound):
+				c = cached{at: now}
+			default:
 				return cube.Caller{}, err
 			}
 		}
@@ -234,22 +242,16 @@ func (k *Keys) forget(digest string) {
 	k.mu.Unlock()
 }
 
-// CreateTeam makes a team; names are unique.
+// CreateTeam makes a team; names are unique, also between creates at
+// once on several nodes: the team is written, then its name taken
+// (store.TeamNames, keyed by name); a create that finds the name held by
+// a team that exists removes its own team again.
 func (k *Keys) CreateTeam(ctx context.Context, name string, q cube.Quotas) (cube.Team, error) {
 	if err := checkName("team", name); err != nil {
 		return cube.Team{}, err
 	}
 	if err := checkQuotas(q); err != nil {
 		return cube.Team{}, err
-	}
-	all, err := k.st.Teams().List(ctx)
-	if err != nil {
-		return cube.Team{}, err
-	}
-	for _, t := range all {
-		if t.Name == name {
-			return cube.Team{}, cube.Errorf(cube.Conflict, "a team named %q exists already (%s)", name, t.ID)
-		}
 	}
 	quotas, err := json.Marshal(q)
 	if err != nil {
@@ -259,7 +261,44 @@ func (k *Keys) CreateTeam(ctx context.Context, name string, q cube.Quotas) (cube
 	if err := k.st.Teams().Put(ctx, &t); err != nil {
 		return cube.Team{}, err
 	}
+	if err := k.takeName(ctx, name, t.ID); err != nil {
+		k.st.Teams().Delete(context.WithoutCancel(ctx), t.ID)
+		return cube.Team{}, err
+	}
 	return teamOf(&t), nil
+}
+
+// takeName gives name to the team teamID, unless a team has it. A name
+// left by a team that is gone (a create or delete a crash cut short) is
+// taken over.
+func (k *Keys) takeName(ctx context.Context, name, teamID string) error {
+	err := k.st.TeamNames().Insert(ctx, &store.TeamName{Name: name, Team: teamID})
+	if !errors.Is(err, store.ErrExists) {
+		return err
+	}
+	taken := cube.Errorf(cube.Conflict, "a team named %q exists already", name)
+	held, err := k.st.TeamNames().Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return taken // freed just now: let the caller try again
+	} else if err != nil {
+		return err
+	}
+	// The team holding it was written before it took the name, so a team
+	// that is not there is gone, not on its way.
+	if _, err := k.st.Teams().Get(ctx, held.Team); err == nil {
+		return taken
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	// Left by a team that is gone: taken over, unless another create
+	// took it over first (the name no longer names that team).
+	return k.st.TeamNames().Update(ctx, name, func(n *store.TeamName) error {
+		if n.Team != held.Team {
+			return taken
+		}
+		n.Team = teamID
+		return nil
+	})
 }
 
 // ListTeams returns every team, oldest first.
@@ -317,7 +356,8 @@ func (k *Keys) SetQuotas(ctx context.Context, teamID string, q cube.Quotas) (cub
 
 // DeleteTeam removes a team that owns nothing, with its keys.
 func (k *Keys) DeleteTeam(ctx context.Context, teamID string) error {
-	if _, err := k.GetTeam(ctx, teamID); err != nil {
+	t, err := k.GetTeam(ctx, teamID)
+	if err != nil {
 		return err
 	}
 	if teamID == cube.FirstTeam {
@@ -330,6 +370,32 @@ func (k *Keys) DeleteTeam(ctx context.Context, teamID string) error {
 	if len(owned) > 0 {
 		return cube.Errorf(cube.Conflict, "team %s still owns %s: delete them first", teamID, strings.Join(owned, ", "))
 	}
+	// The team goes first: from then on its keys fail (Authenticate
+	// refuses a key whose team is gone), including one a CreateKey
+	// writes meanwhile, which the sweep below then removes.
+	if err := k.st.Teams().Delete(ctx, teamID); err != nil {
+		return err
+	}
+	if err := k.st.TeamNames().Update(ctx, t.Name, func(n *store.TeamName) error {
+		if n.Team != teamID {
+			return errNotMine
+		}
+		return nil
+	}); err == nil {
+		if err := k.st.TeamNames().Delete(ctx, t.Name); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, errNotMine) && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return k.sweepKeys(ctx, teamID)
+}
+
+// errNotMine stops an update of a name another team holds now.
+var errNotMine = errors.New("the name is another team's")
+
+// sweepKeys removes the keys of a team that is gone.
+func (k *Keys) sweepKeys(ctx context.Context, teamID string) error {
 	keys, err := k.teamKeys(ctx, teamID)
 	if err != nil {
 		return err
@@ -340,7 +406,7 @@ func (k *Keys) DeleteTeam(ctx context.Context, teamID string) error {
 		}
 		k.forget(r.Hash)
 	}
-	return k.st.Teams().Delete(ctx, teamID)
+	return nil
 }
 
 // owned names what a team still has, by kind and count.
@@ -391,6 +457,11 @@ func (k *Keys) CreateKey(ctx context.Context, teamID, name, createdBy string) (c
 	key := NewKey()
 	r := keyRecord(key, uuid.NewString(), teamID, name, createdBy, false, k.now())
 	if err := k.st.APIKeys().Put(ctx, &r); err != nil {
+		return cube.NewAPIKey{}, err
+	}
+	// A team deleted meanwhile does not keep this key.
+	if _, err := k.GetTeam(ctx, teamID); err != nil {
+		k.st.APIKeys().Delete(context.WithoutCancel(ctx), r.Hash)
 		return cube.NewAPIKey{}, err
 	}
 	return cube.NewAPIKey{APIKey: keyOf(&r), Key: key}, nil
