@@ -13,7 +13,6 @@ package quota
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -205,34 +204,4 @@ func (c *Checker) Builds(ctx context.Context, team string, running int) error {
 		return over("builds", int64(running), 1, int64(q.Builds), "")
 	}
 	return nil
-}
-
-// Cached wraps lookup so a team's quotas are read at most once per ttl:
-// a quota the admin changes applies on every node within ttl.
-func Cached(lookup Lookup, ttl time.Duration) Lookup {
-	type entry struct {
-		q  cube.Quotas
-		at time.Time
-	}
-	var mu sync.Mutex
-	cache := map[string]entry{}
-	return func(ctx context.Context, team string) (cube.Quotas, error) {
-		mu.Lock()
-		e, ok := cache[team]
-		mu.Unlock()
-		if ok && time.Since(e.at) < ttl {
-			return e.q, nil
-		}
-		q, err := lookup(ctx, team)
-		if err != nil {
-			return cube.Quotas{}, fmt.Errorf("quotas of team %s: %w", team, err)
-		}
-		mu.Lock()
-		if len(cache) > 10000 {
-			clear(cache)
-		}
-		cache[team] = entry{q, time.Now()}
-		mu.Unlock()
-		return q, nil
-	}
 }

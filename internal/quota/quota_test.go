@@ -61,7 +61,7 @@ func TestRunningSandboxesCountedPerTeamFromTheStore(t *testing.T) {
 	c := New(st, f.lookup)
 	ctx := context.Background()
 	put(t, st, "a1", "a", store.Running, 2, 512)
-	put(t, st, "a2", "a", store.Paused, 8, 8192) // paused: holds no CPU or memory
+	put(t, st, "a2", "a", store.Paused, 8, 8192)  // paused: holds no CPU or memory
 	put(t, st, "b1", "b", store.Running, 8, 8192) // another team's
 	release, err := c.Start(ctx, "a", Sandboxes{1, 2, 512})
 	if err != nil {
@@ -136,18 +136,5 @@ func TestTimeoutDiskAndBuilds(t *testing.T) {
 	var none *Checker
 	if err := none.Disk(ctx, "a", 1<<40); err != nil {
 		t.Fatalf("a nil checker checks nothing: %v", err)
-	}
-}
-
-func TestCachedReadsOncePerTTL(t *testing.T) {
-	f := &fixed{q: map[string]cube.Quotas{"a": {Builds: 1}}}
-	l := Cached(f.lookup, time.Hour)
-	for range 5 {
-		if q, err := l(context.Background(), "a"); err != nil || q.Builds != 1 {
-			t.Fatal(q, err)
-		}
-	}
-	if f.n != 1 {
-		t.Errorf("lookups = %d, want 1", f.n)
 	}
 }

@@ -275,7 +275,7 @@ func Run(ctx context.Context, o Options) error {
 	// The proxy's connections to sandboxes, which the node tells when a
 	// container stops.
 	conns := proxy.NewPool(0)
-	quotas := quota.New(st, quota.Cached(keys.Quotas, teams.CacheFor))
+	quotas := quota.New(st, keys.Quotas)
 	nd, err := openNode(ctx, o, name, st, quotas, rt, slots, eg, cl, conns, log, &done)
 	if err != nil {
 		return err

@@ -50,6 +50,8 @@ type Keys struct {
 
 	mu    sync.Mutex
 	cache map[string]cached // by digest
+	// quotas are the teams' quotas as last read, by team.
+	quotas map[string]cachedQuotas
 }
 
 type cached struct {
@@ -65,7 +67,7 @@ var _ cube.Teams = (*Keys)(nil)
 
 // New returns the teams kept in st.
 func New(st *store.Store) *Keys {
-	return &Keys{st: st, now: time.Now, cache: map[string]cached{}}
+	return &Keys{st: st, now: time.Now, cache: map[string]cached{}, quotas: map[string]cachedQuotas{}}
 }
 
 // NewKey returns a fresh API key in the shape the E2B SDKs accept: "e2b_"
@@ -327,10 +329,33 @@ func (k *Keys) GetTeam(ctx context.Context, teamID string) (cube.Team, error) {
 	return teamOf(t), nil
 }
 
-// Quotas returns a team's quotas (quota.Lookup).
+// Quotas returns a team's quotas (quota.Lookup), read at most once per
+// CacheFor: a change applies at once on the node that made it, and on
+// every other within CacheFor.
 func (k *Keys) Quotas(ctx context.Context, teamID string) (cube.Quotas, error) {
+	now := k.now()
+	k.mu.Lock()
+	e, ok := k.quotas[teamID]
+	k.mu.Unlock()
+	if ok && now.Sub(e.at) < CacheFor {
+		return e.q, nil
+	}
 	t, err := k.GetTeam(ctx, teamID)
-	return t.Quotas, err
+	if err != nil {
+		return cube.Quotas{}, err
+	}
+	k.mu.Lock()
+	if len(k.quotas) >= maxCached {
+		clear(k.quotas)
+	}
+	k.quotas[teamID] = cachedQuotas{t.Quotas, now}
+	k.mu.Unlock()
+	return t.Quotas, nil
+}
+
+type cachedQuotas struct {
+	q  cube.Quotas
+	at time.Time
 }
 
 // SetQuotas replaces a team's quotas.
@@ -348,6 +373,11 @@ func (k *Keys) SetQuotas(ctx context.Context, teamID string, q cube.Quotas) (cub
 		out = teamOf(t)
 		return nil
 	})
+	k.mu.Lock()
+	delete(k.quotas, teamID)
+	// The rate quota travels with the team's keys: read afresh too.
+	clear(k.cache)
+	k.mu.Unlock()
 	if errors.Is(err, store.ErrNotFound) {
 		return cube.Team{}, cube.Errorf(cube.NotFound, "team %s not found", teamID)
 	}

@@ -946,12 +946,16 @@ func testDeleteTeam(t *testing.T, b backend) {
 		put, del func() error
 		word     string
 	}{
-		{func() error { return st.Sandboxes().Put(ctx, &store.Sandbox{ID: "sb", Team: team.ID, State: store.Running}) },
+		{func() error {
+			return st.Sandboxes().Put(ctx, &store.Sandbox{ID: "sb", Team: team.ID, State: store.Running})
+		},
 			func() error { return st.Sandboxes().Delete(ctx, "sb") }, "sandbox"},
 		{func() error {
 			return st.Templates().Put(ctx, &store.Template{ID: "snap-1", Team: team.ID, Status: store.TemplateReady})
 		}, func() error { return st.Templates().Delete(ctx, "snap-1") }, "snapshot"},
-		{func() error { return st.Volumes().Put(ctx, &store.Volume{ID: "v", Team: team.ID, State: store.VolumeReady}) },
+		{func() error {
+			return st.Volumes().Put(ctx, &store.Volume{ID: "v", Team: team.ID, State: store.VolumeReady})
+		},
 			func() error { return st.Volumes().Delete(ctx, "v") }, "volume"},
 	}
 	// Another team's records do not hold it.
