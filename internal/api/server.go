@@ -277,6 +277,7 @@ func (s *Server) routes() []route {
 		{"POST", "/admin/teams/{teamID}/api-keys", admin, s.adminCreateKey},
 		{"DELETE", "/admin/teams/{teamID}/api-keys/{apiKeyID}", admin, s.adminDeleteKey},
 		{"POST", "/admin/teams/{teamID}/sandboxes/kill", admin, s.adminKillSandboxes},
+		{"POST", "/admin/teams/{teamID}/builds/cancel", admin, s.adminCancelBuilds},
 		{"GET", "/admin/sandboxes/running-counts", admin, s.runningCounts},
 		{"GET", "/audit", team, s.listAudit},
 		{"GET", "/secrets", team, s.listSecrets},

@@ -248,6 +248,28 @@ func (s *Server) adminKillSandboxes(w http.ResponseWriter, r *http.Request) erro
 	return nil
 }
 
+// adminCancelBuilds stops every build of a team that has not ended: each
+// ends FAILED, "cancelled by the admin".
+func (s *Server) adminCancelBuilds(w http.ResponseWriter, r *http.Request) error {
+	id, err := teamID(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Teams.GetTeam(r.Context(), id); err != nil {
+		return err
+	}
+	c, err := capability[cube.BuildCanceller](s, "cancelling builds is")
+	if err != nil {
+		return err
+	}
+	cancelled, failed, err := c.CancelBuilds(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.AdminBuildCancelResult{CancelledCount: cancelled, FailedCount: failed})
+	return nil
+}
+
 func (s *Server) runningCounts(w http.ResponseWriter, r *http.Request) error {
 	sbs, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{States: []cube.SandboxState{cube.StateRunning}})
 	if err != nil {

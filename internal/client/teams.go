@@ -159,6 +159,16 @@ func (c *Client) AdminKillSandboxes(ctx context.Context, team string) (*wire.Adm
 	return &out, nil
 }
 
+// AdminCancelBuilds is POST /admin/teams/{teamID}/builds/cancel: it
+// cancels every build of a team that has not ended.
+func (c *Client) AdminCancelBuilds(ctx context.Context, team string) (*wire.AdminBuildCancelResult, error) {
+	var out wire.AdminBuildCancelResult
+	if _, err := c.Do(ctx, http.MethodPost, "/admin"+teamPath(team)+"/builds/cancel", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // RunningCounts is GET /admin/sandboxes/running-counts: running sandboxes
 // by team ID; teams running none are left out.
 func (c *Client) RunningCounts(ctx context.Context) (map[string]int64, error) {

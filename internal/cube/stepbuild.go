@@ -67,6 +67,18 @@ type StepBuilder interface {
 	SetPublic(ctx context.Context, team, idOrName string, public bool) ([]string, error)
 }
 
+// BuildCanceller is implemented by backends that can stop a team's
+// builds, as E2B's POST /admin/teams/{teamID}/builds/cancel does.
+type BuildCanceller interface {
+	// CancelBuilds stops every build of team that has not ended (image
+	// builds and builds by steps, requested, waiting or running); each
+	// ends FAILED with the error "cancelled by the admin", cleaned up as a
+	// failed build is. cancelled counts the builds stopped, failed those
+	// that could not be (that finished anyway). Other teams' builds are
+	// left alone.
+	CancelBuilds(ctx context.Context, team string) (cancelled, failed int, err error)
+}
+
 // BuildIntent is a request for a new build of a template.
 type BuildIntent struct {
 	// Team builds the template: its names are looked up among the team's

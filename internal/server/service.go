@@ -236,6 +236,14 @@ func (s *service) SetPublic(ctx context.Context, team, idOrName string, public b
 	return s.builder.SetPublic(ctx, team, idOrName, public)
 }
 
+var _ cube.BuildCanceller = (*service)(nil)
+
+// CancelBuilds stops the team's builds on this node, the one that runs
+// the builds it was asked for.
+func (s *service) CancelBuilds(ctx context.Context, team string) (cancelled, failed int, err error) {
+	return s.builder.CancelBuilds(ctx, team)
+}
+
 // Nodes.
 
 func (s *service) ListNodes(ctx context.Context) ([]cube.Node, error) { return s.nodes.ListNodes(ctx) }

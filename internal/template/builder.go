@@ -124,6 +124,10 @@ type Builder struct {
 	// waiting lists the started ones waiting for a build slot, in order.
 	builds  map[string]*stepBuild
 	waiting []string
+	// active are the builds under way (image builds from request to end,
+	// builds by steps from start to end), by job ID, each with the cancel
+	// of its own context; CancelBuilds stops them.
+	active map[string]*activeBuild
 	// layerUse counts the running builds of each layer.
 	layerMu  sync.Mutex
 	layerUse map[string]int
@@ -192,6 +196,7 @@ func New(cfg Config) (*Builder, error) {
 		ctx: ctx, cancel: cancel, importDir: importDir, uploadsInUse: map[string]int{},
 		uploading: make(chan struct{}, cfg.Concurrency),
 		builds:    map[string]*stepBuild{}, layerUse: map[string]int{},
+		active: map[string]*activeBuild{},
 	}, nil
 }
 
@@ -431,7 +436,7 @@ func (b *Builder) BuildTemplate(ctx context.Context, req cube.BuildRequest) (*cu
 		b.uploadsInUse[src.Path]++
 	}
 	b.wg.Add(1)
-	go b.run(job, tpl, src, req)
+	go b.run(b.track(job.ID, job.Team), job, tpl, src, req)
 	return view, nil
 }
 

@@ -62,11 +62,18 @@ func (t *tracker) save() {
 	}
 }
 
-// run builds tpl in the background and records the outcome.
-func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req cube.BuildRequest) {
+// run builds tpl in the background under ctx, the build's own context
+// (Builder.track), and records the outcome.
+func (b *Builder) run(ctx context.Context, job *store.Job, tpl *store.Template, src oci.Source, req cube.BuildRequest) {
 	defer b.wg.Done()
+	ready := false
+	defer func() { b.untrack(job.ID, ready) }()
 	t := &tracker{b: b, job: job}
-	err := b.build(b.ctx, t, tpl, src, req)
+	err := b.build(ctx, t, tpl, src, req)
+	if err == nil && wasCancelled(ctx) {
+		// Cancelled once the snapshot was taken: it fails all the same.
+		err = errCancelled
+	}
 	if b.isUpload(src.Path) {
 		// An upload serves the one build it was sent for, and is gone
 		// before the build's outcome is recorded: whoever sees the job
@@ -79,11 +86,12 @@ func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req c
 		b.mu.Unlock()
 	}
 	defer func() { buildEnded(job.CreatedAt, err) }()
-	ctx := context.Background()
+	bg := context.Background()
 	now := time.Now().UTC()
 	if err == nil {
 		tpl.Status, tpl.Error, tpl.UpdatedAt = store.TemplateReady, "", now
-		if err = b.st.Templates().Put(ctx, tpl); err == nil {
+		if err = b.st.Templates().Put(bg, tpl); err == nil {
+			ready = true
 			fault.Point(fault.BuildAfterReady)
 			t.phase(store.PhaseReady)
 			b.log.Info("template ready", "job", job.ID, "template", tpl.ID, "took", now.Sub(job.CreatedAt).Round(time.Millisecond), "bytes", tpl.SizeBytes)
@@ -91,13 +99,16 @@ func (b *Builder) run(job *store.Job, tpl *store.Template, src oci.Source, req c
 		}
 	}
 	reason := err.Error()
-	if b.ctx.Err() != nil {
+	switch {
+	case wasCancelled(ctx):
+		reason = CancelReason
+	case b.ctx.Err() != nil:
 		reason = ShutdownReason
 	}
 	b.removeTemplateDir(tpl.ID)
 	tpl.Status, tpl.Error, tpl.UpdatedAt = store.TemplateFailed, reason, now
 	tpl.Checkpoint, tpl.SizeBytes = "", 0
-	if err := b.st.Templates().Put(ctx, tpl); err != nil {
+	if err := b.st.Templates().Put(bg, tpl); err != nil {
 		b.log.Warn("record failed template", "template", tpl.ID, "err", err)
 	}
 	job.Error = reason

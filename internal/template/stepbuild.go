@@ -222,6 +222,6 @@ func (b *Builder) StartBuild(ctx context.Context, team, templateID, buildID stri
 	}
 	b.waiting = append(b.waiting, buildID)
 	b.wg.Add(1)
-	go b.runStepBuild(sb)
+	go b.runStepBuild(b.track(buildID, sb.job.Team), sb)
 	return nil
 }

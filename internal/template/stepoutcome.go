@@ -16,6 +16,8 @@ import (
 // reason is the message a failed build reports.
 func (b *Builder) reason(ctx context.Context, err error) string {
 	switch {
+	case wasCancelled(ctx):
+		return CancelReason
 	case errors.Is(context.Cause(ctx), errBuildTimeout):
 		return fmt.Sprintf("the build took longer than %s, the most a build may (raise it with cube-server %s)", b.cfg.BuildTimeout, FlagBuildTimeout)
 	case b.ctx.Err() != nil:

@@ -15,11 +15,16 @@ import (
 	"cube/internal/store"
 )
 
-// runStepBuild runs a started build and records how it ended.
-func (b *Builder) runStepBuild(sb *stepBuild) {
+// runStepBuild runs a started build under bctx, its own context
+// (Builder.track), and records how it ended.
+func (b *Builder) runStepBuild(bctx context.Context, sb *stepBuild) {
 	defer b.wg.Done()
-	defer b.release(sb)
-	ctx, cancel := context.WithTimeoutCause(b.ctx, b.cfg.BuildTimeout, errBuildTimeout)
+	ready := false
+	defer func() {
+		b.release(sb)
+		b.untrack(sb.job.ID, ready)
+	}()
+	ctx, cancel := context.WithTimeoutCause(bctx, b.cfg.BuildTimeout, errBuildTimeout)
 	defer cancel()
 	select {
 	case b.sem <- struct{}{}:
@@ -36,6 +41,10 @@ func (b *Builder) runStepBuild(sb *stepBuild) {
 
 	start := time.Now()
 	tpl, err := b.buildSteps(ctx, sb)
+	if err == nil && wasCancelled(ctx) {
+		// Cancelled once the snapshot was taken: it fails all the same.
+		err = &stepError{"finalize", errCancelled}
+	}
 	if err == nil {
 		err = b.publish(sb, tpl)
 	}
@@ -49,6 +58,7 @@ func (b *Builder) runStepBuild(sb *stepBuild) {
 		b.fail(sb, b.reason(ctx, err), step)
 		return
 	}
+	ready = true
 	sb.log.infof("finalize", fmt.Sprintf("Template %s ready in %s", tpl.ID, time.Since(start).Round(time.Millisecond)))
 	// What the build replaced: the previous build's layers and tree.
 	if err := b.CollectLayers(context.Background()); err != nil {
@@ -72,6 +82,9 @@ func (b *Builder) buildSteps(ctx context.Context, sb *stepBuild) (*store.Templat
 	}
 	if err := b.runSteps(ctx, sb, st); err != nil {
 		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, &stepError{"finalize", context.Cause(ctx)}
 	}
 
 	sb.log.infof("finalize", fmt.Sprintf("Flattening %d layers into the template's filesystem", len(st.layers)))

@@ -136,6 +136,10 @@ func (b *Builder) runSteps(ctx context.Context, sb *stepBuild, st *stepState) er
 
 	for i, step := range sb.spec.Steps {
 		name := strconv.Itoa(i + 1)
+		if ctx.Err() != nil {
+			// Cancelled, or out of time: no step starts.
+			return &stepError{name, context.Cause(ctx)}
+		}
 		force = force || step.Force
 		label := fmt.Sprintf("[%d/%d] %s", i+1, len(sb.spec.Steps), describe(step))
 		cachedLabel := label

@@ -77,6 +77,12 @@ type AdminSandboxKillResult struct {
 	FailedCount int `json:"failedCount"`
 }
 
+// AdminBuildCancelResult answers POST /admin/teams/{teamID}/builds/cancel.
+type AdminBuildCancelResult struct {
+	CancelledCount int `json:"cancelledCount"`
+	FailedCount    int `json:"failedCount"`
+}
+
 // AuditEntry is one change made through the API, as GET /audit lists it.
 type AuditEntry struct {
 	Seq     int64     `json:"seq"`
