@@ -317,6 +317,7 @@ func WriteReport(w io.Writer, o ReportOptions) error {
 	p.pauseSection()
 	p.timeSection()
 	p.clusterSection()
+	p.teamsSection()
 	p.notes()
 	return p.err
 }
