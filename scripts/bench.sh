@@ -89,6 +89,28 @@ step create-c1 -c 1 -n 20 -w 3 -q
 step create-c10 -c 10 -n "$(q 200 30)" -w 3 -q
 step create-c20 -c 20 -n "$(q 300 40)" -w 3 -q
 
+note "teams: what a team's key and quota checks add to a create and a read (admin key vs a throwaway team with quotas, 20 idle sandboxes beside), and creates of two teams at once"
+step teams teams -r "$(q 30 5)" -n "$(q 20 5)" -q
+# The same checks alone as Go benchmarks (no server); the page's table reads
+# teams-go.txt. 20000 records take a second a check, hence fewer of those.
+GO=${GO:-go}
+command -v "$GO" >/dev/null || GO=/usr/local/go/bin/go
+# gobench PACKAGE BENCH BENCHTIME: one go test -bench, its command first.
+gobench() {
+	echo "# go test -run x -bench '$2' -benchtime $3 $1"
+	GOFLAGS=${GOFLAGS:--mod=mod} "$GO" test -run x -bench "$2" -benchtime "$3" "$1" 2>&1 |
+		grep -E '^(goos|goarch|pkg|cpu|Benchmark|ok|FAIL|---)'
+}
+if command -v "$GO" >/dev/null; then
+	{
+		gobench ./internal/teams . "$(q 2000x 200x)"
+		gobench ./internal/quota 'Start(NoQuotas|Parallel)' "$(q 2000x 200x)"
+		gobench ./internal/quota 'Start$/records=(100|1000)$' "$(q 2000x 200x)"
+		gobench ./internal/quota 'Start$/records=20000$' "$(q 20x 5x)"
+	} >"$OUT_DIR/teams-go.txt"
+	note "teams: the Go benchmarks' commands are the '# ' lines of $OUT_DIR/teams-go.txt"
+fi
+
 note "3.3 density: batches 1+4+5+10 = 20 idle sandboxes, as the report"
 step density density --data-dir "$DATA_DIR" -b "$(q 1,4,5,10 1,4)" -q
 note "3.3 density at 50 idle sandboxes (sandboxes share their template's memory)"
