@@ -36,11 +36,10 @@ type Store struct {
 	q func(query string) string
 	// dialect is "sqlite" or "postgres".
 	dialect string
-	// claim holds the connection whose session holds Claim's lock;
+	// claimName and claimHolder are Claim's lease (postgres.go);
 	// stopClaim ends its watchdog, which closes claimDone.
-	claim                *sql.Conn
-	stopClaim, claimDone chan struct{}
-	claimName            string
+	stopClaim, claimDone   chan struct{}
+	claimName, claimHolder string
 
 	// The cap on each sandbox's log (AddEvent); zero: MaxEvents and
 	// eventTrimEvery. Tests set them lower.
@@ -158,13 +157,7 @@ func Open(path string) (*Store, error) {
 
 // Close closes the database, ending a Claim.
 func (s *Store) Close() error {
-	if s.stopClaim != nil {
-		close(s.stopClaim)
-		<-s.claimDone
-	}
-	if s.claim != nil {
-		s.claim.Close()
-	}
+	s.releaseClaim()
 	return s.db.Close()
 }
 

@@ -418,9 +418,10 @@ func testUpdatesDoNotLoseEachOther(t *testing.T, b backend) {
 	}
 }
 
-// The claim is a session lock: when its connection is cut (a PostgreSQL
-// restart, a reset), the server takes it again; when another server took
-// it meanwhile, the first is told to stop.
+// The claim is a lease held by no connection: when the server's
+// sessions are cut (a PostgreSQL restart, a reset), it keeps renewing it
+// over new ones; when its lease expired and another server took it
+// meanwhile, the first is told to stop.
 func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
 	dsn := testenv.Postgres(t)
 	ctx := context.Background()
@@ -438,39 +439,38 @@ func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	// holder is the backend holding the claim, 0 when none does.
-	holder := func() int {
+	admin.SetMaxOpenConns(1)
+	// lease is the claim's holder and expiry.
+	lease := func() (holder string, expires time.Time) {
 		t.Helper()
-		var pid int
-		err := admin.QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = $1 AND objsubid = 2 AND granted`, nodeLockSpace).Scan(&pid)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := admin.QueryRow(`SELECT holder, expires FROM cube_claims WHERE id = 'node-a'`).Scan(&holder, &expires); err != nil {
 			t.Fatal(err)
 		}
-		return pid
+		return holder, expires
 	}
-	// cut ends the claim's session and returns its backend's pid. A
-	// terminated backend stays in pg_locks until it has exited, so callers
-	// wait for a holder other than the one cut.
-	cut := func() int {
+	// cut ends every session of the database but the admin's.
+	cut := func() {
 		t.Helper()
-		pid := holder()
-		var ok bool
-		if err := admin.QueryRow(`SELECT pg_terminate_backend($1)`, pid).Scan(&ok); pid == 0 || err != nil || !ok {
-			t.Fatalf("cut the claim's session (pid %d): %v, %v", pid, ok, err)
+		if _, err := admin.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+			t.Fatal(err)
 		}
-		return pid
-	}
-	held := func(not int) bool {
-		pid := holder()
-		return pid != 0 && pid != not
 	}
 
-	// Cut with nobody else waiting: the watchdog takes the claim again.
-	was := cut()
-	deadline := time.Now().Add(4 * claimCheck)
-	for !held(was) {
+	// Cut with nobody else waiting: the lease is renewed over a new
+	// session, by the same holder.
+	holder, was := lease()
+	cut()
+	deadline := time.Now().Add(3 * claimCheck)
+	for {
+		h, exp := lease()
+		if h != holder {
+			t.Fatalf("the lease changed hands: %s, then %s", holder, h)
+		}
+		if exp.After(was) {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("the claim was not taken again after its session was cut")
+			t.Fatal("the lease was not renewed after the sessions were cut")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -480,28 +480,29 @@ func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
 	default:
 	}
 
-	// Cut, and another server claims first: the first is told.
+	// The first server's lease expires (it could not reach the database
+	// for longer than claimTTL) and another server claims first: the
+	// first is told.
 	second, err := OpenPostgres(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer second.Close()
-	// The first server's watchdog may take the claim back before the
-	// second gets it, which is right too: then cut again.
+	// The first server's watchdog may renew the lease before the second
+	// gets it, which is right too: then expire it again.
 	for try := 0; ; try++ {
-		was = cut()
-		for deadline = time.Now().Add(claimCheck); holder() == was; {
-			if time.Now().After(deadline) {
-				t.Fatal("the cut session still holds the claim")
-			}
-			time.Sleep(20 * time.Millisecond)
+		if _, err := admin.Exec(`UPDATE cube_claims SET expires = clock_timestamp() - interval '1 second' WHERE id = 'node-a'`); err != nil {
+			t.Fatal(err)
 		}
-		err := second.Claim(ctx, "node-a", func(error) {})
-		if err == nil {
+		got, err := second.claimAs(ctx, "node-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got {
 			break
 		}
-		if !errors.Is(err, errClaimed) || try == 3 {
-			t.Fatalf("claim after the first one's session was cut: %v", err)
+		if try == 3 {
+			t.Fatal("the second server could not take an expired claim")
 		}
 	}
 	select {
@@ -509,7 +510,7 @@ func TestPostgresClaimSurvivesALostConnection(t *testing.T) {
 		if !strings.Contains(err.Error(), "another cube-server") {
 			t.Fatalf("lost: %v", err)
 		}
-	case <-time.After(4 * claimCheck):
+	case <-time.After(3 * claimCheck):
 		t.Fatal("the first server was not told that another one holds the database")
 	}
 }
