@@ -83,7 +83,11 @@ func unauthorized() error {
 // IsAPIKey reports whether key is an API key of any team. The proxy asks
 // it (proxy.Config.IsAPIKey), to keep keys away from sandboxes, and the
 // forwarder, to refuse requests without a key before anything is done.
+// When the keys cannot be read (the state database is out of reach) it
+// says yes: the proxy then drops the credential rather than pass on what
+// may be a key, and the forwarder lets the API answer, which says 503 with
+// Retry-After instead of calling a valid key invalid.
 func (s *Server) IsAPIKey(key string) bool {
 	_, err := s.cfg.Teams.Authenticate(context.Background(), key)
-	return err == nil
+	return err == nil || cube.KindOf(err) != cube.Forbidden
 }

@@ -16,6 +16,9 @@ type fakeTeams struct {
 	keys  map[string]cube.Caller
 	teams map[string]cube.Team
 	n     int
+	// down, when set, is what every Authenticate fails with: the keys
+	// cannot be read.
+	down error
 }
 
 // adminKeys returns teams whose only team is the first, with keys as its
@@ -40,6 +43,9 @@ func (f *fakeTeams) addTeam(teamID, key string) {
 func (f *fakeTeams) Authenticate(_ context.Context, key string) (cube.Caller, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.down != nil {
+		return cube.Caller{}, f.down
+	}
 	c, ok := f.keys[key]
 	if !ok {
 		return cube.Caller{}, cube.Errorf(cube.Forbidden, "invalid API key")
