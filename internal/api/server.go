@@ -280,6 +280,8 @@ func (s *Server) routes() []route {
 		{"POST", "/admin/teams/{teamID}/builds/cancel", admin, s.adminCancelBuilds},
 		{"GET", "/admin/sandboxes/running-counts", admin, s.runningCounts},
 		{"GET", "/audit", team, s.listAudit},
+		{"POST", "/access-tokens", team, s.createAccessToken},
+		{"DELETE", "/access-tokens/{accessTokenID}", team, s.deleteAccessToken},
 		{"GET", "/secrets", team, s.listSecrets},
 		{"POST", "/secrets", team, s.createSecret},
 		{"GET", "/secrets/{secretID}", team, s.getSecret},

@@ -282,3 +282,14 @@ func (s *Server) runningCounts(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
+
+// E2B's access tokens were user credentials for its dashboard, retired
+// for API keys: creating one is Gone there, and Cube never made any.
+
+func (s *Server) createAccessToken(w http.ResponseWriter, r *http.Request) error {
+	return httperr.Errorf(http.StatusGone, "access tokens are retired: create an API key instead (POST /api-keys, or `cubemastercli key create NAME`)")
+}
+
+func (s *Server) deleteAccessToken(w http.ResponseWriter, r *http.Request) error {
+	return httperr.Errorf(http.StatusNotFound, "access token %q not found: Cube has no access tokens, only API keys (DELETE /api-keys/{apiKeyID})", r.PathValue("accessTokenID"))
+}
