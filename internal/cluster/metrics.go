@@ -11,7 +11,9 @@ import (
 
 // The cluster's totals on every node's /metrics: read from the node
 // records (each node's last heartbeat) when scraped, so one scrape of any
-// node shows the whole service beside that node's own series.
+// node shows the whole service beside that node's own series. The
+// records are this node's copy, read by changes (records.go) at most once
+// a second however often it is scraped.
 var (
 	clusterNodes = prometheus.NewDesc("cube_cluster_nodes",
 		"Nodes of the cluster by status (unhealthy: no heartbeat within the timeout).", []string{"status"}, nil)
@@ -30,6 +32,9 @@ func (r *Registry) Collector() prometheus.Collector { return totals{r} }
 
 type totals struct{ r *Registry }
 
+// totalsAge is how old the records the totals are counted from may be.
+const totalsAge = time.Second
+
 func (t totals) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{clusterNodes, clusterSandboxes, clusterSlots, clusterMemory, clusterReadable} {
 		ch <- d
@@ -39,7 +44,7 @@ func (t totals) Describe(ch chan<- *prometheus.Desc) {
 func (t totals) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	recs, err := t.r.cfg.Store.Nodes().List(ctx)
+	recs, err := t.r.nodes(ctx, totalsAge)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(clusterReadable, prometheus.GaugeValue, 0)
 		return

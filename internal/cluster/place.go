@@ -63,7 +63,9 @@ func (r *Registry) Peer(ctx context.Context, nodeID string) (string, bool, error
 // slot. release marks the create done; the reservation then lasts until
 // the node's next heartbeat.
 func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error) {
-	recs, err := r.cfg.Store.Nodes().List(ctx)
+	// The records as of now, read by changes: the rows written since
+	// this node's last placement (see records).
+	recs, err := r.nodes(ctx, 0)
 	if err != nil {
 		return "", nil, err
 	}
@@ -104,7 +106,9 @@ func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error)
 	resv := store.Reservation{ID: id.New("", 12), MemoryMB: max(want.MemoryMB, 0), At: now}
 	for _, c := range append(holders, others...) {
 		err := r.cfg.Store.Nodes().Update(ctx, c.ID, func(rec *store.Node) error {
-			if freeSlots(rec, now) <= 0 || freeMB(rec, now) < pendingMB {
+			// Checked again on the row itself: room, and its status, which
+			// an operator may have changed since it was read.
+			if r.view(rec).Status != cube.NodeReady || freeSlots(rec, now) <= 0 || freeMB(rec, now) < pendingMB {
 				return errFull
 			}
 			rec.Reservations = append(live(rec.Reservations, now), resv)

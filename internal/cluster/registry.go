@@ -54,6 +54,13 @@ type Registry struct {
 	// alive is which nodes heartbeat, as of this node's last heartbeat:
 	// read without mu, which heartbeats hold while the database answers.
 	alive atomic.Pointer[map[string]bool]
+	// members are the nodes of the table, as of its membership version
+	// membersAt (store.StaleNodes); with mu.
+	members   []string
+	membersAt int64
+	// records are the node records as of the last read by changes (see
+	// records), for placement and the cluster's totals.
+	records records
 	// trust is the nodes' recorded authorities (see trust.go).
 	trust trust
 }
@@ -182,15 +189,35 @@ func (r *Registry) heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// readAlive reads which nodes heartbeat.
+// readAlive reads which nodes heartbeat: the nodes whose heartbeat is
+// late, and the members again only when a node was added or removed
+// since the last read. Every node reads this each heartbeat, so it reads
+// no row of the nodes that heartbeat: the cluster reads O(nodes) rows an
+// interval, not O(nodes²). The caller holds mu (or is Open).
 func (r *Registry) readAlive(ctx context.Context) (map[string]bool, error) {
-	recs, err := r.cfg.Store.Nodes().List(ctx)
+	stale, version, err := r.cfg.Store.StaleNodes(ctx, r.cfg.Now().Add(-r.cfg.Timeout))
 	if err != nil {
 		return nil, err
 	}
-	alive := make(map[string]bool, len(recs))
-	for _, rec := range recs {
-		alive[rec.ID] = r.view(rec).Status != cube.NodeUnhealthy
+	if r.members == nil || version != r.membersAt {
+		ids, err := r.cfg.Store.NodeIDs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ids == nil {
+			ids = []string{}
+		}
+		r.members, r.membersAt = ids, version
+	}
+	alive := make(map[string]bool, len(r.members))
+	for _, id := range r.members {
+		alive[id] = true
+	}
+	for _, id := range stale {
+		// Late as view has it: never this node.
+		if id != r.cfg.ID {
+			alive[id] = false
+		}
 	}
 	return alive, nil
 }

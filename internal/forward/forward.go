@@ -42,8 +42,15 @@ type Peers interface {
 	// Place picks the node a create runs on and holds room for it there
 	// until release is called.
 	Place(ctx context.Context, want cluster.Want) (node string, release func(), err error)
-	// AlivePeers names the other nodes that heartbeat.
-	AlivePeers() []string
+}
+
+// Tokens finds the sandbox of the cluster whose envd token made a signed
+// file URL (cluster.Tokens: an index of every sandbox's token, read from
+// the shared store).
+type Tokens interface {
+	// Find returns the sandbox whose envd token makes made true, and its
+	// node; key names the URL, for the index to remember its sandbox.
+	Find(ctx context.Context, key string, made func(token string) bool) (sandboxID, node string, ok bool, err error)
 }
 
 // Config configures a Handler.
@@ -62,6 +69,9 @@ type Config struct {
 	// sandbox, template (ID or alias) or volume: "" when the record has
 	// none or does not exist (the local API then answers).
 	SandboxNode, TemplateNode, VolumeNode func(ctx context.Context, id string) (string, error)
+	// Tokens finds the sandbox, on any node, that made a signed file URL
+	// no sandbox of this node made. Nil: such URLs are answered here.
+	Tokens Tokens
 	// Movable says whether a sandbox should resume on another node than
 	// its own (paused on disk, no volumes, its node answering but taking
 	// no new sandboxes), and if so its node and what placing it needs.
@@ -110,8 +120,8 @@ type Handler struct {
 	// verifier checks the signed requests this node receives.
 	verifier verifier
 	// lookups bounds, per source address, the signed file URLs whose
-	// sandbox is looked for among the peers: each costs a call on every
-	// peer, and needs no key.
+	// sandbox is looked for among the cluster's: each costs a hash per
+	// sandbox of the cluster, and needs no key.
 	lookups *ratelimit.Keyed[netip.Prefix]
 }
 
@@ -366,9 +376,11 @@ func PeerListener(h http.Handler) http.Handler {
 	})
 }
 
-// SignedFilesPath is the internal route by which a node asks a peer
-// whether one of its sandboxes made a signed file URL: ?method=M&query=Q,
-// Q the URL's query. The peer answers 204 when one did, 404 when none.
+// SignedFilesPath is the internal route by which a node of an earlier
+// version asks a peer whether one of its sandboxes made a signed file URL:
+// ?method=M&query=Q, Q the URL's query. The peer answers 204 when one
+// did, 404 when none. Nodes of this version look the URL up themselves
+// (Config.Tokens) and only answer it.
 const SignedFilesPath = InternalPrefix + "signed-files"
 
 // signedFileURL reports whether r is a signed file URL that names no
@@ -378,34 +390,41 @@ func signedFileURL(r *http.Request) bool {
 }
 
 // routeSignedFile passes a signed file URL to the node whose sandbox made
-// it, asking the peers that heartbeat in turn; a URL none of them made is
-// answered here (the API says it is unknown). Each answer is a look at
-// the peer's memory, never a query over every sandbox.
+// it, found by trying the URL's signature against the envd token of every
+// sandbox of the cluster (Config.Tokens, this node's index of them) with
+// no peer asked; a URL none of them made is answered here (the API says
+// it is unknown), as is one whose node does not answer.
 func (h *Handler) routeSignedFile(w http.ResponseWriter, r *http.Request) {
 	if ok, wait := h.lookups.Allow(ratelimit.Source(r)); !ok {
 		wait = max(wait, time.Second)
 		httperr.Write(w, cube.Errorf(cube.Capacity, "too many signed file URLs from this address that no sandbox of this node made; retry in %s", wait.Round(time.Second)).WithRetryAfter(wait))
 		return
 	}
-	q := url.Values{"method": {r.Method}, "query": {r.URL.RawQuery}}.Encode()
-	for _, node := range h.cfg.Peers.AlivePeers() {
-		addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
-		if err != nil {
-			continue
-		}
-		resp, err := h.callAt(r.Context(), http.MethodGet, node, addr, SignedFilesPath+"?"+q)
-		if err != nil {
-			continue // 404: not this one's; unreachable: not asked again
-		}
-		resp.Body.Close()
-		h.forward(w, r, addr)
+	u, ok := parseSignedURL(r)
+	if !ok || h.cfg.Tokens == nil {
+		h.cfg.Local.ServeHTTP(w, r)
 		return
 	}
-	h.cfg.Local.ServeHTTP(w, r)
+	_, node, found, err := h.cfg.Tokens.Find(r.Context(), u.key(), u.made)
+	if err != nil {
+		httperr.Write(w, unavailable(err))
+		return
+	}
+	if !found || node == h.cfg.Peers.Self() {
+		h.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	addr, alive, err := h.cfg.Peers.Peer(r.Context(), node)
+	if err != nil || !alive {
+		h.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	h.forward(w, r, addr)
 }
 
 // lookupsPerSecond is how many signed file URLs one source address may
-// have looked for among the peers each second (twice that at once).
+// have looked for among the cluster's sandboxes each second (twice that
+// at once).
 const lookupsPerSecond = 20
 
 // InternalPrefix starts the paths of the routes nodes call on each other.
@@ -415,11 +434,6 @@ const InternalPrefix = "/cluster/"
 // and returns its 200 or 204 answer, whose body the caller closes.
 func (h *Handler) Get(ctx context.Context, node, path string) (*http.Response, error) {
 	return h.client.Get(ctx, node, path)
-}
-
-// callAt is the client's callAt.
-func (h *Handler) callAt(ctx context.Context, method, node, addr, path string) (*http.Response, error) {
-	return h.client.callAt(ctx, method, node, addr, path)
 }
 
 // forward passes r to the node at addr.
