@@ -106,7 +106,8 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, cl *clusterParts,
 			sid, _, ok := px.Match(r)
 			return sid, ok
 		},
-		Runs: nd.Holds,
+		Runs:   nd.Holds,
+		Tokens: cluster.NewTokens(st),
 		SandboxNode: func(ctx context.Context, id string) (string, error) {
 			rec, err := st.Sandboxes().Get(ctx, id)
 			if errors.Is(err, store.ErrNotFound) {
