@@ -24,7 +24,8 @@ type egressParts struct {
 
 // openEgress loads (or makes, on first start) the egress CA in
 // <data>/egress-ca and the secret store, reads --egress-ca-bundle, and
-// starts the Filter, with the slots' isolation settings.
+// starts the Filter, with the slots' isolation settings. A server on
+// Parts has no Filter (nil): its sandboxes have no network to filter.
 func openEgress(o Options, hostCIDR netip.Prefix, log *slog.Logger, done *closers) (*egressParts, error) {
 	ca, err := egress.OpenCA(filepath.Join(o.DataDir, "egress-ca"))
 	if err != nil {
@@ -33,6 +34,9 @@ func openEgress(o Options, hostCIDR netip.Prefix, log *slog.Logger, done *closer
 	sec, err := secrets.Open(o.DataDir, o.SecretsKey)
 	if err != nil {
 		return nil, err
+	}
+	if o.Parts != nil {
+		return &egressParts{ca: ca, secrets: sec}, nil
 	}
 	var roots *x509.CertPool // nil: the host's trust store
 	if o.EgressCABundle != "" {

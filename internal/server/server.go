@@ -132,6 +132,28 @@ type Options struct {
 	Logger        *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
+	// Parts, for simulations and tests, are the runtime, network slots
+	// and sandbox agents to use instead of gVisor's, namespaces and envd:
+	// nil (cube-server) makes the real ones. See Parts.
+	Parts *Parts
+}
+
+// Parts are what a node drives on its host, given to Run instead of the
+// parts it makes itself (internal/node/nodefake has in-memory ones), so
+// that many nodes of the real assembly can run in one process without
+// root: a simulation of a cluster (internal/sim), a test. With Parts, Run
+// needs no root, runsc or console, and makes no egress Filter: sandboxes
+// have no network to filter. Everything else (store, claim, registry,
+// forwarding, placement, API, proxy, builder) is as cube-server's.
+type Parts struct {
+	// Runtime runs the containers.
+	Runtime node.Runtime
+	// Slots is the network slot pool; Options.Slots is its size, which
+	// the node's heartbeat reports.
+	Slots node.Slots
+	// AgentAt returns the agent of the sandbox reached at host
+	// (node.Config.AgentAt); nil speaks to envd over HTTP.
+	AgentAt func(host netip.Addr) node.Agent
 }
 
 // Check reports, as one actionable line, why the server cannot start here:
@@ -141,17 +163,9 @@ func (o *Options) Check() error {
 	if os.Geteuid() != 0 {
 		return errors.New("cube-server needs root (it creates network namespaces and runs gVisor): run it as root, e.g. `sudo make run`")
 	}
-	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
-		return fmt.Errorf("cannot create data dir %s: %v: choose another with --data-dir", o.DataDir, err)
-	}
-	if err := checkPrivate(o.DataDir); err != nil {
+	if err := o.checkDataDir(); err != nil {
 		return err
 	}
-	probe := filepath.Join(o.DataDir, ".write-test")
-	if err := os.WriteFile(probe, nil, 0o600); err != nil {
-		return fmt.Errorf("data dir %s is not writable: %v: fix its permissions or choose another with --data-dir", o.DataDir, err)
-	}
-	os.Remove(probe)
 	exe, _ := os.Executable()
 	if o.Runsc == "" {
 		o.Runsc = filepath.Join(filepath.Dir(exe), "runsc")
@@ -169,6 +183,38 @@ func (o *Options) Check() error {
 			return fmt.Errorf("%s not found: build it with `make build` or point to it with --%s", b, filepath.Base(b))
 		}
 	}
+	return nil
+}
+
+// checkParts is Check for a server on Parts: its data directory, and the
+// agent binary the node installs (any file will do for fake agents).
+func (o *Options) checkParts() error {
+	if o.Parts.Runtime == nil || o.Parts.Slots == nil {
+		return errors.New("server.Parts needs a Runtime and Slots")
+	}
+	if err := o.checkDataDir(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(o.Envd); err != nil {
+		return fmt.Errorf("the agent binary: %w", err)
+	}
+	return nil
+}
+
+// checkDataDir makes the data directory if need be and checks that it is
+// private and writable.
+func (o *Options) checkDataDir() error {
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("cannot create data dir %s: %v: choose another with --data-dir", o.DataDir, err)
+	}
+	if err := checkPrivate(o.DataDir); err != nil {
+		return err
+	}
+	probe := filepath.Join(o.DataDir, ".write-test")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		return fmt.Errorf("data dir %s is not writable: %v: fix its permissions or choose another with --data-dir", o.DataDir, err)
+	}
+	os.Remove(probe)
 	return nil
 }
 
@@ -205,7 +251,11 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.checkPeers(); err != nil {
 		return err
 	}
-	if err := o.Check(); err != nil {
+	check := o.Check
+	if o.Parts != nil {
+		check = o.checkParts
+	}
+	if err := check(); err != nil {
 		return err
 	}
 	// Crash tests arm a point at which the server kills itself.
@@ -285,7 +335,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	counts := &creates{}
-	if err := registerNode(ctx, o, cl.registry, nd, slots.pool.Size(), counts); err != nil {
+	if err := registerNode(ctx, o, cl.registry, nd, slots.size, counts); err != nil {
 		return err
 	}
 	go cl.registry.Run(ctx)
@@ -349,7 +399,11 @@ func apiKey(o Options) (string, error) {
 	return key, nil
 }
 
-func openRuntime(o Options, done *closers) (*gvisor.Runtime, error) {
+// openRuntime is gVisor's runtime, or the one Parts give.
+func openRuntime(o Options, done *closers) (node.Runtime, error) {
+	if o.Parts != nil {
+		return o.Parts.Runtime, nil
+	}
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: o.Runsc, Root: filepath.Join(o.DataDir, "runsc"),
 		Bundles: filepath.Join(o.DataDir, "bundles"), Debug: o.Debug, Keeper: o.Console,
@@ -376,16 +430,22 @@ func hostPrefix(o Options) (netip.Prefix, error) {
 // knows, closes after the pool is made and before it is torn down, and
 // says.
 type netSlots struct {
-	pool *netslot.Pool
+	pool node.Slots
+	size int
 	keep bool
 }
 
+// openSlots makes the pool of network slots, or takes the one Parts give
+// (Options.Slots in size), which it leaves as it is at the end.
 func openSlots(o Options, hostCIDR netip.Prefix, log *slog.Logger, done *closers) (*netSlots, error) {
+	if o.Parts != nil {
+		return &netSlots{pool: o.Parts.Slots, size: o.Slots}, nil
+	}
 	pool, err := netslot.NewPool(netslot.Config{Prefix: o.SlotPrefix, Size: o.Slots, AllowPrivate: o.AllowPrivate, HostCIDR: hostCIDR, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("network slots: %w", err)
 	}
-	s := &netSlots{pool: pool}
+	s := &netSlots{pool: pool, size: pool.Size()}
 	done.push(func() {
 		if s.keep {
 			return
@@ -401,8 +461,12 @@ func openSlots(o Options, hostCIDR netip.Prefix, log *slog.Logger, done *closers
 // cluster's registry and the peer client it fetches files by, and the
 // proxy's pool, whose connections to a container it drops when the
 // container stops; and reconciles it with what the host holds.
-func openNode(ctx context.Context, o Options, name string, st *store.Store, quotas *quota.Checker, rt *gvisor.Runtime, slots *netSlots, eg *egressParts, cl *clusterParts, conns *proxy.Pool, log *slog.Logger, done *closers) (*node.Node, error) {
+func openNode(ctx context.Context, o Options, name string, st *store.Store, quotas *quota.Checker, rt node.Runtime, slots *netSlots, eg *egressParts, cl *clusterParts, conns *proxy.Pool, log *slog.Logger, done *closers) (*node.Node, error) {
 	files := newPeerFiles(cl.client)
+	var agentAt func(netip.Addr) node.Agent
+	if o.Parts != nil {
+		agentAt = o.Parts.AgentAt
+	}
 	nd, err := node.New(node.Config{
 		DataDir: o.DataDir, Envd: o.Envd, Runtime: rt, Slots: slots.pool, Store: st, Logger: log,
 		MaxSandboxes: o.MaxSandboxes, DiskReserveMB: o.DiskReserveMB, NodeID: name, Quota: quotas,
@@ -412,7 +476,7 @@ func openNode(ctx context.Context, o Options, name string, st *store.Store, quot
 		PauseWriteDelay: o.PauseWriteDelay, CodeContextsNeedToken: o.CodeContextsNeedToken,
 		EgressCA: eg.ca, Secrets: eg.secrets,
 		FetchTemplate: files.template, FetchSandbox: files.sandbox, SandboxMoved: files.moved, FetchForkImage: files.fork,
-		Gone: conns.Forget,
+		Gone: conns.Forget, AgentAt: agentAt,
 	})
 	if err != nil {
 		return nil, err
@@ -451,7 +515,9 @@ func newAPI(o Options, keys *teams.Keys, trail *audit.Log, ls *listeners, log *s
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics.MustRegister(nd.Collectors()...)
-	metrics.MustRegister(eg.filter.Collectors()...)
+	if eg.filter != nil {
+		metrics.MustRegister(eg.filter.Collectors()...)
+	}
 	metrics.MustRegister(builder.Collectors()...)
 	if o.Store != "" {
 		metrics.MustRegister(cl.registry.Collector())
