@@ -1,0 +1,1080 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"cube/internal/api/wire"
+	"cube/internal/client"
+	"cube/internal/envd/protocol"
+)
+
+// Config is one simulation: a cluster of Nodes nodes driven up to
+// Sandboxes live sandboxes, then through the mixed workload, a drain and
+// the loss of a node.
+type Config struct {
+	Nodes     int
+	Sandboxes int
+	// Duration is the mixed workload's length (0: 30s).
+	Duration time.Duration
+	// FillTimeout bounds the creates up to Sandboxes (0: 10m); the
+	// result says how many were reached.
+	FillTimeout time.Duration
+	// Concurrency is the workload's clients at once (0: 16).
+	Concurrency int
+	// Rate bounds the mixed workload's operations per second (0: as fast
+	// as Concurrency clients go).
+	Rate float64
+	// Seed fixes every random choice of each client.
+	Seed uint64
+	// PauseShare is the share of live sandboxes the mixed workload keeps
+	// paused (0: 0.1).
+	PauseShare float64
+	// CostOps is how many creates, reads and kills each measurement of
+	// their cost in the database makes (0: 100).
+	CostOps int
+	// IdleWindow is how long the background (heartbeats, reapers) is
+	// measured with no workload (0: 10s).
+	IdleWindow time.Duration
+	// DrainPaused is how many sandboxes of the drained node are paused
+	// before the drain (0: 50).
+	DrainPaused int
+	// MaxConnections is PostgreSQL's max_connections (0: its default, 100).
+	MaxConnections int
+	// PauseWriteDelay is the nodes' (0: 2s).
+	PauseWriteDelay time.Duration
+	// SkipLoss and SkipDrain leave those phases out.
+	SkipLoss, SkipDrain bool
+	// Dir is where PostgreSQL and the nodes keep their data (a temporary
+	// directory made and removed when empty).
+	Dir string
+	// Log receives the nodes' warnings; Progress one line per phase.
+	Log      io.Writer
+	Progress func(format string, args ...any)
+}
+
+func (c *Config) defaults() {
+	if c.Duration == 0 {
+		c.Duration = 30 * time.Second
+	}
+	if c.FillTimeout == 0 {
+		c.FillTimeout = 10 * time.Minute
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 16
+	}
+	if c.PauseShare == 0 {
+		c.PauseShare = 0.1
+	}
+	if c.CostOps <= 0 {
+		c.CostOps = 100
+	}
+	if c.IdleWindow == 0 {
+		c.IdleWindow = 10 * time.Second
+	}
+	if c.DrainPaused == 0 {
+		c.DrainPaused = 50
+	}
+	if c.PauseWriteDelay == 0 {
+		c.PauseWriteDelay = 2 * time.Second
+	}
+	if c.Progress == nil {
+		c.Progress = func(string, ...any) {}
+	}
+}
+
+// Result is what one simulation measured.
+type Result struct {
+	Nodes int `json:"nodes"`
+	// Error is what ended the run early, if anything did.
+	Error            string  `json:"error,omitempty"`
+	TargetSandboxes  int     `json:"targetSandboxes"`
+	Reached          int     `json:"reachedSandboxes"`
+	MaxConnections   int     `json:"pgMaxConnections"`
+	StartSeconds     float64 `json:"startSeconds"`
+	TotalSeconds     float64 `json:"totalSeconds"`
+	FillSeconds      float64 `json:"fillSeconds"`
+	FillCreatesPerS  float64 `json:"fillCreatesPerSecond"`
+	FillStoppedEarly string  `json:"fillStoppedEarly,omitempty"`
+	// Fill is every create of the fill; FillBuckets the same by how
+	// full the cluster was.
+	Fill        OpSummary `json:"fill"`
+	FillBuckets []Bucket  `json:"fillBuckets"`
+	// IdleEmpty and IdleFull are the background with no workload, with
+	// no sandboxes and with those reached.
+	IdleEmpty Background `json:"idleEmpty"`
+	IdleFull  Background `json:"idleFull"`
+	// CostEmpty and CostFull are the database's work per create, read
+	// (through a node not holding the sandbox) and kill, at both sizes.
+	CostEmpty Cost `json:"costEmpty"`
+	CostFull  Cost `json:"costFull"`
+	// Ops are the mixed workload's operations.
+	Ops        map[string]OpSummary `json:"ops"`
+	OpsPerS    float64              `json:"opsPerSecond"`
+	MixSeconds float64              `json:"mixSeconds"`
+	Mix        Background           `json:"mixLoad"`
+	// ListAll is one listing of every sandbox, all its pages.
+	ListAll   OpSummary `json:"listAll"`
+	SignedURL SignedURL `json:"signedURL"`
+	Loss      *Loss     `json:"loss,omitempty"`
+	Drain     *Drain    `json:"drain,omitempty"`
+	// Connections are the nodes' sessions in PostgreSQL, sampled each
+	// second.
+	Connections ConnStats  `json:"connections"`
+	Warnings    []LogCount `json:"nodeWarnings,omitempty"`
+	// PGErrors counts FATAL and ERROR lines of PostgreSQL's log by text.
+	PGErrors map[string]int `json:"pgErrors,omitempty"`
+}
+
+// Bucket is the creates made while the cluster held From to To sandboxes.
+type Bucket struct {
+	From, To int    `json:"-"`
+	Range    string `json:"range"`
+	OpSummary
+}
+
+// Background is the load with what was running then.
+type Background struct {
+	Seconds             float64 `json:"seconds"`
+	HeartbeatWritesPerS float64 `json:"heartbeatWritesPerSecond"`
+	StatementsPerS      float64 `json:"statementsPerSecond"`
+	RowsReadPerS        float64 `json:"rowsReadPerSecond"`
+	RowsWrittenPerS     float64 `json:"rowsWrittenPerSecond"`
+	WALBytesPerS        float64 `json:"walBytesPerSecond"`
+	PGCPUCores          float64 `json:"pgCPUCores"`
+	SimCPUCores         float64 `json:"simCPUCores"`
+	Connections         int     `json:"connections"`
+	// Top are the statements by calls per second.
+	Top   []Breakdown `json:"statements"`
+	delta Delta
+}
+
+// Cost is the database's work per operation, the background taken away.
+type Cost struct {
+	Sandboxes int         `json:"sandboxes"`
+	Create    PerOp       `json:"create"`
+	Read      PerOp       `json:"read"`
+	Kill      PerOp       `json:"kill"`
+	TopCreate []Breakdown `json:"createStatements"`
+	TopRead   []Breakdown `json:"readStatements"`
+}
+
+// PerOp is one operation's share of the database's work.
+type PerOp struct {
+	Ops          int       `json:"ops"`
+	Statements   float64   `json:"statements"`
+	Writes       float64   `json:"writes"`
+	RowsWritten  float64   `json:"rowsWritten"`
+	RowsRead     float64   `json:"rowsRead"`
+	Transactions float64   `json:"transactions"`
+	WALBytes     float64   `json:"walBytes"`
+	PGCPUms      float64   `json:"pgCPUms"`
+	SimCPUms     float64   `json:"simCPUms"`
+	Latency      OpSummary `json:"latency"`
+}
+
+// SignedURL is the lookup of signed file URLs through a node whose
+// sandboxes did not make them: the peer that did asked first, last.
+type SignedURL struct {
+	First  OpSummary      `json:"firstPeer"`
+	Last   OpSummary      `json:"lastPeer"`
+	Status map[string]int `json:"status"`
+}
+
+// Loss is a node killed (not deregistered).
+type Loss struct {
+	Node string `json:"node"`
+	// UnhealthyAfter is when another node's API first said so;
+	// LostAfter when one of its sandboxes first read lost there.
+	UnhealthyAfterS float64 `json:"unhealthyAfterSeconds"`
+	LostAfterS      float64 `json:"lostAfterSeconds"`
+	// Creates made through the survivors meanwhile, and how many failed.
+	Creates      int       `json:"creates"`
+	CreateFails  int       `json:"createFails"`
+	CreateErrors []string  `json:"createErrors,omitempty"`
+	Reads        OpSummary `json:"readsOfItsSandboxes"`
+	Sandboxes    int       `json:"sandboxes"`
+}
+
+// Drain is a node drained: its sandboxes paused to disk resumed through
+// other nodes, which take them over.
+type Drain struct {
+	Node   string `json:"node"`
+	Paused int    `json:"paused"`
+	Moved  int    `json:"moved"`
+	Stayed int    `json:"stayed"`
+	Failed int    `json:"failed"`
+	// WaitDiskS is the wait for the pauses to reach disk; MoveS the
+	// time to resume every one elsewhere.
+	WaitDiskS float64   `json:"waitToDiskSeconds"`
+	MoveS     float64   `json:"moveSeconds"`
+	Latency   OpSummary `json:"perMove"`
+	// NotOnDisk are the paused sandboxes still in memory when the wait
+	// ended.
+	NotOnDisk int `json:"notOnDisk"`
+}
+
+// ConnStats are the sessions seen.
+type ConnStats struct {
+	Max   int            `json:"max"`
+	AtMax map[string]int `json:"atMax"`
+	End   int            `json:"end"`
+}
+
+// sim is one run's state.
+type sim struct {
+	cfg  Config
+	c    *Cluster
+	pg   *Postgres
+	live *pool
+	rec  *recorder
+	res  *Result
+	// templates are the ready nodes' templates (a drained one's is
+	// dropped).
+	mu        sync.Mutex
+	accepting []*Node
+	snapshots []snapshotRef
+	conns     ConnStats
+}
+
+type snapshotRef struct{ id, owner string }
+
+// Run runs one simulation and stops everything it started.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg.defaults()
+	start := time.Now()
+	res := &Result{Nodes: cfg.Nodes, TargetSandboxes: cfg.Sandboxes}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "cube-sim-")
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+		defer os.RemoveAll(d)
+	}
+	pgDir := filepath.Join(dir, fmt.Sprintf("pg-%d", cfg.Nodes))
+	if err := os.MkdirAll(pgDir, 0o700); err != nil {
+		return nil, err
+	}
+	cfg.Progress("%d nodes: starting PostgreSQL", cfg.Nodes)
+	pg, err := StartPostgres(ctx, pgDir, PostgresOptions{MaxConnections: cfg.MaxConnections})
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Stop()
+	res.MaxConnections = pg.MaxConnections(ctx)
+	perNode := int(math.Ceil(float64(cfg.Sandboxes)/float64(cfg.Nodes)*1.5)) + 64
+	cfg.Progress("%d nodes: starting the nodes (%d slots each)", cfg.Nodes, perNode)
+	t0 := time.Now()
+	c, err := StartCluster(ctx, pg, filepath.Join(dir, fmt.Sprintf("cluster-%d", cfg.Nodes)), ClusterOptions{
+		Nodes: cfg.Nodes, Slots: perNode, MaxSandboxes: perNode, PauseWriteDelay: cfg.PauseWriteDelay, Log: cfg.Log})
+	if err != nil {
+		res.PGErrors = pgErrors(pg.Log())
+		res.Error = "start: " + err.Error()
+		return res, err
+	}
+	defer c.Stop()
+	res.StartSeconds = time.Since(t0).Seconds()
+	s := &sim{cfg: cfg, c: c, pg: pg, live: newPool(), rec: newRecorder(), res: res, accepting: c.Alive()}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() { defer close(sampled); s.sampleConnections(sampleCtx) }()
+
+	err = s.phases(ctx)
+	if err != nil {
+		res.Error = err.Error()
+	}
+
+	stopSampling()
+	<-sampled
+	s.mu.Lock()
+	res.Connections = s.conns
+	s.mu.Unlock()
+	res.Connections.End, _, _ = pg.Connections(ctx)
+	res.Warnings = c.Warnings()
+	if len(res.Warnings) > 15 {
+		res.Warnings = res.Warnings[:15]
+	}
+	c.Stop()
+	res.PGErrors = pgErrors(pg.Log())
+	res.TotalSeconds = time.Since(start).Seconds()
+	return res, err
+}
+
+// phases runs the workload's phases in order.
+func (s *sim) phases(ctx context.Context) error {
+	cfg, res := s.cfg, s.res
+	var err error
+	cfg.Progress("%d nodes: background with no sandboxes (%s)", cfg.Nodes, cfg.IdleWindow)
+	if res.IdleEmpty, err = s.idle(ctx); err != nil {
+		return err
+	}
+	cfg.Progress("%d nodes: cost of %d creates, reads and kills with no sandboxes", cfg.Nodes, cfg.CostOps)
+	if res.CostEmpty, err = s.cost(ctx, res.IdleEmpty); err != nil {
+		return err
+	}
+	cfg.Progress("%d nodes: creating up to %d sandboxes (%d clients, at most %s)", cfg.Nodes, cfg.Sandboxes, cfg.Concurrency, cfg.FillTimeout)
+	s.fill(ctx)
+	res.Reached = s.live.len()
+	cfg.Progress("%d nodes: %d sandboxes in %.0fs (%.1f creates/s)%s", cfg.Nodes, res.Reached, res.FillSeconds, res.FillCreatesPerS, stopped(res.FillStoppedEarly))
+	cfg.Progress("%d nodes: background with %d sandboxes (%s)", cfg.Nodes, res.Reached, cfg.IdleWindow)
+	if res.IdleFull, err = s.idle(ctx); err != nil {
+		return err
+	}
+	cfg.Progress("%d nodes: cost of %d creates, reads and kills with %d sandboxes", cfg.Nodes, cfg.CostOps, res.Reached)
+	if res.CostFull, err = s.cost(ctx, res.IdleFull); err != nil {
+		return err
+	}
+	cfg.Progress("%d nodes: listing every sandbox", cfg.Nodes)
+	s.listAll(ctx)
+	cfg.Progress("%d nodes: mixed workload for %s", cfg.Nodes, cfg.Duration)
+	if err := s.mix(ctx); err != nil {
+		return err
+	}
+	if len(s.c.Alive()) >= 2 {
+		cfg.Progress("%d nodes: signed file URLs through a node that did not sign them", cfg.Nodes)
+		s.signedURLs(ctx)
+	}
+	if !cfg.SkipDrain && len(s.c.Alive()) >= 2 {
+		cfg.Progress("%d nodes: drain", cfg.Nodes)
+		res.Drain = s.drain(ctx)
+	}
+	if !cfg.SkipLoss && len(s.c.Alive()) >= 2 {
+		cfg.Progress("%d nodes: loss of a node", cfg.Nodes)
+		res.Loss = s.loss(ctx)
+	}
+	return nil
+}
+
+func stopped(why string) string {
+	if why == "" {
+		return ""
+	}
+	return ": stopped early, " + why
+}
+
+// sampleConnections reads the nodes' sessions every second.
+func (s *sim) sampleConnections(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		n, by, err := s.pg.Connections(ctx)
+		if err == nil {
+			s.mu.Lock()
+			if n > s.conns.Max {
+				s.conns.Max, s.conns.AtMax = n, by
+			}
+			s.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// idle measures the background over the idle window: no client calls.
+func (s *sim) idle(ctx context.Context) (Background, error) {
+	a, err := s.pg.Stats(ctx)
+	if err != nil {
+		return Background{}, err
+	}
+	select {
+	case <-ctx.Done():
+		return Background{}, ctx.Err()
+	case <-time.After(s.cfg.IdleWindow):
+	}
+	b, err := s.pg.Stats(ctx)
+	if err != nil {
+		return Background{}, err
+	}
+	bg := background(b.Sub(a))
+	bg.Connections, _, _ = s.pg.Connections(ctx)
+	return bg, nil
+}
+
+func background(d Delta) Background {
+	per := func(x float64) float64 { return x / d.Seconds }
+	return Background{Seconds: d.Seconds, HeartbeatWritesPerS: per(d.HeartbeatWrites), StatementsPerS: per(d.Statements),
+		RowsReadPerS: per(d.RowsRead), RowsWrittenPerS: per(d.RowsWritten), WALBytesPerS: per(d.WALBytes),
+		PGCPUCores: per(d.CPU), SimCPUCores: per(d.SelfCPU), delta: d, Top: d.Top(d.Seconds, 8, 0.05)}
+}
+
+// rng is client i's random source: the same seed makes the same choices.
+func (s *sim) rng(phase string, i int) *rand.Rand {
+	h := uint64(14695981039346656037)
+	for _, b := range []byte(phase) {
+		h = (h ^ uint64(b)) * 1099511628211
+	}
+	return rand.New(rand.NewPCG(s.cfg.Seed, h+uint64(i)))
+}
+
+// via picks the node a client calls about something owner holds: any
+// other node that runs, or owner when it is the only one.
+func (s *sim) via(rng *rand.Rand, owner string) *Node {
+	alive := s.c.Alive()
+	var others []*Node
+	for _, n := range alive {
+		if n.ID != owner {
+			others = append(others, n)
+		}
+	}
+	if len(others) == 0 {
+		return alive[0]
+	}
+	return others[rng.IntN(len(others))]
+}
+
+// template picks a ready node's template, or a snapshot now and then.
+func (s *sim) template(rng *rand.Rand, snapshots bool) (id, owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if snapshots && len(s.snapshots) > 0 && rng.IntN(10) == 0 {
+		sn := s.snapshots[rng.IntN(len(s.snapshots))]
+		if n := s.c.Node(sn.owner); n != nil && !n.Killed() && s.acceptingLocked(n) {
+			return sn.id, sn.owner
+		}
+	}
+	n := s.accepting[rng.IntN(len(s.accepting))]
+	return n.Template, n.ID
+}
+
+func (s *sim) acceptingLocked(n *Node) bool {
+	for _, a := range s.accepting {
+		if a == n {
+			return true
+		}
+	}
+	return false
+}
+
+// stopAccepting drops a drained or killed node's templates from the
+// creates' choices.
+func (s *sim) stopAccepting(n *Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keep []*Node
+	for _, a := range s.accepting {
+		if a != n {
+			keep = append(keep, a)
+		}
+	}
+	s.accepting = keep
+}
+
+const sandboxTimeout = 3 * 3600
+
+func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, 90*time.Second)
+}
+
+// create makes one sandbox through a node other than the template's and
+// adds it to the pool.
+func (s *sim) create(ctx context.Context, rng *rand.Rand, op string, snapshots bool) (*box, time.Duration, error) {
+	tpl, owner := s.template(rng, snapshots)
+	via := s.via(rng, owner)
+	ctx, cancel := opCtx(ctx)
+	defer cancel()
+	timeout := sandboxTimeout
+	t := time.Now()
+	sb, err := via.Client.CreateSandbox(ctx, wire.NewSandbox{TemplateID: tpl, Timeout: &timeout})
+	d := time.Since(t)
+	s.rec.add(op, d, err)
+	if err != nil {
+		return nil, d, err
+	}
+	b := &box{id: sb.SandboxID, owner: sb.ClientID, token: sb.EnvdAccessToken}
+	s.live.add(b)
+	return b, d, nil
+}
+
+// kill kills a taken box through a node that does not hold it.
+func (s *sim) kill(ctx context.Context, rng *rand.Rand, op string, b *box) error {
+	via := s.via(rng, b.owner)
+	ctx, cancel := opCtx(ctx)
+	defer cancel()
+	t := time.Now()
+	err := via.Client.KillSandbox(ctx, b.id)
+	s.rec.add(op, time.Since(t), err)
+	if err == nil || client.IsNotFound(err) {
+		s.live.remove(b)
+	} else {
+		s.live.release(b, b.paused)
+	}
+	return err
+}
+
+// get reads a taken box through a node that does not hold it.
+func (s *sim) get(ctx context.Context, rng *rand.Rand, op string, b *box) (*wire.SandboxDetail, error) {
+	via := s.via(rng, b.owner)
+	ctx, cancel := opCtx(ctx)
+	defer cancel()
+	t := time.Now()
+	d, err := via.Client.GetSandbox(ctx, b.id)
+	s.rec.add(op, time.Since(t), err)
+	return d, err
+}
+
+// fill creates sandboxes with Concurrency clients until Sandboxes live,
+// FillTimeout, or a run of failures.
+func (s *sim) fill(ctx context.Context) {
+	cfg := s.cfg
+	target := cfg.Sandboxes
+	ctx, cancel := context.WithTimeout(ctx, cfg.FillTimeout)
+	defer cancel()
+	const nBuckets = 10
+	buckets := make([][]time.Duration, nBuckets)
+	var bmu sync.Mutex
+	var reserved, fails atomic.Int64
+	reserved.Store(int64(s.live.len()))
+	var why atomic.Value
+	start := time.Now()
+	made := s.live.len()
+	var wg sync.WaitGroup
+	lastReport := time.Now()
+	var reportMu sync.Mutex
+	for i := range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := s.rng("fill", i)
+			for ctx.Err() == nil {
+				at := reserved.Add(1)
+				if at > int64(target) {
+					return
+				}
+				_, d, err := s.create(ctx, rng, "fill create", false)
+				if err != nil {
+					reserved.Add(-1)
+					if fails.Add(1) >= 200 {
+						why.CompareAndSwap(nil, "200 creates failed in a row: "+shorten(err.Error(), 200))
+						cancel()
+					}
+					continue
+				}
+				fails.Store(0)
+				k := int((at - 1) * nBuckets / int64(max(target, 1)))
+				bmu.Lock()
+				buckets[min(k, nBuckets-1)] = append(buckets[min(k, nBuckets-1)], d)
+				bmu.Unlock()
+				reportMu.Lock()
+				if time.Since(lastReport) > 30*time.Second {
+					lastReport = time.Now()
+					cfg.Progress("%d nodes:   %d sandboxes after %.0fs", cfg.Nodes, s.live.len(), time.Since(start).Seconds())
+				}
+				reportMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	res := s.res
+	res.FillSeconds = time.Since(start).Seconds()
+	res.FillCreatesPerS = float64(s.live.len()-made) / res.FillSeconds
+	if w, ok := why.Load().(string); ok {
+		res.FillStoppedEarly = w
+	} else if s.live.len() < target {
+		res.FillStoppedEarly = fmt.Sprintf("the fill's time limit (%s) passed", cfg.FillTimeout)
+	}
+	res.Fill = s.rec.summary("fill create")
+	for k, ds := range buckets {
+		from, to := k*target/nBuckets, (k+1)*target/nBuckets
+		res.FillBuckets = append(res.FillBuckets, Bucket{From: from, To: to, Range: fmt.Sprintf("%d-%d", from, to), OpSummary: summarise(ds)})
+	}
+}
+
+// cost measures the database's work per create, read and kill: CostOps
+// of each, four clients at once, the background measured just before
+// (bg) taken away.
+func (s *sim) cost(ctx context.Context, bg Background) (Cost, error) {
+	n := s.cfg.CostOps
+	out := Cost{Sandboxes: s.live.len()}
+	var made []*box
+	var mu sync.Mutex
+	measure := func(op string, do func(rng *rand.Rand, i int)) (PerOp, Delta, error) {
+		a, err := s.pg.Stats(ctx)
+		if err != nil {
+			return PerOp{}, Delta{}, err
+		}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := s.rng("cost "+op, w)
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= n || ctx.Err() != nil {
+						return
+					}
+					do(rng, i)
+				}
+			}()
+		}
+		wg.Wait()
+		b, err := s.pg.Stats(ctx)
+		if err != nil {
+			return PerOp{}, Delta{}, err
+		}
+		d := b.Sub(a).Less(bg.delta)
+		lat := s.rec.summary("cost " + op)
+		ops := lat.Count
+		if ops == 0 {
+			return PerOp{Latency: lat}, d, nil
+		}
+		p := d.Per(float64(ops))
+		return PerOp{Ops: ops, Statements: p.Statements, Writes: p.Writes, RowsWritten: p.RowsWritten, RowsRead: p.RowsRead,
+			Transactions: p.Transactions, WALBytes: p.WALBytes, PGCPUms: p.CPU * 1000, SimCPUms: p.SelfCPU * 1000, Latency: lat}, d, nil
+	}
+	s.rec.reset("cost create", "cost read", "cost kill")
+	var err error
+	var d Delta
+	if out.Create, d, err = measure("create", func(rng *rand.Rand, i int) {
+		if b, _, err := s.create(ctx, rng, "cost create", false); err == nil {
+			mu.Lock()
+			made = append(made, b)
+			mu.Unlock()
+		}
+	}); err != nil {
+		return out, err
+	}
+	out.TopCreate = d.Top(float64(max(out.Create.Ops, 1)), 14, 0.05)
+	// Take the boxes made from the pool's random choices for now.
+	for _, b := range made {
+		s.live.mu.Lock()
+		s.live.busy[b] = true
+		s.live.mu.Unlock()
+	}
+	if out.Read, d, err = measure("read", func(rng *rand.Rand, i int) {
+		if len(made) > 0 {
+			s.get(ctx, rng, "cost read", made[i%len(made)])
+		}
+	}); err != nil {
+		return out, err
+	}
+	out.TopRead = d.Top(float64(max(out.Read.Ops, 1)), 10, 0.05)
+	if out.Kill, _, err = measure("kill", func(rng *rand.Rand, i int) {
+		if i < len(made) {
+			s.kill(ctx, rng, "cost kill", made[i])
+		}
+	}); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// listAll lists every sandbox through one node, following the pages, as
+// client.ListSandboxes does; and measures the first page alone.
+func (s *sim) listAll(ctx context.Context) {
+	n := s.c.Alive()[0]
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	t := time.Now()
+	_, err := n.Client.ListSandboxes(ctx, client.ListOptions{})
+	s.rec.add("list all pages", time.Since(t), err)
+	s.res.ListAll = s.rec.summary("list all pages")
+}
+
+// mix runs the mixed workload for Duration: reads through other nodes,
+// creates and kills that keep the count, pauses and resumes that keep
+// PauseShare paused, snapshots, forks (and the child killed), first pages
+// of the list.
+func (s *sim) mix(ctx context.Context) error {
+	cfg := s.cfg
+	a, err := s.pg.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	ctx2, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	var lim *rate.Limiter
+	if cfg.Rate > 0 {
+		lim = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Concurrency)
+	}
+	var ops atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := s.rng("mix", i)
+			for ctx2.Err() == nil {
+				if lim != nil && lim.Wait(ctx2) != nil {
+					return
+				}
+				// An operation under way when the time is up ends.
+				s.mixOp(ctx, rng)
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	s.res.MixSeconds = time.Since(start).Seconds()
+	s.res.OpsPerS = float64(ops.Load()) / s.res.MixSeconds
+	b, err := s.pg.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	s.res.Mix = background(b.Sub(a))
+	s.res.Mix.Connections, _, _ = s.pg.Connections(ctx)
+	all := s.rec.all()
+	s.res.Ops = map[string]OpSummary{}
+	for op, sum := range all {
+		if strings.HasPrefix(op, "mix ") {
+			s.res.Ops[strings.TrimPrefix(op, "mix ")] = sum
+		}
+	}
+	return nil
+}
+
+// mixOp is one operation of the mixed workload.
+func (s *sim) mixOp(ctx context.Context, rng *rand.Rand) {
+	live, paused := s.live.counts()
+	running := func(b *box) bool { return !b.paused }
+	switch r := rng.IntN(100); {
+	case r < 40:
+		if b := s.live.take(rng, nil); b != nil {
+			s.get(ctx, rng, "mix read", b)
+			s.live.release(b, b.paused)
+		}
+	case r < 60:
+		// Churn: one killed, one made, the count kept.
+		if b := s.live.take(rng, nil); b != nil {
+			s.kill(ctx, rng, "mix kill", b)
+		}
+		s.create(ctx, rng, "mix create", true)
+	case r < 65:
+		via := s.c.Alive()[rng.IntN(len(s.c.Alive()))]
+		cctx, cancel := opCtx(ctx)
+		t := time.Now()
+		var page []wire.ListedSandbox
+		_, err := via.Client.Do(cctx, http.MethodGet, "/v2/sandboxes", url.Values{"limit": {"100"}}, nil, &page)
+		cancel()
+		s.rec.add("mix list (first page of 100)", time.Since(t), err)
+	case r < 85:
+		if float64(paused) < s.cfg.PauseShare*float64(live) {
+			if b := s.live.take(rng, running); b != nil {
+				via := s.via(rng, b.owner)
+				cctx, cancel := opCtx(ctx)
+				t := time.Now()
+				err := via.Client.PauseSandbox(cctx, b.id, true)
+				cancel()
+				s.rec.add("mix pause", time.Since(t), err)
+				s.live.release(b, err == nil || b.paused)
+			}
+		} else if b := s.live.take(rng, func(b *box) bool { return b.paused }); b != nil {
+			s.resume(ctx, rng, "mix resume", b, nil)
+		}
+	case r < 92:
+		if b := s.live.take(rng, running); b != nil {
+			via := s.via(rng, b.owner)
+			cctx, cancel := opCtx(ctx)
+			t := time.Now()
+			sn, err := via.Client.CreateSnapshot(cctx, b.id, "")
+			cancel()
+			s.rec.add("mix snapshot", time.Since(t), err)
+			if err == nil {
+				s.mu.Lock()
+				s.snapshots = append(s.snapshots, snapshotRef{id: sn.SnapshotID, owner: b.owner})
+				s.mu.Unlock()
+			}
+			s.live.release(b, b.paused)
+		}
+	default:
+		if b := s.live.take(rng, running); b != nil {
+			via := s.via(rng, b.owner)
+			cctx, cancel := opCtx(ctx)
+			t := time.Now()
+			out, err := via.Client.ForkSandbox(cctx, b.id, 1)
+			cancel()
+			if err == nil && (len(out) != 1 || out[0].Sandbox == nil) {
+				err = fmt.Errorf("fork answered %d children, first %+v", len(out), out)
+			}
+			s.rec.add("mix fork", time.Since(t), err)
+			s.live.release(b, b.paused)
+			if err == nil {
+				child := &box{id: out[0].Sandbox.SandboxID, owner: out[0].Sandbox.ClientID, token: out[0].Sandbox.EnvdAccessToken}
+				s.live.add(child)
+				if c := s.live.take(rng, func(x *box) bool { return x == child }); c != nil {
+					s.kill(ctx, rng, "mix kill", c)
+				}
+			}
+		}
+	}
+}
+
+// resume resumes a taken paused box through a node that does not hold it
+// and records where it runs now; moved, when set, is told whether it
+// runs on another node than before.
+func (s *sim) resume(ctx context.Context, rng *rand.Rand, op string, b *box, moved func(bool)) error {
+	via := s.via(rng, b.owner)
+	cctx, cancel := opCtx(ctx)
+	defer cancel()
+	t := time.Now()
+	sb, _, err := via.Client.ConnectSandbox(cctx, b.id, sandboxTimeout)
+	s.rec.add(op, time.Since(t), err)
+	if err != nil {
+		s.live.release(b, true)
+		return err
+	}
+	if moved != nil {
+		moved(sb.ClientID != b.owner)
+	}
+	s.live.mu.Lock()
+	b.owner = sb.ClientID
+	s.live.mu.Unlock()
+	s.live.release(b, false)
+	return nil
+}
+
+// signedURLs looks signed file URLs up through the first node: of a
+// sandbox of the peer it asks first, then of the one it asks last (peers
+// are asked in the order of their names). The node looks its peers up
+// one by one; the answer is the sandbox's own (a fake one has no agent
+// to answer, so the owner's proxy answers 502).
+func (s *sim) signedURLs(ctx context.Context) {
+	alive := s.c.Alive()
+	via := alive[0]
+	first, last := alive[1], alive[len(alive)-1]
+	s.res.SignedURL.Status = map[string]int{}
+	for _, who := range []struct {
+		op string
+		n  *Node
+	}{{"signed url, first peer", first}, {"signed url, last peer", last}} {
+		bs := s.live.of(who.n.ID, ptr(false))
+		for i := 0; i < 15 && i < len(bs); i++ {
+			b := bs[i]
+			exp := time.Now().Add(time.Minute).Unix()
+			q := url.Values{"path": {"/tmp/f"}, "username": {"root"}, "signature_expiration": {strconv.FormatInt(exp, 10)},
+				"signature": {protocol.SignFileURL("/tmp/f", "read", "root", b.token, exp)}}
+			cctx, cancel := opCtx(ctx)
+			req, _ := http.NewRequestWithContext(cctx, http.MethodGet, via.URL+"/files?"+q.Encode(), nil)
+			t := time.Now()
+			resp, err := s.c.HTTP.Do(req)
+			d := time.Since(t)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				s.res.SignedURL.Status[strconv.Itoa(resp.StatusCode)]++
+				if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusTooManyRequests {
+					err = fmt.Errorf("answered %d", resp.StatusCode)
+				}
+			}
+			cancel()
+			s.rec.add(who.op, d, err)
+			// The lookups are limited to 20 a second per client address.
+			time.Sleep(60 * time.Millisecond)
+		}
+	}
+	s.res.SignedURL.First = s.rec.summary("signed url, first peer")
+	s.res.SignedURL.Last = s.rec.summary("signed url, last peer")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// drain pauses sandboxes of the second node, waits for them to reach
+// disk, drains the node through the first, and resumes every paused
+// sandbox of it through other nodes, which take them over.
+func (s *sim) drain(ctx context.Context) *Drain {
+	alive := s.c.Alive()
+	d := alive[1]
+	out := &Drain{Node: d.ID}
+	// Pause some running ones (besides those the mix left paused).
+	running := s.live.of(d.ID, ptr(false))
+	if len(running) > s.cfg.DrainPaused {
+		running = running[:s.cfg.DrainPaused]
+	}
+	s.parallel(8, len(running), func(rng *rand.Rand, i int) {
+		b := running[i]
+		if s.live.take(rng, func(x *box) bool { return x == b }) == nil {
+			return
+		}
+		via := s.via(rng, b.owner)
+		cctx, cancel := opCtx(ctx)
+		t := time.Now()
+		err := via.Client.PauseSandbox(cctx, b.id, true)
+		cancel()
+		s.rec.add("drain pause", time.Since(t), err)
+		s.live.release(b, err == nil)
+	})
+	paused := s.live.of(d.ID, ptr(true))
+	out.Paused = len(paused)
+	// Wait until they are on disk: only those move.
+	t0 := time.Now()
+	deadline := t0.Add(s.cfg.PauseWriteDelay + 2*time.Minute)
+	for _, b := range paused {
+		for {
+			rec, err := s.c.Store().Sandboxes().Get(ctx, b.id)
+			if err == nil && rec.PausedOnDisk() {
+				break
+			}
+			if !time.Now().Before(deadline) || ctx.Err() != nil {
+				out.NotOnDisk++
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	out.WaitDiskS = time.Since(t0).Seconds()
+	if err := s.c.Drain(ctx, alive[0], d); err != nil {
+		s.rec.add("drain", 0, err)
+		return out
+	}
+	s.stopAccepting(d)
+	t1 := time.Now()
+	var mu sync.Mutex
+	s.parallel(8, len(paused), func(rng *rand.Rand, i int) {
+		b := paused[i]
+		if s.live.take(rng, func(x *box) bool { return x == b }) == nil {
+			return
+		}
+		err := s.resume(ctx, rng, "drain move", b, func(moved bool) {
+			mu.Lock()
+			if moved {
+				out.Moved++
+			} else {
+				out.Stayed++
+			}
+			mu.Unlock()
+		})
+		if err != nil {
+			mu.Lock()
+			out.Failed++
+			mu.Unlock()
+		}
+	})
+	out.MoveS = time.Since(t1).Seconds()
+	out.Latency = s.rec.summary("drain move")
+	return out
+}
+
+// loss kills the last node and measures how long the first takes to say
+// it is unhealthy and its sandboxes lost, while two clients create
+// through the survivors and read the lost node's sandboxes.
+func (s *sim) loss(ctx context.Context) *Loss {
+	alive := s.c.Alive()
+	observer, victim := alive[0], alive[len(alive)-1]
+	out := &Loss{Node: victim.ID}
+	its := s.live.of(victim.ID, nil)
+	out.Sandboxes = len(its)
+	s.stopAccepting(victim)
+	t0 := time.Now()
+	killed := s.c.Kill(victim)
+	watchCtx, stop := context.WithTimeout(ctx, 90*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	var creates, fails atomic.Int64
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := s.rng("loss", i)
+			for watchCtx.Err() == nil {
+				if i == 0 {
+					// A create and a kill, keeping the count.
+					b, _, err := s.create(ctx, rng, "loss create", false)
+					creates.Add(1)
+					if err != nil {
+						fails.Add(1)
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
+					if s.live.take(rng, func(x *box) bool { return x == b }) != nil {
+						s.kill(ctx, rng, "loss kill", b)
+					}
+				} else if len(its) > 0 {
+					b := its[rng.IntN(len(its))]
+					cctx, cancel := opCtx(watchCtx)
+					t := time.Now()
+					_, err := observer.Client.GetSandbox(cctx, b.id)
+					cancel()
+					if watchCtx.Err() == nil {
+						s.rec.add("loss read", time.Since(t), err)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	var sample *box
+	if len(its) > 0 {
+		sample = its[0]
+	}
+	for watchCtx.Err() == nil && (out.UnhealthyAfterS == 0 || (sample != nil && out.LostAfterS == 0)) {
+		if out.UnhealthyAfterS == 0 {
+			if n, err := observer.Client.GetNode(watchCtx, victim.ID); err == nil && n.Status == "unhealthy" {
+				out.UnhealthyAfterS = time.Since(t0).Seconds()
+			}
+		}
+		if sample != nil && out.LostAfterS == 0 {
+			if d, err := observer.Client.GetSandbox(watchCtx, sample.id); err == nil && d.State == "lost" {
+				out.LostAfterS = time.Since(t0).Seconds()
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	<-killed
+	out.Creates, out.CreateFails = int(creates.Load()), int(fails.Load())
+	out.Reads = s.rec.summary("loss read")
+	out.CreateErrors = s.rec.summary("loss create").Sample
+	for _, b := range its {
+		s.live.remove(b)
+	}
+	return out
+}
+
+// parallel runs do for 0..n-1 on k clients.
+func (s *sim) parallel(k, n int, do func(rng *rand.Rand, i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := s.rng("parallel", w)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				do(rng, i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// pgErrors counts PostgreSQL's FATAL and ERROR log lines by message.
+func pgErrors(log string) map[string]int {
+	out := map[string]int{}
+	for _, line := range strings.Split(log, "\n") {
+		for _, level := range []string{"FATAL:", "ERROR:"} {
+			if i := strings.Index(line, level); i >= 0 {
+				out[strings.TrimSpace(line[i:])]++
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
