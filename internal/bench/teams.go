@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -127,7 +128,17 @@ type TeamsReport struct {
 	Rows           []TeamsRow  `json:"rows"`
 	AddedCreateP50 float64     `json:"added_create_p50_ms"`
 	AddedGetP50    float64     `json:"added_get_p50_ms"`
-	AtOnce         []AtOnceRow `json:"at_once,omitempty"`
+	// The 95 % confidence intervals of Added* (bootstrap): how finely
+	// this host's noise lets the run tell.
+	AddedCreateCI [2]float64  `json:"added_create_p50_ci95_ms"`
+	AddedGetCI    [2]float64  `json:"added_get_p50_ci95_ms"`
+	AtOnce        []AtOnceRow `json:"at_once,omitempty"`
+	// TogetherMinusAlone is the create p50 of both teams' creates at once
+	// minus that of one team with as many in flight (alone-2xc), and
+	// TogetherMinusAloneCI its 95 % confidence interval: above 0 when
+	// checks of one team hold up another's creates, or by noise.
+	TogetherMinusAlone   float64    `json:"together_minus_alone_p50_ms,omitempty"`
+	TogetherMinusAloneCI [2]float64 `json:"together_minus_alone_p50_ci95_ms,omitempty"`
 }
 
 // row returns the row of op through path, or nil.
@@ -304,9 +315,12 @@ func RunTeams(ctx context.Context, admin *Client, cfg TeamsConfig, progress Roun
 		if err != nil {
 			return nil, err
 		}
-		if rep.AtOnce, err = r.atOnce(ctx, a, b, step); err != nil {
+		var together, alone []float64
+		if rep.AtOnce, together, alone, err = r.atOnce(ctx, a, b, step); err != nil {
 			return nil, err
 		}
+		rep.TogetherMinusAlone = Median(together) - Median(alone)
+		rep.TogetherMinusAloneCI = medianDiffCI(together, alone)
 	}
 	return rep, nil
 }
@@ -374,13 +388,40 @@ func (r *teamsRun) sideBySide(ctx context.Context, rep *TeamsReport, a *benchTea
 	}
 	rep.AddedCreateP50 = rep.row("create", pathTeam).P50 - rep.row("create", pathAdmin).P50
 	rep.AddedGetP50 = rep.row("get", pathTeam).P50 - rep.row("get", pathAdmin).P50
+	rep.AddedCreateCI = medianDiffCI(samples["create"][pathTeam], samples["create"][pathAdmin])
+	rep.AddedGetCI = medianDiffCI(samples["get"][pathTeam], samples["get"][pathAdmin])
 	return nil
+}
+
+// medianDiffCI is the 95 % confidence interval of median(a) - median(b)
+// by the percentile bootstrap (2000 resamples of each, a fixed seed so a
+// result file can be recomputed).
+func medianDiffCI(a, b []float64) [2]float64 {
+	if len(a) == 0 || len(b) == 0 {
+		return [2]float64{}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const resamples = 2000
+	diffs := make([]float64, resamples)
+	ra, rb := make([]float64, len(a)), make([]float64, len(b))
+	for i := range diffs {
+		for j := range ra {
+			ra[j] = a[rng.IntN(len(a))]
+		}
+		for j := range rb {
+			rb[j] = b[rng.IntN(len(b))]
+		}
+		diffs[i] = Median(ra) - Median(rb)
+	}
+	return [2]float64{Percentile(diffs, 2.5), Percentile(diffs, 97.5)}
 }
 
 // atOnce is the second measurement: team A alone at c, teams A and B at
 // c each at once, and team A alone at 2c (as many creates in flight as
 // the two teams together), in that order and then backwards.
-func (r *teamsRun) atOnce(ctx context.Context, a, b *benchTeam, step func()) ([]AtOnceRow, error) {
+// It returns the rows, and the creates of both teams at once and of the
+// one team at 2c.
+func (r *teamsRun) atOnce(ctx context.Context, a, b *benchTeam, step func()) (rows []AtOnceRow, together, alone []float64, err error) {
 	cfg := r.cfg
 	type key struct{ c, team string }
 	creates := map[key][]float64{}
@@ -432,11 +473,10 @@ func (r *teamsRun) atOnce(ctx context.Context, a, b *benchTeam, step func()) ([]
 				c = order[len(order)-1-i]
 			}
 			if err := run(c); err != nil {
-				return nil, err
+				return nil, nil, nil, err
 			}
 		}
 	}
-	var out []AtOnceRow
 	for _, c := range []struct {
 		name        string
 		teams, conc int
@@ -444,10 +484,11 @@ func (r *teamsRun) atOnce(ctx context.Context, a, b *benchTeam, step func()) ([]
 	}{{caseAlone, 1, cfg.Concurrency, []string{"A"}}, {caseTogether, 2, cfg.Concurrency, []string{"A", "B"}}, {caseAloneX2, 1, 2 * cfg.Concurrency, []string{"A"}}} {
 		for _, t := range c.memberTeams {
 			k := key{c.name, t}
-			out = append(out, AtOnceRow{Case: c.name, Team: t, Teams: c.teams, Concurrency: c.conc, Failed: failed[k], Create: Summarize(creates[k])})
+			rows = append(rows, AtOnceRow{Case: c.name, Team: t, Teams: c.teams, Concurrency: c.conc, Failed: failed[k], Create: Summarize(creates[k])})
 		}
 	}
-	return out, nil
+	together = append(append(together, creates[key{caseTogether, "A"}]...), creates[key{caseTogether, "B"}]...)
+	return rows, together, creates[key{caseAloneX2, "A"}], nil
 }
 
 // createBatch creates n sandboxes with c, conc at once, deleting each
@@ -522,7 +563,8 @@ func WriteTeamsTable(w io.Writer, rep *TeamsReport) {
 	for _, r := range rep.Rows {
 		fmt.Fprintf(w, "%-8s %-6s %5d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", r.Op, r.Path, r.Count, r.P50, r.P90, r.P95, r.Avg, r.Min, r.Max)
 	}
-	fmt.Fprintf(w, "added at p50 (team - admin): create %+.2f ms, get %+.3f ms\n", rep.AddedCreateP50, rep.AddedGetP50)
+	fmt.Fprintf(w, "added at p50 (team - admin): create %+.2f ms (95%% CI %+.2f … %+.2f), get %+.3f ms (95%% CI %+.3f … %+.3f)\n",
+		rep.AddedCreateP50, rep.AddedCreateCI[0], rep.AddedCreateCI[1], rep.AddedGetP50, rep.AddedGetCI[0], rep.AddedGetCI[1])
 	if len(rep.AtOnce) == 0 {
 		return
 	}
@@ -530,6 +572,8 @@ func WriteTeamsTable(w io.Writer, rep *TeamsReport) {
 	for _, r := range rep.AtOnce {
 		fmt.Fprintf(w, "%-38s %9d %5d %6d %9.2f %9.2f\n", atOnceLabel(r), r.Teams*r.Concurrency, r.Create.Count, r.Failed, r.Create.P50, r.Create.P90)
 	}
+	fmt.Fprintf(w, "two teams at once minus one team with as many in flight, at p50: %+.1f ms (95%% CI %+.1f … %+.1f)\n",
+		rep.TogetherMinusAlone, rep.TogetherMinusAloneCI[0], rep.TogetherMinusAloneCI[1])
 }
 
 func teamsCommand(o *common) *cobra.Command {

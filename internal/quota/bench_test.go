@@ -75,7 +75,8 @@ func benchRecord(i int, state store.SandboxState) *store.Sandbox {
 		Node: "node-1", CreatedAt: at, StartedAt: at, EndAt: at.Add(5 * time.Minute), Timeout: 5 * time.Minute, RunningSince: at,
 		CPUCount: 2, MemoryMB: 2048, DiskSizeMB: 1024, Metadata: map[string]string{"user": "bench"},
 		EnvdToken: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-		Network:   []byte(`{}`), Boot: boot}
+		Network:   []byte(`{"AllowInternetAccess":null,"AllowOut":null,"DenyOut":null,"AllowPublicTraffic":null,"MaskRequestHost":""}`),
+		Boot:      boot}
 }
 
 var benchAdd = Sandboxes{Count: 1, VCPUs: 2, MemoryMB: 2048}
