@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -39,8 +41,16 @@ func main() {
 		dir         = flag.String("dir", "", "directory for PostgreSQL and the nodes (default: a temporary one, removed at the end)")
 		logFile     = flag.String("log", "", "file for the nodes' warnings (default: discarded; they are counted in the report)")
 		out         = flag.String("o", "", "also write the results as JSON to this file")
+		pprofAddr   = flag.String("pprof", "", "serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060), to see where the nodes spend their time")
 	)
 	flag.Parse()
+	if *pprofAddr != "" {
+		go func() {
+			if err := http.ListenAndServe(*pprofAddr, nil); err != nil {
+				fmt.Fprintf(os.Stderr, "cube-sim: pprof: %v\n", err)
+			}
+		}()
+	}
 	sizes, err := ints(*nodes)
 	if err != nil {
 		fail("--nodes: %v", err)

@@ -129,10 +129,15 @@ type recorder struct {
 	errors  map[string]int
 	// firstErrors keeps a few error messages of each operation.
 	firstErrors map[string][]string
+	// refusals counts the answers that asked to retry later (429, 503
+	// with Retry-After), which the client did; firstRefusals keeps a few.
+	refusals      map[string]int
+	firstRefusals map[string][]string
 }
 
 func newRecorder() *recorder {
-	return &recorder{samples: map[string][]time.Duration{}, errors: map[string]int{}, firstErrors: map[string][]string{}}
+	return &recorder{samples: map[string][]time.Duration{}, errors: map[string]int{}, firstErrors: map[string][]string{},
+		refusals: map[string]int{}, firstRefusals: map[string][]string{}}
 }
 
 func (r *recorder) add(op string, d time.Duration, err error) {
@@ -150,12 +155,26 @@ func (r *recorder) add(op string, d time.Duration, err error) {
 
 // OpSummary is one operation's latencies (successful calls) and errors.
 type OpSummary struct {
-	Count  int      `json:"count"`
-	Errors int      `json:"errors"`
-	P50MS  float64  `json:"p50ms"`
-	P99MS  float64  `json:"p99ms"`
-	MaxMS  float64  `json:"maxms"`
-	Sample []string `json:"errorSamples,omitempty"`
+	Count  int `json:"count"`
+	Errors int `json:"errors"`
+	// Refused are the answers that asked to retry later, which the
+	// client did (the latency is from its first attempt).
+	Refused       int      `json:"refused,omitempty"`
+	RefusedSample []string `json:"refusedSamples,omitempty"`
+	P50MS         float64  `json:"p50ms"`
+	P99MS         float64  `json:"p99ms"`
+	MaxMS         float64  `json:"maxms"`
+	Sample        []string `json:"errorSamples,omitempty"`
+}
+
+// refused counts an answer that asked the client to try again later.
+func (r *recorder) refused(op string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refusals[op]++
+	if len(r.firstRefusals[op]) < 2 {
+		r.firstRefusals[op] = append(r.firstRefusals[op], shorten(err.Error(), 300))
+	}
 }
 
 // reset forgets what ops recorded.
@@ -166,6 +185,8 @@ func (r *recorder) reset(ops ...string) {
 		delete(r.samples, op)
 		delete(r.errors, op)
 		delete(r.firstErrors, op)
+		delete(r.refusals, op)
+		delete(r.firstRefusals, op)
 	}
 }
 
@@ -174,6 +195,7 @@ func (r *recorder) summary(op string) OpSummary {
 	defer r.mu.Unlock()
 	s := summarise(r.samples[op])
 	s.Errors, s.Sample = r.errors[op], append([]string(nil), r.firstErrors[op]...)
+	s.Refused, s.RefusedSample = r.refusals[op], append([]string(nil), r.firstRefusals[op]...)
 	return s
 }
 
@@ -184,6 +206,9 @@ func (r *recorder) all() map[string]OpSummary {
 		ops[op] = true
 	}
 	for op := range r.errors {
+		ops[op] = true
+	}
+	for op := range r.refusals {
 		ops[op] = true
 	}
 	r.mu.Unlock()

@@ -30,12 +30,16 @@ func printOne(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "nodes started in %.1fs; fill: %.0fs, %.1f creates/s%s; whole run %.0fs\n", r.StartSeconds, r.FillSeconds, r.FillCreatesPerS, stopped(r.FillStoppedEarly), r.TotalSeconds)
 
 	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(t, "operation (through a node not holding it)\tp50 / p99 ms\tmax ms\tcount\terrors\t")
+	through := "through a node not holding it"
+	if r.Nodes == 1 {
+		through = "through the only node"
+	}
+	fmt.Fprintf(t, "operation (%s)\tp50 / p99 ms\tmax ms\tcount\terrors\t429/503 retried\t\n", through)
 	row := func(name string, s OpSummary) {
-		if s.Count == 0 && s.Errors == 0 {
+		if s.Count == 0 && s.Errors == 0 && s.Refused == 0 {
 			return
 		}
-		fmt.Fprintf(t, "%s\t%s\t%.1f\t%d\t%d\t\n", name, lat(s), s.MaxMS, s.Count, s.Errors)
+		fmt.Fprintf(t, "%s\t%s\t%.1f\t%d\t%d\t%d\t\n", name, lat(s), s.MaxMS, s.Count, s.Errors, s.Refused)
 	}
 	for _, b := range r.FillBuckets {
 		row("create while "+b.Range+" live", b.OpSummary)
@@ -140,6 +144,21 @@ func printOne(w io.Writer, r *Result) {
 	}
 	if len(r.Fill.Sample) > 0 {
 		errs["fill create"] = r.Fill.Sample
+	}
+	refusals := map[string][]string{}
+	for op, s := range r.Ops {
+		if len(s.RefusedSample) > 0 {
+			refusals["mix "+op] = s.RefusedSample
+		}
+	}
+	if len(r.Fill.RefusedSample) > 0 {
+		refusals["fill create"] = r.Fill.RefusedSample
+	}
+	if len(refusals) > 0 {
+		fmt.Fprintln(w, "\nrefused for now and retried (first of each operation):")
+		for _, op := range sortedKeys(refusals) {
+			fmt.Fprintf(w, "  %s: %s\n", op, refusals[op][0])
+		}
 	}
 	if len(errs) > 0 {
 		fmt.Fprintln(w, "\nerrors (first of each operation):")

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -485,23 +486,59 @@ func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // create makes one sandbox through a node other than the template's and
-// adds it to the pool.
+// adds it to the pool. A refusal with Retry-After (429: every node full,
+// 503: unavailable for now) is honoured as the SDKs do: the create waits
+// and tries again, through another node, until its time is up; the
+// latency recorded is the client's, from the first attempt, and each
+// refusal is counted.
 func (s *sim) create(ctx context.Context, rng *rand.Rand, op string, snapshots bool) (*box, time.Duration, error) {
-	tpl, owner := s.template(rng, snapshots)
-	via := s.via(rng, owner)
 	ctx, cancel := opCtx(ctx)
 	defer cancel()
 	timeout := sandboxTimeout
 	t := time.Now()
-	sb, err := via.Client.CreateSandbox(ctx, wire.NewSandbox{TemplateID: tpl, Timeout: &timeout})
-	d := time.Since(t)
-	s.rec.add(op, d, err)
-	if err != nil {
-		return nil, d, err
+	for {
+		tpl, owner := s.template(rng, snapshots)
+		via := s.via(rng, owner)
+		var sb wire.Sandbox
+		h, err := via.Client.Do(ctx, http.MethodPost, "/sandboxes", nil, wire.NewSandbox{TemplateID: tpl, Timeout: &timeout}, &sb)
+		if wait, ok := retryAfter(h, err); ok && ctx.Err() == nil {
+			s.rec.refused(op, err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+				continue
+			}
+		}
+		d := time.Since(t)
+		if err == nil && sb.SandboxID == "" {
+			err = errors.New("create answered no sandboxID")
+		}
+		s.rec.add(op, d, err)
+		if err != nil {
+			return nil, d, err
+		}
+		b := &box{id: sb.SandboxID, owner: sb.ClientID, token: sb.EnvdAccessToken}
+		s.live.add(b)
+		return b, d, nil
 	}
-	b := &box{id: sb.SandboxID, owner: sb.ClientID, token: sb.EnvdAccessToken}
-	s.live.add(b)
-	return b, d, nil
+}
+
+// retryAfter is how long an answer refused for now asks the client to
+// wait (at most 5s), and whether it is such an answer: 429, or 503 with
+// Retry-After.
+func retryAfter(h http.Header, err error) (time.Duration, bool) {
+	var ae *client.APIError
+	if err == nil || !errors.As(err, &ae) || (ae.Status != http.StatusTooManyRequests && ae.Status != http.StatusServiceUnavailable) {
+		return 0, false
+	}
+	secs, perr := strconv.Atoi(h.Get("Retry-After"))
+	if perr != nil {
+		if ae.Status == http.StatusServiceUnavailable {
+			return 0, false
+		}
+		secs = 1
+	}
+	return min(time.Duration(max(secs, 1))*time.Second, 5*time.Second), true
 }
 
 // kill kills a taken box through a node that does not hold it.
@@ -536,7 +573,8 @@ func (s *sim) get(ctx context.Context, rng *rand.Rand, op string, b *box) (*wire
 func (s *sim) fill(ctx context.Context) {
 	cfg := s.cfg
 	target := cfg.Sandboxes
-	ctx, cancel := context.WithTimeout(ctx, cfg.FillTimeout)
+	// loop bounds the fill; a create under way when it ends finishes.
+	loop, cancel := context.WithTimeout(ctx, cfg.FillTimeout)
 	defer cancel()
 	const nBuckets = 10
 	buckets := make([][]time.Duration, nBuckets)
@@ -554,7 +592,7 @@ func (s *sim) fill(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			rng := s.rng("fill", i)
-			for ctx.Err() == nil {
+			for loop.Err() == nil {
 				at := reserved.Add(1)
 				if at > int64(target) {
 					return
