@@ -374,7 +374,10 @@ var errClaimed = errors.New("another cube-server uses this state database under 
 func (s *Store) claimOnce(ctx context.Context) error {
 	deadline := time.Now().Add(claimWait)
 	for {
-		got, err := s.takeClaim(ctx)
+		got, err := s.olderServerGone(ctx)
+		if err == nil && got {
+			got, err = s.takeClaim(ctx)
+		}
 		if err != nil {
 			return fmt.Errorf("claim the state database: %w", err)
 		}
@@ -390,6 +393,27 @@ func (s *Store) claimOnce(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// nodeLockSpace is the first key of the session advisory locks by which
+// servers of earlier versions claim node names; the second is the name's
+// hash.
+const nodeLockSpace = 0x63756265 // "cube"
+
+// olderServerGone reports whether no server of an earlier version holds
+// the name by its session lock: asked, while starting, in a transaction
+// of its own, whose lock ends with it.
+func (s *Store) olderServerGone(ctx context.Context) (bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, s.outage(err)
+	}
+	defer tx.Rollback()
+	var free bool
+	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock($1, hashtext($2))`, nodeLockSpace, s.claimName).Scan(&free); err != nil {
+		return false, s.outage(err)
+	}
+	return free, s.outage(tx.Commit())
 }
 
 // takeClaim takes or renews the lease for claimTTL from the database's

@@ -416,3 +416,36 @@ func TestSQLiteChangesReadEverything(t *testing.T) {
 		t.Fatal("the membership version did not change with the members")
 	}
 }
+
+// A server of an earlier version claims its name by a session lock: a
+// server of this version does not start under that name while it runs.
+func TestPostgresClaimRespectsAnEarlierServersLock(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	ctx := context.Background()
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	older, err := admin.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := older.ExecContext(ctx, `SELECT pg_advisory_lock($1, hashtext('node-a'))`, nodeLockSpace); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Claim(ctx, "node-a", func(error) {}); err == nil || !strings.Contains(err.Error(), "another cube-server") {
+		t.Fatalf("a claim of a name an earlier server holds: %v", err)
+	}
+	// The earlier server stops: its session, and its lock, end.
+	older.Raw(func(c any) error { return c.(interface{ Close() error }).Close() })
+	older.Close()
+	if err := s.Claim(ctx, "node-a", func(error) {}); err != nil {
+		t.Fatalf("a claim once the earlier server is gone: %v", err)
+	}
+}
