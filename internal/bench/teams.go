@@ -289,6 +289,9 @@ func RunTeams(ctx context.Context, admin *Client, cfg TeamsConfig, progress Roun
 			err = errors.Join(err, fmt.Errorf("clean-up: %w", cerr))
 		}
 	}()
+	if err := r.adminUnchecked(ctx); err != nil {
+		return nil, err
+	}
 	rep = &TeamsReport{Command: "teams", Args: cfg.args(), Config: cfg}
 	a, err := r.newTeam(ctx, "a", max(1, 2*cfg.Concurrency))
 	if err != nil {
@@ -323,6 +326,25 @@ func RunTeams(ctx context.Context, admin *Client, cfg TeamsConfig, progress Roun
 		rep.TogetherMinusAloneCI = medianDiffCI(together, alone)
 	}
 	return rep, nil
+}
+
+// adminUnchecked makes sure the admin key's own team has no quotas on
+// running sandboxes, so that its creates skip the check.
+func (r *teamsRun) adminUnchecked(ctx context.Context) error {
+	teams, err := r.admin.api.ListTeams(ctx)
+	if err != nil {
+		return fmt.Errorf("list teams: %w", explain(err))
+	}
+	for _, t := range teams {
+		if !t.IsDefault {
+			continue
+		}
+		if q := t.Quotas; q.RunningSandboxes != 0 || q.VCPUs != 0 || q.MemoryMB != 0 {
+			return fmt.Errorf("the admin key's team %s has quotas on running sandboxes (%+v): its creates would be checked too; give the key of a team without them", t.TeamID, q)
+		}
+		return nil
+	}
+	return errors.New("GET /teams names no team of the admin key (isDefault)")
 }
 
 // background starts the idle sandboxes of the first team that the run

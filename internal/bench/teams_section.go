@@ -203,10 +203,8 @@ func verdictCI(v float64, ci [2]float64, limit float64) (text string, pass, reso
 		return text + ", and so is the whole 95 % CI", true, true
 	case c[0] > limit:
 		return text + ", and so is the whole 95 % CI", false, true
-	case pass:
-		return text + fmt.Sprintf(" at p50, but the 95 %% CI reaches %+.2f: not resolved by this run", c[1]), pass, false
 	}
-	return text + fmt.Sprintf(" at p50, but the 95 %% CI reaches down to %+.2f: not resolved by this run", c[0]), pass, false
+	return fmt.Sprintf("❔ not resolved: the 95 %% CI (%+.2f … %+.2f ms) spans the %s ms target; this host's noise is larger than the target", c[0], c[1], strconv.FormatFloat(limit, 'f', -1, 64)), pass, false
 }
 
 // startFit is the quota check's cost per sandbox record in the store
@@ -273,10 +271,8 @@ func (p *page) teamsRows(rep *TeamsReport, gb *goBenchFile) {
 			return "✅"
 		case !pass && resolved:
 			return "❌"
-		case pass:
-			return "✅ at p50 (not resolved)"
 		}
-		return "❌ at p50 (not resolved)"
+		return "❔ not resolved by this run:"
 	}
 	p.f("\n**Verdict:** read %s %+.3f ms (target ≤ %.1f ms); create %s %+.2f ms (target ≤ %.0f ms)",
 		word(gPass, gRes), get, teamsGetTarget, word(cPass, cRes), create, teamsCreateTarget)
