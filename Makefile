@@ -11,7 +11,7 @@ DEB_PACKAGES := iproute2 nftables iptables debootstrap procps curl ca-certificat
 	libnss-myhostname r-base-core e2fsprogs patch
 # What only the tests need on the host: PostgreSQL (a state database of
 # their own, started by the tests) and the JDK the Java kernel's tests run.
-TEST_PACKAGES := postgresql openjdk-17-jdk-headless
+TEST_PACKAGES := postgresql pgbouncer openjdk-17-jdk-headless
 
 GO_BINS := cube-server cubemastercli cube-bench
 
