@@ -10,7 +10,8 @@ DEB_PACKAGES := iproute2 nftables iptables debootstrap procps curl ca-certificat
 	python3 python3-ipykernel python3-numpy python3-pandas python3-matplotlib busybox-static \
 	libnss-myhostname r-base-core e2fsprogs patch
 # What only the tests need on the host: PostgreSQL (a state database of
-# their own, started by the tests) and the JDK the Java kernel's tests run.
+# their own, started by the tests), PgBouncer (a pooler in front of it for a
+# hundred nodes) and the JDK the Java kernel's tests run.
 TEST_PACKAGES := postgresql pgbouncer openjdk-17-jdk-headless
 
 GO_BINS := cube-server cubemastercli cube-bench
