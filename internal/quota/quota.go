@@ -115,17 +115,11 @@ func (c *Checker) Start(ctx context.Context, team string, add Sandboxes) (releas
 // running is the team's sandboxes that hold CPU and memory: running, or
 // on their way there.
 func (c *Checker) running(ctx context.Context, team string) (Sandboxes, error) {
-	all, err := c.st.Sandboxes().List(ctx, string(store.Creating), string(store.Running), string(store.Resuming))
+	n, cpus, mem, err := c.st.TeamUse(ctx, team, store.Creating, store.Running, store.Resuming)
 	if err != nil {
 		return Sandboxes{}, err
 	}
-	var use Sandboxes
-	for _, r := range all {
-		if r.Team == team {
-			use = use.plus(Sandboxes{1, max(r.CPUCount, 1), r.MemoryMB})
-		}
-	}
-	return use, nil
+	return Sandboxes{n, cpus, mem}, nil
 }
 
 // Timeout says whether a team may ask for a sandbox lifetime of d.

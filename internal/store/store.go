@@ -148,7 +148,7 @@ func Open(path string) (*Store, error) {
 	// SQLite serialises writers anyway; one connection avoids SQLITE_BUSY
 	// between our own goroutines.
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema); err != nil {
+	if _, err := db.Exec(schema + sqliteOnly); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("initialise state database %s: %w", path, err)
 	}

@@ -19,6 +19,7 @@ var teamsSuite = []struct {
 	name string
 	test func(t *testing.T, b backend)
 }{
+	{"TeamUseCountsOneTeamsSandboxes", testTeamUse},
 	{"TeamRecordsRoundTrip", testTeamRecordsRoundTrip},
 	{"APIKeysByDigestListedByTeam", testAPIKeysByDigestListedByTeam},
 	{"AdoptUnownedGivesOldRecordsToTheTeam", testAdoptUnowned},
@@ -428,4 +429,30 @@ func idOf(t *Template) string {
 		return ""
 	}
 	return t.ID
+}
+
+// TeamUse totals one team's sandboxes in the states asked, from the
+// records' JSON through the index, as the quota check reads them.
+func testTeamUse(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, _ := b.open(t)
+	put := func(id, team string, st SandboxState, cpu, mem int) {
+		if err := s.Sandboxes().Put(ctx, &Sandbox{ID: id, Team: team, State: st, CPUCount: cpu, MemoryMB: mem}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a1", "a", Running, 2, 512)
+	put("a2", "a", Creating, 0, 256) // no CPU count: one
+	put("a3", "a", Paused, 8, 8192)
+	put("b1", "b", Running, 4, 1024)
+	n, cpus, mem, err := s.TeamUse(ctx, "a", Creating, Running, Resuming)
+	if err != nil || n != 2 || cpus != 3 || mem != 768 {
+		t.Fatalf("team a's running use = %d sandboxes, %d vCPUs, %d MiB, %v; want 2, 3, 768", n, cpus, mem, err)
+	}
+	if n, _, _, err := s.TeamUse(ctx, "a"); err != nil || n != 3 {
+		t.Fatalf("team a's sandboxes in any state = %d, %v; want 3", n, err)
+	}
+	if n, cpus, mem, err := s.TeamUse(ctx, "nobody", Running); err != nil || n != 0 || cpus != 0 || mem != 0 {
+		t.Fatalf("a team without sandboxes: %d %d %d %v", n, cpus, mem, err)
+	}
 }
