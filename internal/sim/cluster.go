@@ -11,7 +11,9 @@ package sim
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -63,9 +65,11 @@ type Cluster struct {
 	dir    string
 	secret string
 	envd   string
-	// store is the simulation's own handle on the database: templates
-	// are written through it, and checks read it.
+	// store is the simulation's own handle on the database while the
+	// templates are written; check is its one connection for checks once
+	// the nodes run.
 	store *store.Store
+	check *sql.DB
 	logs  *logCounter
 }
 
@@ -157,15 +161,29 @@ func StartCluster(ctx context.Context, pg *Postgres, dir string, o ClusterOption
 		}()
 	}
 	var first error
+	serving := 0
 	for range c.Nodes {
 		if err := <-errs; err != nil && first == nil {
 			first = err
+		} else if err == nil {
+			serving++
 		}
 	}
 	if first != nil {
 		c.Stop()
-		return nil, first
+		return nil, fmt.Errorf("%d of %d nodes started, then: %w", serving, len(c.Nodes), first)
 	}
+	// The simulation's own connections are not to count against the
+	// nodes': checks read the database through one connection of their
+	// own (check).
+	c.store.Close()
+	c.store = nil
+	if c.check, err = sql.Open("pgx", pg.URL); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	c.check.SetMaxOpenConns(1)
+	c.check.SetMaxIdleConns(0)
 	return c, nil
 }
 
@@ -274,8 +292,19 @@ func (c *Cluster) Node(id string) *Node {
 	return nil
 }
 
-// Store is the simulation's own handle on the database.
-func (c *Cluster) Store() *store.Store { return c.store }
+// Sandbox reads a sandbox's record through the simulation's own
+// connection.
+func (c *Cluster) Sandbox(ctx context.Context, id string) (*store.Sandbox, error) {
+	var data string
+	if err := c.check.QueryRowContext(ctx, `SELECT data FROM sandboxes WHERE id = $1`, id).Scan(&data); err != nil {
+		return nil, err
+	}
+	var rec store.Sandbox
+	if err := json.Unmarshal([]byte(data), &rec); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
 
 // Warnings are the warnings and errors the nodes logged, most frequent
 // first.
@@ -302,6 +331,9 @@ func (c *Cluster) Stop() {
 	wg.Wait()
 	if c.store != nil {
 		c.store.Close()
+	}
+	if c.check != nil {
+		c.check.Close()
 	}
 	if t, ok := c.HTTP.Transport.(*http.Transport); ok {
 		t.CloseIdleConnections()

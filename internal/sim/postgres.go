@@ -238,6 +238,32 @@ func SelfCPU() time.Duration {
 	return time.Duration(f.utime+f.stime) * time.Second / clockTicks
 }
 
+// HostCPU is the CPU time every process of the host has used so far
+// (/proc/stat: all but idle and iowait), to tell what else ran meanwhile.
+func HostCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		if i >= 8 { // guest time is counted in user already
+			break
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
 type procFields struct {
 	ppid                         int
 	utime, stime, cutime, cstime int64

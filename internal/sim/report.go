@@ -87,12 +87,12 @@ func printOne(w io.Writer, r *Result) {
 
 	fmt.Fprintln(w)
 	t = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(t, "load\theartbeat writes/s\tstatements/s\trows read/s\trows written/s\tWAL KB/s\tPG CPU (cores)\tnodes' CPU (cores)\tsessions\t")
+	fmt.Fprintln(t, "load\theartbeat writes/s\tstatements/s\trows read/s\trows written/s\tWAL KB/s\tPG CPU (cores)\tnodes' CPU (cores)\tother processes' CPU\tsessions\t")
 	bg := func(name string, b Background) {
 		if b.Seconds == 0 {
 			return
 		}
-		fmt.Fprintf(t, "%s\t%.1f\t%.0f\t%.0f\t%.0f\t%.1f\t%.2f\t%.2f\t%d\t\n", name, b.HeartbeatWritesPerS, b.StatementsPerS, b.RowsReadPerS, b.RowsWrittenPerS, b.WALBytesPerS/1024, b.PGCPUCores, b.SimCPUCores, b.Connections)
+		fmt.Fprintf(t, "%s\t%.1f\t%.0f\t%.0f\t%.0f\t%.1f\t%.2f\t%.2f\t%.2f\t%d\t\n", name, b.HeartbeatWritesPerS, b.StatementsPerS, b.RowsReadPerS, b.RowsWrittenPerS, b.WALBytesPerS/1024, b.PGCPUCores, b.SimCPUCores, b.OtherCPUCores, b.Connections)
 	}
 	bg("idle, 0 sandboxes", r.IdleEmpty)
 	bg(fmt.Sprintf("idle, %d sandboxes", r.Reached), r.IdleFull)

@@ -17,8 +17,9 @@ type DBStats struct {
 	Statements map[string]StatementStats
 	// WALBytes is the WAL position: differences are bytes of WAL written.
 	WALBytes int64
-	// CPU is PostgreSQL's processes' CPU time; SelfCPU this process's.
-	CPU, SelfCPU time.Duration
+	// CPU is PostgreSQL's processes' CPU time; SelfCPU this process's;
+	// HostCPU every process's.
+	CPU, SelfCPU, HostCPU time.Duration
 }
 
 // StatementStats are one statement's calls and rows (returned by a
@@ -31,7 +32,7 @@ type StatementStats struct {
 
 // Stats reads the statistics now.
 func (pg *Postgres) Stats(ctx context.Context) (DBStats, error) {
-	s := DBStats{At: time.Now(), Statements: map[string]StatementStats{}, SelfCPU: SelfCPU()}
+	s := DBStats{At: time.Now(), Statements: map[string]StatementStats{}, SelfCPU: SelfCPU(), HostCPU: HostCPU()}
 	rows, err := pg.admin.QueryContext(ctx, `SELECT s.query, sum(s.calls)::bigint, sum(s.rows)::bigint, sum(s.total_exec_time)
 		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'cube' GROUP BY s.query`)
 	if err != nil {
@@ -117,8 +118,8 @@ type Delta struct {
 	HeartbeatWrites float64
 	WALBytes        float64
 	// CPU and SelfCPU are the seconds of CPU PostgreSQL and this process
-	// used.
-	CPU, SelfCPU float64
+	// used; OtherCPU what the host's other processes used meanwhile.
+	CPU, SelfCPU, OtherCPU float64
 	// ByStatement is each statement's share, for the breakdown.
 	ByStatement map[string]StatementStats
 }
@@ -127,6 +128,7 @@ type Delta struct {
 func (b DBStats) Sub(a DBStats) Delta {
 	d := Delta{Seconds: b.At.Sub(a.At).Seconds(), WALBytes: float64(b.WALBytes - a.WALBytes),
 		CPU: (b.CPU - a.CPU).Seconds(), SelfCPU: (b.SelfCPU - a.SelfCPU).Seconds(), ByStatement: map[string]StatementStats{}}
+	d.OtherCPU = max((b.HostCPU-a.HostCPU).Seconds()-d.CPU-d.SelfCPU, 0)
 	for q, s := range b.Statements {
 		p := a.Statements[q]
 		c := StatementStats{Calls: s.Calls - p.Calls, Rows: s.Rows - p.Rows, ExecMS: s.ExecMS - p.ExecMS}
@@ -182,7 +184,7 @@ func (d Delta) Less(rate Delta) Delta {
 		Statements: sub(d.Statements, rate.Statements), Writes: sub(d.Writes, rate.Writes),
 		RowsWritten: sub(d.RowsWritten, rate.RowsWritten), RowsRead: sub(d.RowsRead, rate.RowsRead),
 		Transactions: sub(d.Transactions, rate.Transactions), HeartbeatWrites: sub(d.HeartbeatWrites, rate.HeartbeatWrites),
-		WALBytes: sub(d.WALBytes, rate.WALBytes), CPU: sub(d.CPU, rate.CPU), SelfCPU: sub(d.SelfCPU, rate.SelfCPU),
+		WALBytes: sub(d.WALBytes, rate.WALBytes), CPU: sub(d.CPU, rate.CPU), SelfCPU: sub(d.SelfCPU, rate.SelfCPU), OtherCPU: d.OtherCPU,
 		ByStatement: map[string]StatementStats{}}
 	for q, s := range d.ByStatement {
 		r := rate.ByStatement[q]

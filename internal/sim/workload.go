@@ -158,7 +158,10 @@ type Background struct {
 	WALBytesPerS        float64 `json:"walBytesPerSecond"`
 	PGCPUCores          float64 `json:"pgCPUCores"`
 	SimCPUCores         float64 `json:"simCPUCores"`
-	Connections         int     `json:"connections"`
+	// OtherCPUCores is what the host's other processes used meanwhile
+	// (the machine may be shared).
+	OtherCPUCores float64 `json:"otherCPUCores"`
+	Connections   int     `json:"connections"`
 	// Top are the statements by calls per second.
 	Top   []Breakdown `json:"statements"`
 	delta Delta
@@ -279,41 +282,46 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer pg.Stop()
 	res.MaxConnections = pg.MaxConnections(ctx)
+	s := &sim{cfg: cfg, pg: pg, live: newPool(), rec: newRecorder(), res: res}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() { defer close(sampled); s.sampleConnections(sampleCtx) }()
+	// finish records what the sessions and the logs showed.
+	finish := func() {
+		stopSampling()
+		<-sampled
+		s.mu.Lock()
+		res.Connections = s.conns
+		s.mu.Unlock()
+		res.Connections.End, _, _ = pg.Connections(ctx)
+		if s.c != nil {
+			res.Warnings = s.c.Warnings()
+			if len(res.Warnings) > 15 {
+				res.Warnings = res.Warnings[:15]
+			}
+			s.c.Stop()
+		}
+		res.PGErrors = pgErrors(pg.Log())
+		res.TotalSeconds = time.Since(start).Seconds()
+	}
 	perNode := int(math.Ceil(float64(cfg.Sandboxes)/float64(cfg.Nodes)*1.5)) + 64
 	cfg.Progress("%d nodes: starting the nodes (%d slots each)", cfg.Nodes, perNode)
 	t0 := time.Now()
 	c, err := StartCluster(ctx, pg, filepath.Join(dir, fmt.Sprintf("cluster-%d", cfg.Nodes)), ClusterOptions{
 		Nodes: cfg.Nodes, Slots: perNode, MaxSandboxes: perNode, PauseWriteDelay: cfg.PauseWriteDelay, Log: cfg.Log})
 	if err != nil {
-		res.PGErrors = pgErrors(pg.Log())
 		res.Error = "start: " + err.Error()
+		finish()
 		return res, err
 	}
 	defer c.Stop()
 	res.StartSeconds = time.Since(t0).Seconds()
-	s := &sim{cfg: cfg, c: c, pg: pg, live: newPool(), rec: newRecorder(), res: res, accepting: c.Alive()}
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() { defer close(sampled); s.sampleConnections(sampleCtx) }()
-
+	s.c, s.accepting = c, c.Alive()
 	err = s.phases(ctx)
 	if err != nil {
 		res.Error = err.Error()
 	}
-
-	stopSampling()
-	<-sampled
-	s.mu.Lock()
-	res.Connections = s.conns
-	s.mu.Unlock()
-	res.Connections.End, _, _ = pg.Connections(ctx)
-	res.Warnings = c.Warnings()
-	if len(res.Warnings) > 15 {
-		res.Warnings = res.Warnings[:15]
-	}
-	c.Stop()
-	res.PGErrors = pgErrors(pg.Log())
-	res.TotalSeconds = time.Since(start).Seconds()
+	finish()
 	return res, err
 }
 
@@ -414,7 +422,7 @@ func background(d Delta) Background {
 	per := func(x float64) float64 { return x / d.Seconds }
 	return Background{Seconds: d.Seconds, HeartbeatWritesPerS: per(d.HeartbeatWrites), StatementsPerS: per(d.Statements),
 		RowsReadPerS: per(d.RowsRead), RowsWrittenPerS: per(d.RowsWritten), WALBytesPerS: per(d.WALBytes),
-		PGCPUCores: per(d.CPU), SimCPUCores: per(d.SelfCPU), delta: d, Top: d.Top(d.Seconds, 8, 0.05)}
+		PGCPUCores: per(d.CPU), SimCPUCores: per(d.SelfCPU), OtherCPUCores: per(d.OtherCPU), delta: d, Top: d.Top(d.Seconds, 8, 0.05)}
 }
 
 // rng is client i's random source: the same seed makes the same choices.
@@ -959,7 +967,7 @@ func (s *sim) drain(ctx context.Context) *Drain {
 	deadline := t0.Add(s.cfg.PauseWriteDelay + 2*time.Minute)
 	for _, b := range paused {
 		for {
-			rec, err := s.c.Store().Sandboxes().Get(ctx, b.id)
+			rec, err := s.c.Sandbox(ctx, b.id)
 			if err == nil && rec.PausedOnDisk() {
 				break
 			}
