@@ -307,9 +307,10 @@ func (p *page) teamsGoBench(gb *goBenchFile) {
 	if per, ok := startFit(gb); ok {
 		lo := gb.ns("BenchmarkStart/records=100")
 		at := 100 + (teamsCreateTarget*1e6-lo)/per
-		p.f("\nThe running-sandboxes check lists the store's sandboxes and decodes every running one, whichever\n")
-		p.f("its team: %s per record, so a create of a team with quotas pays more than the %.0f ms target\n", fmtNs(per), teamsCreateTarget)
-		p.f("from about %.0f records on (records of every team, as these: three in four running).\n", math.Max(at, 0))
+		p.f("\nThe running-sandboxes check totals the team's running sandboxes in the database, from an index\n")
+		p.f("on the records' team, CPU and memory: %s more per record in the store, so a create of a team with\n", fmtNs(per))
+		p.f("quotas would pay more than the %.0f ms target from about %.0f records on (records of every team, as\n", teamsCreateTarget, math.Max(at, 0))
+		p.f("these: three in four running).\n")
 	}
 	one, eight, serial := gb.ns("BenchmarkStartParallel/one-team"), gb.ns("BenchmarkStartParallel/eight-teams"), gb.ns("BenchmarkStart/records=1000")
 	if !math.IsNaN(eight) && !math.IsNaN(serial) {
@@ -319,8 +320,9 @@ func (p *page) teamsGoBench(gb *goBenchFile) {
 		}
 		p.f(": %.1f× the throughput of one at a time with GOMAXPROCS %d", serial/eight, gb.find("BenchmarkStartParallel/eight-teams").Procs)
 		if serial/eight < 1.3 {
-			p.f(". Checks of different teams do not run in parallel here: the quota package's lock is\n")
-			p.f("per team, but the SQLite store has one connection, which each check's scan holds while it reads")
+			p.f(". Checks of different teams gain little from running at once here: the quota package's lock\n")
+			p.f("is per team, but a SQLite store has one connection, which each check's query holds while it\n")
+			p.f("reads (PostgreSQL, a cluster's store, has a pool)")
 		}
 		p.f(".\n")
 	}

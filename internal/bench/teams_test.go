@@ -279,7 +279,7 @@ func TestReportTeamsSection(t *testing.T) {
 		"| `AuthenticateCached` | a key checked again within 500 ms",
 		"| 262 ns | 3 |",
 		"| `Start/records=1000` | the same, 1000 records | 2000 | 5.00 ms |",
-		"5.0 µs per record",
+		"5.0 µs more per record in the store",
 		"from about 200 records on",
 		"1.0× the throughput of one at a time with GOMAXPROCS 2",
 	} {
