@@ -77,7 +77,9 @@ type Cluster struct {
 type Node struct {
 	ID string
 	// URL is its API's base URL (also the address its peers reach it at).
-	URL      string
+	URL string
+	// Store is the URL of the database as the node's own role.
+	Store    string
 	DataDir  string
 	Template string
 	Client   *client.Client
@@ -135,6 +137,10 @@ func StartCluster(ctx context.Context, pg *Postgres, dir string, o ClusterOption
 	for i := range o.Nodes {
 		n := &Node{ID: fmt.Sprintf("node-%03d", i+1), runtime: nodefake.NewRuntime(), slots: nodefake.NewSlots(o.Slots), agents: nodefake.NewAgents()}
 		n.DataDir = filepath.Join(dir, "nodes", n.ID)
+		if n.Store, err = pg.Role(ctx, n.ID); err != nil {
+			c.Stop()
+			return nil, err
+		}
 		n.Template = "tpl-" + n.ID
 		if err := os.MkdirAll(n.DataDir, 0o700); err != nil {
 			c.Stop()
@@ -219,7 +225,7 @@ func (c *Cluster) buildTemplate(ctx context.Context, n *Node) error {
 func (c *Cluster) start(ctx context.Context, n *Node, secretsKey string) error {
 	ready := make(chan string, 1)
 	o := server.Options{
-		Listen: "127.0.0.1:0", DataDir: n.DataDir, Store: c.PG.URL, NodeID: n.ID,
+		Listen: "127.0.0.1:0", DataDir: n.DataDir, Store: n.Store, NodeID: n.ID,
 		ClusterSecret: c.secret, ClusterInsecureTransport: true,
 		Envd: c.envd, Slots: c.opts.Slots, MaxSandboxes: c.opts.MaxSandboxes, DiskReserveMB: -1,
 		PauseWriteDelay: c.opts.PauseWriteDelay, SecretsKey: secretsKey,

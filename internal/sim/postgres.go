@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -120,6 +121,17 @@ func StartPostgres(ctx context.Context, dir string, o PostgresOptions) (*Postgre
 		}
 	}
 	return pg, nil
+}
+
+// Role makes a login role of the given name (a superuser, as the one
+// the nodes would otherwise share) and returns the URL of the nodes'
+// database as that role: each node connecting as its own role, the
+// statistics tell the nodes apart.
+func (pg *Postgres) Role(ctx context.Context, name string) (string, error) {
+	if _, err := pg.admin.ExecContext(ctx, `CREATE ROLE "`+strings.ReplaceAll(name, `"`, ``)+`" LOGIN SUPERUSER`); err != nil {
+		return "", fmt.Errorf("create role %s: %w", name, err)
+	}
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/cube?sslmode=disable", url.User(name).String(), pg.port), nil
 }
 
 // run runs one of PostgreSQL's programs, as the postgres user when this

@@ -70,12 +70,14 @@ func printOne(w io.Writer, r *Result) {
 
 	fmt.Fprintln(w)
 	t = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(t, "PostgreSQL per operation\tstatements\twrites\trows written\trows read\ttransactions\tWAL bytes\tPG CPU ms\tnodes' CPU ms\t")
+	fmt.Fprintf(w, "PostgreSQL per operation (through %s about %s's sandboxes: those two nodes' statements; all nodes' after the bar)\n", r.CostFull.Via, r.CostFull.Owner)
+	fmt.Fprintln(t, "operation\tstatements\twrites\trows written\trows read\ttransactions\t| all: statements\trows written\trows read\tWAL bytes\tPG CPU ms\tnodes' CPU ms\t")
 	per := func(name string, p PerOp) {
 		if p.Ops == 0 {
 			return
 		}
-		fmt.Fprintf(t, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t%.0f\t%.2f\t%.2f\t\n", name, p.Statements, p.Writes, p.RowsWritten, p.RowsRead, p.Transactions, p.WALBytes, p.PGCPUms, p.SimCPUms)
+		fmt.Fprintf(t, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.1f\t| %.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.2f\t\n", name, p.Statements, p.Writes, p.RowsWritten, p.RowsRead, p.Transactions,
+			p.ClusterStatements, p.ClusterRowsWritten, p.ClusterRowsRead, p.WALBytes, p.PGCPUms, p.SimCPUms)
 	}
 	per("create at 0 sandboxes", r.CostEmpty.Create)
 	per(fmt.Sprintf("create at %d", r.CostFull.Sandboxes), r.CostFull.Create)

@@ -13,14 +13,18 @@ import (
 // moment) and the WAL position, with PostgreSQL's CPU time.
 type DBStats struct {
 	At time.Time
-	// Statements by normalised query text (the nodes' database only).
-	Statements map[string]StatementStats
+	// Statements by the role that ran them (each node connects as a role
+	// of its own) and normalised query text (the nodes' database only).
+	Statements map[RoleQuery]StatementStats
 	// WALBytes is the WAL position: differences are bytes of WAL written.
 	WALBytes int64
 	// CPU is PostgreSQL's processes' CPU time; SelfCPU this process's;
 	// HostCPU every process's.
 	CPU, SelfCPU, HostCPU time.Duration
 }
+
+// RoleQuery names a statement as one role ran it.
+type RoleQuery struct{ Role, Query string }
 
 // StatementStats are one statement's calls and rows (returned by a
 // SELECT, written by an INSERT, UPDATE or DELETE).
@@ -32,25 +36,26 @@ type StatementStats struct {
 
 // Stats reads the statistics now.
 func (pg *Postgres) Stats(ctx context.Context) (DBStats, error) {
-	s := DBStats{At: time.Now(), Statements: map[string]StatementStats{}, SelfCPU: SelfCPU(), HostCPU: HostCPU()}
-	rows, err := pg.admin.QueryContext(ctx, `SELECT s.query, sum(s.calls)::bigint, sum(s.rows)::bigint, sum(s.total_exec_time)
-		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'cube' GROUP BY s.query`)
+	s := DBStats{At: time.Now(), Statements: map[RoleQuery]StatementStats{}, SelfCPU: SelfCPU(), HostCPU: HostCPU()}
+	rows, err := pg.admin.QueryContext(ctx, `SELECT coalesce(r.rolname, ''), s.query, sum(s.calls)::bigint, sum(s.rows)::bigint, sum(s.total_exec_time)
+		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid LEFT JOIN pg_roles r ON r.oid = s.userid
+		WHERE d.datname = 'cube' GROUP BY 1, 2`)
 	if err != nil {
 		return s, fmt.Errorf("read pg_stat_statements: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var q string
+		var role, q string
 		var st StatementStats
-		if err := rows.Scan(&q, &st.Calls, &st.Rows, &st.ExecMS); err != nil {
+		if err := rows.Scan(&role, &q, &st.Calls, &st.Rows, &st.ExecMS); err != nil {
 			return s, err
 		}
-		q = normalise(q)
-		prev := s.Statements[q]
+		k := RoleQuery{role, normalise(q)}
+		prev := s.Statements[k]
 		prev.Calls += st.Calls
 		prev.Rows += st.Rows
 		prev.ExecMS += st.ExecMS
-		s.Statements[q] = prev
+		s.Statements[k] = prev
 	}
 	if err := rows.Err(); err != nil {
 		return s, err
@@ -124,18 +129,30 @@ type Delta struct {
 	ByStatement map[string]StatementStats
 }
 
-// Sub is b − a.
-func (b DBStats) Sub(a DBStats) Delta {
+// Sub is b − a, every role's statements.
+func (b DBStats) Sub(a DBStats) Delta { return b.SubOf(a, nil) }
+
+// SubOf is b − a, the statements of roles only (nil: all). WAL and CPU
+// are the whole server's either way.
+func (b DBStats) SubOf(a DBStats, roles map[string]bool) Delta {
 	d := Delta{Seconds: b.At.Sub(a.At).Seconds(), WALBytes: float64(b.WALBytes - a.WALBytes),
 		CPU: (b.CPU - a.CPU).Seconds(), SelfCPU: (b.SelfCPU - a.SelfCPU).Seconds(), ByStatement: map[string]StatementStats{}}
 	d.OtherCPU = max((b.HostCPU-a.HostCPU).Seconds()-d.CPU-d.SelfCPU, 0)
-	for q, s := range b.Statements {
-		p := a.Statements[q]
+	for k, s := range b.Statements {
+		if roles != nil && !roles[k.Role] {
+			continue
+		}
+		q := k.Query
+		p := a.Statements[k]
 		c := StatementStats{Calls: s.Calls - p.Calls, Rows: s.Rows - p.Rows, ExecMS: s.ExecMS - p.ExecMS}
 		if c.Calls == 0 {
 			continue
 		}
-		d.ByStatement[q] = c
+		sum := d.ByStatement[q]
+		sum.Calls += c.Calls
+		sum.Rows += c.Rows
+		sum.ExecMS += c.ExecMS
+		d.ByStatement[q] = sum
 		calls := float64(c.Calls)
 		d.Statements += calls
 		switch kind(q) {

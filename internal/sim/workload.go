@@ -163,13 +163,17 @@ type Background struct {
 	OtherCPUCores float64 `json:"otherCPUCores"`
 	Connections   int     `json:"connections"`
 	// Top are the statements by calls per second.
-	Top   []Breakdown `json:"statements"`
-	delta Delta
+	Top []Breakdown `json:"statements"`
+	// a and b are the statistics at the window's ends.
+	a, b DBStats
 }
 
 // Cost is the database's work per operation, the background taken away.
 type Cost struct {
-	Sandboxes int         `json:"sandboxes"`
+	Sandboxes int `json:"sandboxes"`
+	// Via is the node called, Owner the node holding the sandboxes.
+	Via       string      `json:"via"`
+	Owner     string      `json:"owner"`
 	Create    PerOp       `json:"create"`
 	Read      PerOp       `json:"read"`
 	Kill      PerOp       `json:"kill"`
@@ -189,6 +193,11 @@ type PerOp struct {
 	PGCPUms      float64   `json:"pgCPUms"`
 	SimCPUms     float64   `json:"simCPUms"`
 	Latency      OpSummary `json:"latency"`
+	// Cluster* are every node's statements and rows for the operation
+	// (the others' background taken away too).
+	ClusterStatements  float64 `json:"clusterStatements"`
+	ClusterRowsWritten float64 `json:"clusterRowsWritten"`
+	ClusterRowsRead    float64 `json:"clusterRowsRead"`
 }
 
 // SignedURL is the lookup of signed file URLs through a node whose
@@ -413,7 +422,8 @@ func (s *sim) idle(ctx context.Context) (Background, error) {
 	if err != nil {
 		return Background{}, err
 	}
-	bg := background(b.Sub(a))
+	bg := background(b.SubOf(a, s.roles()))
+	bg.a, bg.b = a, b
 	bg.Connections, _, _ = s.pg.Connections(ctx)
 	return bg, nil
 }
@@ -422,7 +432,7 @@ func background(d Delta) Background {
 	per := func(x float64) float64 { return x / d.Seconds }
 	return Background{Seconds: d.Seconds, HeartbeatWritesPerS: per(d.HeartbeatWrites), StatementsPerS: per(d.Statements),
 		RowsReadPerS: per(d.RowsRead), RowsWrittenPerS: per(d.RowsWritten), WALBytesPerS: per(d.WALBytes),
-		PGCPUCores: per(d.CPU), SimCPUCores: per(d.SelfCPU), OtherCPUCores: per(d.OtherCPU), delta: d, Top: d.Top(d.Seconds, 8, 0.05)}
+		PGCPUCores: per(d.CPU), SimCPUCores: per(d.SelfCPU), OtherCPUCores: per(d.OtherCPU), Top: d.Top(d.Seconds, 8, 0.05)}
 }
 
 // rng is client i's random source: the same seed makes the same choices.
@@ -500,13 +510,21 @@ func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // latency recorded is the client's, from the first attempt, and each
 // refusal is counted.
 func (s *sim) create(ctx context.Context, rng *rand.Rand, op string, snapshots bool) (*box, time.Duration, error) {
+	return s.createWith(ctx, op, func() (string, *Node) {
+		tpl, owner := s.template(rng, snapshots)
+		return tpl, s.via(rng, owner)
+	})
+}
+
+// createWith is create of the template through the node pick names, each
+// attempt.
+func (s *sim) createWith(ctx context.Context, op string, pick func() (tpl string, via *Node)) (*box, time.Duration, error) {
 	ctx, cancel := opCtx(ctx)
 	defer cancel()
 	timeout := sandboxTimeout
 	t := time.Now()
 	for {
-		tpl, owner := s.template(rng, snapshots)
-		via := s.via(rng, owner)
+		tpl, via := pick()
 		var sb wire.Sandbox
 		h, err := via.Client.Do(ctx, http.MethodPost, "/sandboxes", nil, wire.NewSandbox{TemplateID: tpl, Timeout: &timeout}, &sb)
 		if wait, ok := retryAfter(h, err); ok && ctx.Err() == nil {
@@ -645,31 +663,44 @@ func (s *sim) fill(ctx context.Context) {
 }
 
 // cost measures the database's work per create, read and kill: CostOps
-// of each, four clients at once, the background measured just before
-// (bg) taken away.
+// of each, four clients at once, every one through the first node about
+// the second node's sandboxes (its template's, placed there). Each node
+// connects as a role of its own, so the statements of those two nodes
+// alone are counted, their own background (measured in bg's window just
+// before, at the same size) taken away: the other nodes' heartbeats and
+// reapers do not blur it. What every node did (Cluster*) is counted too,
+// with every node's background taken away: it includes what the others
+// read because of the creates, and more noise.
 func (s *sim) cost(ctx context.Context, bg Background) (Cost, error) {
 	n := s.cfg.CostOps
 	out := Cost{Sandboxes: s.live.len()}
+	alive := s.c.Alive()
+	via, owner := alive[0], alive[0]
+	if len(alive) > 1 {
+		owner = alive[1]
+	}
+	out.Via, out.Owner = via.ID, owner.ID
+	pair := map[string]bool{via.ID: true, owner.ID: true}
+	every := s.roles()
 	var made []*box
 	var mu sync.Mutex
-	measure := func(op string, do func(rng *rand.Rand, i int)) (PerOp, Delta, error) {
+	measure := func(op string, do func(i int)) (PerOp, Delta, error) {
 		a, err := s.pg.Stats(ctx)
 		if err != nil {
 			return PerOp{}, Delta{}, err
 		}
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		for w := range 4 {
+		for range 4 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rng := s.rng("cost "+op, w)
 				for {
 					i := int(next.Add(1)) - 1
 					if i >= n || ctx.Err() != nil {
 						return
 					}
-					do(rng, i)
+					do(i)
 				}
 			}()
 		}
@@ -678,21 +709,23 @@ func (s *sim) cost(ctx context.Context, bg Background) (Cost, error) {
 		if err != nil {
 			return PerOp{}, Delta{}, err
 		}
-		d := b.Sub(a).Less(bg.delta)
+		d := b.SubOf(a, pair).Less(bg.b.SubOf(bg.a, pair))
+		all := b.SubOf(a, every).Less(bg.b.SubOf(bg.a, every))
 		lat := s.rec.summary("cost " + op)
 		ops := lat.Count
 		if ops == 0 {
 			return PerOp{Latency: lat}, d, nil
 		}
-		p := d.Per(float64(ops))
+		p, c := d.Per(float64(ops)), all.Per(float64(ops))
 		return PerOp{Ops: ops, Statements: p.Statements, Writes: p.Writes, RowsWritten: p.RowsWritten, RowsRead: p.RowsRead,
-			Transactions: p.Transactions, WALBytes: p.WALBytes, PGCPUms: p.CPU * 1000, SimCPUms: p.SelfCPU * 1000, Latency: lat}, d, nil
+			Transactions: p.Transactions, WALBytes: c.WALBytes, PGCPUms: c.CPU * 1000, SimCPUms: c.SelfCPU * 1000, Latency: lat,
+			ClusterStatements: c.Statements, ClusterRowsWritten: c.RowsWritten, ClusterRowsRead: c.RowsRead}, d, nil
 	}
 	s.rec.reset("cost create", "cost read", "cost kill")
 	var err error
 	var d Delta
-	if out.Create, d, err = measure("create", func(rng *rand.Rand, i int) {
-		if b, _, err := s.create(ctx, rng, "cost create", false); err == nil {
+	if out.Create, d, err = measure("create", func(i int) {
+		if b, _, err := s.createWith(ctx, "cost create", func() (string, *Node) { return owner.Template, via }); err == nil {
 			mu.Lock()
 			made = append(made, b)
 			mu.Unlock()
@@ -701,28 +734,52 @@ func (s *sim) cost(ctx context.Context, bg Background) (Cost, error) {
 		return out, err
 	}
 	out.TopCreate = d.Top(float64(max(out.Create.Ops, 1)), 14, 0.05)
-	// Take the boxes made from the pool's random choices for now.
+	// The boxes made are the reads' and kills', not the pool's choices.
 	for _, b := range made {
 		s.live.mu.Lock()
 		s.live.busy[b] = true
 		s.live.mu.Unlock()
 	}
-	if out.Read, d, err = measure("read", func(rng *rand.Rand, i int) {
+	if out.Read, d, err = measure("read", func(i int) {
 		if len(made) > 0 {
-			s.get(ctx, rng, "cost read", made[i%len(made)])
+			b := made[i%len(made)]
+			cctx, cancel := opCtx(ctx)
+			t := time.Now()
+			_, err := via.Client.GetSandbox(cctx, b.id)
+			cancel()
+			s.rec.add("cost read", time.Since(t), err)
 		}
 	}); err != nil {
 		return out, err
 	}
 	out.TopRead = d.Top(float64(max(out.Read.Ops, 1)), 10, 0.05)
-	if out.Kill, _, err = measure("kill", func(rng *rand.Rand, i int) {
+	if out.Kill, _, err = measure("kill", func(i int) {
 		if i < len(made) {
-			s.kill(ctx, rng, "cost kill", made[i])
+			b := made[i]
+			cctx, cancel := opCtx(ctx)
+			t := time.Now()
+			err := via.Client.KillSandbox(cctx, b.id)
+			cancel()
+			s.rec.add("cost kill", time.Since(t), err)
+			if err == nil {
+				s.live.remove(b)
+			} else {
+				s.live.release(b, b.paused)
+			}
 		}
 	}); err != nil {
 		return out, err
 	}
 	return out, nil
+}
+
+// roles are every node's database role.
+func (s *sim) roles() map[string]bool {
+	out := map[string]bool{}
+	for _, n := range s.c.Nodes {
+		out[n.ID] = true
+	}
+	return out
 }
 
 // listAll lists every sandbox through one node, following the pages, as
@@ -778,7 +835,7 @@ func (s *sim) mix(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.res.Mix = background(b.Sub(a))
+	s.res.Mix = background(b.SubOf(a, s.roles()))
 	s.res.Mix.Connections, _, _ = s.pg.Connections(ctx)
 	all := s.rec.all()
 	s.res.Ops = map[string]OpSummary{}
