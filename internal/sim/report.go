@@ -70,7 +70,7 @@ func printOne(w io.Writer, r *Result) {
 
 	fmt.Fprintln(w)
 	t = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "PostgreSQL per operation (through %s about %s's sandboxes: those two nodes' statements; all nodes' after the bar)\n", r.CostFull.Via, r.CostFull.Owner)
+	fmt.Fprintf(w, "PostgreSQL per operation (through %s, template of %s, placed on %d nodes: the statements of the nodes involved; all nodes' after the bar)\n", r.CostFull.Via, r.CostFull.Owner, r.CostFull.Involved-1)
 	fmt.Fprintln(t, "operation\tstatements\twrites\trows written\trows read\ttransactions\t| all: statements\trows written\trows read\tWAL bytes\tPG CPU ms\tnodes' CPU ms\t")
 	per := func(name string, p PerOp) {
 		if p.Ops == 0 {

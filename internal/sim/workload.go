@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -172,8 +173,11 @@ type Background struct {
 type Cost struct {
 	Sandboxes int `json:"sandboxes"`
 	// Via is the node called, Owner the node holding the sandboxes.
-	Via       string      `json:"via"`
-	Owner     string      `json:"owner"`
+	Via   string `json:"via"`
+	Owner string `json:"owner"`
+	// Involved is how many nodes the creates involved (Via, and those
+	// they were placed on).
+	Involved  int         `json:"involvedNodes"`
 	Create    PerOp       `json:"create"`
 	Read      PerOp       `json:"read"`
 	Kill      PerOp       `json:"kill"`
@@ -680,7 +684,11 @@ func (s *sim) cost(ctx context.Context, bg Background) (Cost, error) {
 		owner = alive[1]
 	}
 	out.Via, out.Owner = via.ID, owner.ID
-	pair := map[string]bool{via.ID: true, owner.ID: true}
+	// involved are the nodes the operations involve: the one called and
+	// those the sandboxes were placed on (the holder, or any node that
+	// copied its template when placement found the holder full).
+	involved := map[string]bool{via.ID: true, owner.ID: true}
+	var invMu sync.Mutex
 	every := s.roles()
 	var made []*box
 	var mu sync.Mutex
@@ -709,6 +717,9 @@ func (s *sim) cost(ctx context.Context, bg Background) (Cost, error) {
 		if err != nil {
 			return PerOp{}, Delta{}, err
 		}
+		invMu.Lock()
+		pair := maps.Clone(involved)
+		invMu.Unlock()
 		d := b.SubOf(a, pair).Less(bg.b.SubOf(bg.a, pair))
 		all := b.SubOf(a, every).Less(bg.b.SubOf(bg.a, every))
 		lat := s.rec.summary("cost " + op)
@@ -729,11 +740,15 @@ func (s *sim) cost(ctx context.Context, bg Background) (Cost, error) {
 			mu.Lock()
 			made = append(made, b)
 			mu.Unlock()
+			invMu.Lock()
+			involved[b.owner] = true
+			invMu.Unlock()
 		}
 	}); err != nil {
 		return out, err
 	}
 	out.TopCreate = d.Top(float64(max(out.Create.Ops, 1)), 14, 0.05)
+	out.Involved = len(involved)
 	// The boxes made are the reads' and kills', not the pool's choices.
 	for _, b := range made {
 		s.live.mu.Lock()
