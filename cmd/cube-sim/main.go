@@ -41,6 +41,7 @@ func main() {
 		dir         = flag.String("dir", "", "directory for PostgreSQL and the nodes (default: a temporary one, removed at the end)")
 		logFile     = flag.String("log", "", "file for the nodes' warnings (default: discarded; they are counted in the report)")
 		out         = flag.String("o", "", "also write the results as JSON to this file")
+		storeParams = flag.String("store-params", "", "query parameters added to every node's --store URL, e.g. pool_max_conns=16")
 		pprofAddr   = flag.String("pprof", "", "serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060), to see where the nodes spend their time")
 	)
 	flag.Parse()
@@ -77,7 +78,7 @@ func main() {
 		}
 		cfg := sim.Config{Nodes: n, Sandboxes: count, Duration: *duration, FillTimeout: *fillTimeout, Concurrency: *concurrency,
 			Rate: *rateLimit, Seed: *seed, CostOps: *costOps, IdleWindow: *idle, MaxConnections: *maxConns, PauseShare: *pauseShare,
-			DrainPaused: *drainPaused, SkipLoss: *skipLoss, SkipDrain: *skipDrain, Dir: *dir,
+			DrainPaused: *drainPaused, SkipLoss: *skipLoss, SkipDrain: *skipDrain, Dir: *dir, StoreParams: *storeParams,
 			Progress: func(format string, args ...any) {
 				fmt.Fprintf(logw, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 			}}

@@ -50,6 +50,9 @@ type ClusterOptions struct {
 	// Log receives the nodes' warnings; nil discards them (they are
 	// counted either way).
 	Log io.Writer
+	// StoreParams are added to the query of every node's --store URL
+	// (e.g. pool_max_conns=16, where the store takes it).
+	StoreParams string
 }
 
 // Cluster is a running simulated cluster.
@@ -140,6 +143,9 @@ func StartCluster(ctx context.Context, pg *Postgres, dir string, o ClusterOption
 		if n.Store, err = pg.Role(ctx, n.ID); err != nil {
 			c.Stop()
 			return nil, err
+		}
+		if o.StoreParams != "" {
+			n.Store += "&" + o.StoreParams
 		}
 		n.Template = "tpl-" + n.ID
 		if err := os.MkdirAll(n.DataDir, 0o700); err != nil {

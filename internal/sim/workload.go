@@ -59,6 +59,8 @@ type Config struct {
 	MaxConnections int
 	// PauseWriteDelay is the nodes' (0: 2s).
 	PauseWriteDelay time.Duration
+	// StoreParams are added to every node's --store URL.
+	StoreParams string
 	// SkipLoss and SkipDrain leave those phases out.
 	SkipLoss, SkipDrain bool
 	// Dir is where PostgreSQL and the nodes keep their data (a temporary
@@ -321,7 +323,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.Progress("%d nodes: starting the nodes (%d slots each)", cfg.Nodes, perNode)
 	t0 := time.Now()
 	c, err := StartCluster(ctx, pg, filepath.Join(dir, fmt.Sprintf("cluster-%d", cfg.Nodes)), ClusterOptions{
-		Nodes: cfg.Nodes, Slots: perNode, MaxSandboxes: perNode, PauseWriteDelay: cfg.PauseWriteDelay, Log: cfg.Log})
+		Nodes: cfg.Nodes, Slots: perNode, MaxSandboxes: perNode, PauseWriteDelay: cfg.PauseWriteDelay, Log: cfg.Log,
+		StoreParams: cfg.StoreParams})
 	if err != nil {
 		res.Error = "start: " + err.Error()
 		finish()
