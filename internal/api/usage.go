@@ -96,15 +96,7 @@ func seriesStep(start, end time.Time) time.Duration {
 }
 
 func (s *Server) teamMetrics(w http.ResponseWriter, r *http.Request) error {
-	team, err := s.usageTeam(r)
-	if err != nil {
-		return err
-	}
-	start, end, err := usageInterval(r, time.Now())
-	if err != nil {
-		return err
-	}
-	u, err := capability[cube.Usage](s, "team metrics are")
+	u, team, start, end, err := s.usageQuery(r, "team metrics are")
 	if err != nil {
 		return err
 	}
@@ -151,15 +143,7 @@ func (s *Server) teamMetricsMax(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) teamUsage(w http.ResponseWriter, r *http.Request) error {
-	team, err := s.usageTeam(r)
-	if err != nil {
-		return err
-	}
-	start, end, err := usageInterval(r, time.Now())
-	if err != nil {
-		return err
-	}
-	u, err := capability[cube.Usage](s, "team usage is")
+	u, team, start, end, err := s.usageQuery(r, "team usage is")
 	if err != nil {
 		return err
 	}
@@ -172,4 +156,18 @@ func (s *Server) teamUsage(w http.ResponseWriter, r *http.Request) error {
 		SandboxesStarted: t.SandboxesStarted, RunningSandboxes: t.RunningNow,
 		SnapshotBytes: t.SnapshotBytes, VolumeBytes: t.VolumeBytes})
 	return nil
+}
+
+// usageQuery reads what every usage route asks first, in this order: the
+// team (the caller's own, or any for the admin), the interval, and the
+// backend's usage, which it answers 501 without.
+func (s *Server) usageQuery(r *http.Request, what string) (u cube.Usage, team string, start, end time.Time, err error) {
+	if team, err = s.usageTeam(r); err != nil {
+		return nil, "", start, end, err
+	}
+	if start, end, err = usageInterval(r, time.Now()); err != nil {
+		return nil, "", start, end, err
+	}
+	u, err = capability[cube.Usage](s, what)
+	return u, team, start, end, err
 }
