@@ -447,11 +447,13 @@ func (k *Keys) owned(ctx context.Context, teamID string) ([]string, error) {
 			out = append(out, fmt.Sprintf("%d %s", n, kind))
 		}
 	}
-	sbs, err := k.st.Sandboxes().List(ctx)
+	// Counted through the index on the records' team, not by decoding
+	// every sandbox of the cluster.
+	n, _, _, err := k.st.TeamUse(ctx, teamID)
 	if err != nil {
 		return nil, err
 	}
-	count("sandbox(es)", countTeam(sbs, func(v *store.Sandbox) string { return v.Team }, teamID))
+	count("sandbox(es)", n)
 	tpls, err := k.st.Templates().List(ctx)
 	if err != nil {
 		return nil, err
