@@ -193,6 +193,27 @@ func (f *fakeBackend) ListSandboxes(ctx context.Context, flt cube.ListFilter) ([
 	return out, nil
 }
 
+// ListSandboxPage pages what ListSandboxes returns, in memory.
+func (f *fakeBackend) ListSandboxPage(ctx context.Context, flt cube.ListFilter, p cube.Page) ([]cube.Sandbox, *cube.Cursor, error) {
+	items, err := f.ListSandboxes(ctx, flt)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !p.Since.IsZero() {
+		items = slices.DeleteFunc(items, func(sb cube.Sandbox) bool { return sb.StartedAt.Before(p.Since) })
+	}
+	token := ""
+	if p.After != nil {
+		token = encodeCursor(p.After.Time, p.After.ID)
+	}
+	items, next, err := page(items, sandboxKey, p.Asc, p.Limit, token)
+	if err != nil || next == "" {
+		return items, nil, err
+	}
+	t, id, err := decodeCursor(next)
+	return items, &cube.Cursor{Time: t, ID: id}, err
+}
+
 func (f *fakeBackend) KillSandbox(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -227,24 +227,21 @@ func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("invalid startedAfter %q: want an RFC 3339 time", v)
 		}
 	}
-	items, err := s.backend.ListSandboxes(r.Context(), cube.ListFilter{Team: callerOf(r).Team, States: states, Metadata: md, Template: q.Get("template")})
-	if err != nil {
-		return err
-	}
-	if !after.IsZero() {
-		kept := items[:0]
-		for _, sb := range items {
-			if !sb.StartedAt.Before(after) {
-				kept = append(kept, sb)
-			}
+	p := cube.Page{Limit: limit, Asc: asc, Since: after}
+	if token != "" {
+		t, id, err := decodeCursor(token)
+		if err != nil {
+			return err
 		}
-		items = kept
+		p.After = &cube.Cursor{Time: t, ID: id}
 	}
-	items, next, err := page(items, sandboxKey, asc, limit, token)
+	items, next, err := s.backend.ListSandboxPage(r.Context(), cube.ListFilter{Team: callerOf(r).Team, States: states, Metadata: md, Template: q.Get("template")}, p)
 	if err != nil {
 		return err
 	}
-	setNextToken(w, next)
+	if next != nil {
+		setNextToken(w, encodeCursor(next.Time, next.ID))
+	}
 	writeJSON(w, http.StatusOK, s.wireListedAll(items))
 	return nil
 }

@@ -35,6 +35,10 @@ type Backend interface {
 	// ListSandboxes returns every sandbox matching the filter, in any order;
 	// the control plane sorts and pages.
 	ListSandboxes(ctx context.Context, f ListFilter) ([]Sandbox, error)
+	// ListSandboxPage returns one page of the sandboxes matching the
+	// filter, in start order, and the cursor of the next page (nil on the
+	// last): a page costs the sandboxes up to its end, not all of them.
+	ListSandboxPage(ctx context.Context, f ListFilter, p Page) (items []Sandbox, next *Cursor, err error)
 	// KillSandbox destroys a sandbox (running or paused); unknown → NotFound.
 	KillSandbox(ctx context.Context, id string) error
 	// SetTimeout moves the sandbox's end time to now+timeout. With

@@ -133,6 +133,26 @@ type ListFilter struct {
 	Template string
 }
 
+// Page asks for one page of a list of sandboxes, in the order they
+// started (then by ID), newest first unless Asc.
+type Page struct {
+	// Limit is the most items the page holds (at least 1).
+	Limit int
+	Asc   bool
+	// After is where the previous page ended; nil: the first page.
+	After *Cursor
+	// Since keeps the sandboxes started at or after it (zero: all).
+	Since time.Time
+}
+
+// Cursor is a place in a list in start order: the sandbox a page ended
+// with. Items made or removed between two pages never shift one: every
+// item still there is listed exactly once.
+type Cursor struct {
+	Time time.Time
+	ID   string
+}
+
 // Matches reports whether s passes the filter; backends may use it.
 func (f ListFilter) Matches(s *Sandbox) bool {
 	if f.Team != "" && f.Team != s.Team {

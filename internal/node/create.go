@@ -309,11 +309,11 @@ func (h *host) verifyImage(tpl *store.Template, image string) error {
 }
 
 func (h *host) checkCapacity(ctx context.Context) error {
-	all, err := h.ownSandboxes(ctx)
+	n, err := h.store.NodeCount(ctx, h.cfg.NodeID)
 	if err != nil {
 		return err
 	}
-	if len(all) >= h.cfg.MaxSandboxes {
+	if n >= h.cfg.MaxSandboxes {
 		return cube.Errorf(cube.Capacity, "sandbox limit of %d reached: kill sandboxes or raise --max-sandboxes", h.cfg.MaxSandboxes).WithRetryAfter(time.Second)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"time"
 
 	"cube/internal/store"
 )
@@ -37,6 +38,9 @@ type host struct {
 	// closing is set by Close: no background work starts from then on,
 	// and no warm sandbox joins the pool.
 	closing bool
+	// deadlinesRead is when the reaper last read its sandboxes' end times
+	// from the store; only the reaper's goroutine touches it.
+	deadlinesRead time.Time
 
 	// ctx ends background work (reaper, refiller, write-outs) when Close
 	// cancels it; wg waits for that work.

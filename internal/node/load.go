@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+
+	"cube/internal/store"
 )
 
 // Load is what this node's sandboxes hold, for its heartbeat and the
@@ -14,25 +16,16 @@ type Load struct {
 	CPUs, MemoryMB int
 }
 
-// Load counts this node's sandboxes.
+// Load counts this node's sandboxes, in the database (store.NodeLoad):
+// the heartbeat asks every 2 s, and the node's rows are totalled where
+// they are rather than read and decoded here.
 func (n *Node) Load(ctx context.Context) (Load, error) {
-	recs, err := n.ownSandboxes(ctx)
+	nl, err := n.store.NodeLoad(ctx, n.cfg.NodeID)
 	if err != nil {
 		return Load{}, err
 	}
-	var l Load
-	for _, rec := range recs {
-		switch {
-		case recordIn(rec, stateRunning):
-			l.Running++
-			l.CPUs += rec.CPUCount
-			l.MemoryMB += rec.MemoryMB
-		case recordIn(rec, stateCreating):
-			l.Starting++
-		}
-		if rec.Slot >= 0 {
-			l.HoldingSlots++
-		}
-	}
-	return l, nil
+	return Load{
+		Running: nl.Count[store.Running], Starting: nl.Count[store.Creating], HoldingSlots: nl.HoldingSlots,
+		CPUs: nl.CPUs, MemoryMB: nl.MemoryMB,
+	}, nil
 }

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"cube/internal/store"
 )
@@ -20,13 +19,9 @@ func (h *host) mine(rec *store.Sandbox) bool {
 }
 
 // ownSandboxes lists this node's sandbox records in the given states (all
-// states when none are given).
-func (h *host) ownSandboxes(ctx context.Context, states ...string) ([]*store.Sandbox, error) {
-	all, err := h.store.Sandboxes().List(ctx, states...)
-	if err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(all, func(rec *store.Sandbox) bool { return !h.mine(rec) }), nil
+// states when none are given), reading no other node's.
+func (h *host) ownSandboxes(ctx context.Context, states ...store.SandboxState) ([]*store.Sandbox, error) {
+	return h.store.NodeSandboxes(ctx, h.cfg.NodeID, states...)
 }
 
 // takeUnowned writes this node's name into the records that have none:
@@ -36,7 +31,7 @@ func (h *host) takeUnowned(ctx context.Context) error {
 	if h.cfg.NodeID == "" {
 		return nil
 	}
-	all, err := h.store.Sandboxes().List(ctx)
+	all, err := h.store.NodeSandboxes(ctx, "")
 	if err != nil {
 		return err
 	}

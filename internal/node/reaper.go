@@ -35,25 +35,58 @@ func nudge(ch chan struct{}) {
 	}
 }
 
+// deadlinesEvery is how often the reaper reads its sandboxes' end times
+// from the store. Between reads it goes by the end times the node saved
+// itself (sandbox.endAt): every change of a sandbox's end time is saved by
+// the node holding it, so the read only catches what that missed, and a
+// reap costs no query.
+const deadlinesEvery = 10 * time.Second
+
 // reap kills (or pauses, when the sandbox asks for it) every running
 // sandbox past its end time, each on its own goroutine so one slow kill
 // does not hold up the others.
 func (h *host) reap(ctx context.Context) {
-	recs, err := h.ownSandboxes(ctx, string(store.Running))
+	now := time.Now()
+	if now.Sub(h.deadlinesRead) >= deadlinesEvery {
+		h.readDeadlines(ctx, now)
+	}
+	var due []string
+	h.mu.Lock()
+	for id, sb := range h.sandboxes {
+		if sb.state.running() && !sb.endAt.IsZero() && !sb.endAt.After(now) {
+			due = append(due, id)
+		}
+	}
+	h.mu.Unlock()
+	for _, id := range due {
+		// A kill or pause begun is finished even when Close comes: it
+		// only takes a moment and leaves nothing half-way.
+		h.background(func() { h.expire(context.WithoutCancel(ctx), id) })
+	}
+}
+
+// readDeadlines refreshes the end times of the node's running sandboxes
+// from their records (read through the store's index by node: this
+// node's rows alone). One that cannot be read is due now: expire reads
+// its record and decides.
+func (h *host) readDeadlines(ctx context.Context, now time.Time) {
+	ds, err := h.store.NodeDeadlines(ctx, h.cfg.NodeID)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.Warn("reaper: list sandboxes", "err", err)
+			h.log.Warn("reaper: read end times", "err", err)
 		}
 		return
 	}
-	now := time.Now()
-	for _, rec := range recs {
-		if rec.EndAt.After(now) {
-			continue
+	h.deadlinesRead = now
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, d := range ds {
+		if sb := h.sandboxes[d.ID]; sb != nil {
+			sb.endAt = d.EndAt
+			if d.EndAt.IsZero() {
+				sb.endAt = now
+			}
 		}
-		// A kill or pause begun is finished even when Close comes: it
-		// only takes a moment and leaves nothing half-way.
-		h.background(func() { h.expire(context.WithoutCancel(ctx), rec.ID) })
 	}
 }
 
@@ -77,7 +110,10 @@ func (h *host) expire(ctx context.Context, sandboxID string) {
 // left as it is.
 func (s *sandbox) expire(ctx context.Context, rec *store.Sandbox) {
 	if !s.state.running() || rec.EndAt.After(time.Now()) {
-		return // changed meanwhile
+		s.h.mu.Lock()
+		s.endAt = rec.EndAt // changed meanwhile: the reaper goes by the record
+		s.h.mu.Unlock()
+		return
 	}
 	if rec.AutoPause {
 		err := s.pauseAs(ctx, rec, rec.AutoPauseFilesOnly)

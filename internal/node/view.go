@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"cube/internal/cube"
 	"cube/internal/egress"
@@ -57,24 +58,55 @@ func (n *Node) GetSandbox(ctx context.Context, sandboxID string) (*cube.Sandbox,
 	return n.view(rec)
 }
 
-// ListSandboxes returns the sandboxes matching f.
+// listed are the record states a list reads: store.Paused is each of
+// the paused states.
+var listed = []store.SandboxState{store.Running, store.Paused, store.Resuming}
+
+// ListSandboxes returns the sandboxes matching f, reading only its
+// team's records when it names one.
 func (n *Node) ListSandboxes(ctx context.Context, f cube.ListFilter) ([]cube.Sandbox, error) {
-	// store.Paused lists the sandboxes in each of the paused states.
-	all, err := n.store.Sandboxes().List(ctx, string(store.Running), string(store.Paused), string(store.Resuming))
-	if err != nil {
-		return nil, err
+	out, _, err := n.listPage(ctx, f, store.SandboxQuery{Team: f.Team, States: listed, Asc: true}, 0)
+	return out, err
+}
+
+// ListSandboxPage returns one page of the sandboxes matching f in start
+// order, read by the store's index from where the last page ended.
+func (n *Node) ListSandboxPage(ctx context.Context, f cube.ListFilter, p cube.Page) ([]cube.Sandbox, *cube.Cursor, error) {
+	q := store.SandboxQuery{Team: f.Team, States: listed, Since: p.Since, Asc: p.Asc}
+	if p.After != nil {
+		q.AfterSeq, q.AfterID = p.After.Time.UnixNano(), p.After.ID
 	}
+	return n.listPage(ctx, f, q, max(p.Limit, 1))
+}
+
+// listPage reads up to limit sandboxes (0: all) that q selects and f
+// keeps, and the cursor after them when more follow.
+func (n *Node) listPage(ctx context.Context, f cube.ListFilter, q store.SandboxQuery, limit int) ([]cube.Sandbox, *cube.Cursor, error) {
 	var out []cube.Sandbox
-	for _, rec := range all {
+	var bad error
+	recs, last, more, err := n.store.SandboxPage(ctx, q, limit, func(rec *store.Sandbox) bool {
 		v, err := n.view(rec)
 		if err != nil {
-			return nil, err
+			bad = cmp.Or(bad, err)
+			return false
 		}
-		if f.Matches(v) {
-			out = append(out, *v)
+		if !f.Matches(v) {
+			return false
 		}
+		out = append(out, *v)
+		return true
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	return out, nil
+	if bad != nil {
+		return nil, nil, bad
+	}
+	out = out[:len(recs)] // the one kept past the page is not in it
+	if !more || len(recs) == 0 {
+		return out, nil, nil
+	}
+	return out, &cube.Cursor{Time: time.Unix(0, last), ID: recs[len(recs)-1].ID}, nil
 }
 
 // CountSandboxes feeds the by-state gauge.

@@ -69,6 +69,10 @@ func (s *service) ListSandboxes(ctx context.Context, f cube.ListFilter) ([]cube.
 	return s.node.ListSandboxes(ctx, f)
 }
 
+func (s *service) ListSandboxPage(ctx context.Context, f cube.ListFilter, p cube.Page) ([]cube.Sandbox, *cube.Cursor, error) {
+	return s.node.ListSandboxPage(ctx, f, p)
+}
+
 func (s *service) KillSandbox(ctx context.Context, id string) error {
 	return s.node.KillSandbox(ctx, id)
 }

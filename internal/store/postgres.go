@@ -203,6 +203,9 @@ func applyPostgresSchema(ctx context.Context, db *sql.DB) error {
 	if _, err := tx.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS sandboxes_team_use ON sandboxes ((`+pgTeam+`), state, (`+pgCPU+`), (`+pgMem+`))`); err != nil {
 		return err
 	}
+	if _, err := tx.ExecContext(ctx, pgNodeIndexes); err != nil {
+		return err
+	}
 	return tx.Commit()
 }
 

@@ -148,7 +148,7 @@ func Open(path string) (*Store, error) {
 	// SQLite serialises writers anyway; one connection avoids SQLITE_BUSY
 	// between our own goroutines.
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema + sqliteOnly); err != nil {
+	if _, err := db.Exec(schema + sqliteOnly + sqliteNodeIndexes); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("initialise state database %s: %w", path, err)
 	}
@@ -167,6 +167,19 @@ type Table[T any] struct {
 	name  string
 	key   func(*T) string
 	state func(*T) string
+	// seq orders the records (List, and the sandboxes' pages); nil: the
+	// time of the first write.
+	seq func(*T) int64
+}
+
+// seqOf is the seq column of a record written for the first time.
+func (t Table[T]) seqOf(v *T) int64 {
+	if t.seq != nil {
+		if n := t.seq(v); n != 0 {
+			return n
+		}
+	}
+	return time.Now().UnixNano()
 }
 
 // Put inserts or replaces a record.
@@ -178,7 +191,7 @@ func (t Table[T]) Put(ctx context.Context, v *T) error {
 	_, err = t.s.db.ExecContext(ctx,
 		t.s.q(`INSERT INTO `+t.name+`(id, state, seq, data) VALUES(?, ?, ?, ?)
 		 ON CONFLICT(id) DO UPDATE SET state=excluded.state, data=excluded.data`),
-		t.key(v), t.state(v), time.Now().UnixNano(), string(data))
+		t.key(v), t.state(v), t.seqOf(v), string(data))
 	if err != nil {
 		return t.s.outage(fmt.Errorf("store %s %s: %w", t.name, t.key(v), err))
 	}
@@ -194,7 +207,7 @@ func (t Table[T]) Insert(ctx context.Context, v *T) error {
 	}
 	res, err := t.s.db.ExecContext(ctx,
 		t.s.q(`INSERT INTO `+t.name+`(id, state, seq, data) VALUES(?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`),
-		t.key(v), t.state(v), time.Now().UnixNano(), string(data))
+		t.key(v), t.state(v), t.seqOf(v), string(data))
 	if err != nil {
 		return t.s.outage(fmt.Errorf("store %s %s: %w", t.name, t.key(v), err))
 	}
@@ -298,10 +311,18 @@ func (t Table[T]) List(ctx context.Context, states ...string) ([]*T, error) {
 
 // Sandboxes is the table of sandboxes. Its state column is State alone,
 // which older nodes filter on: a List of Paused is every paused sandbox,
-// whichever of the paused states (Pause) it is in.
+// whichever of the paused states (Pause) it is in. Its seq is the
+// sandbox's start time in nanoseconds, the order the API lists them in
+// (SandboxPage).
 func (s *Store) Sandboxes() Table[Sandbox] {
 	return Table[Sandbox]{s: s, name: "sandboxes",
-		key: func(v *Sandbox) string { return v.ID }, state: func(v *Sandbox) string { return string(v.State) }}
+		key: func(v *Sandbox) string { return v.ID }, state: func(v *Sandbox) string { return string(v.State) },
+		seq: func(v *Sandbox) int64 {
+			if v.StartedAt.IsZero() {
+				return 0
+			}
+			return v.StartedAt.UnixNano()
+		}}
 }
 
 // Templates is the table of templates and snapshots.

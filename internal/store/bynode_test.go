@@ -1,0 +1,162 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestByNodeOnSQLite(t *testing.T) { runByNode(t, sqliteBackend()) }
+
+func TestByNodeOnPostgres(t *testing.T) { runByNode(t, postgresBackend(t)) }
+
+func runByNode(t *testing.T, b backend) {
+	t.Run("NodeReadsSkipOtherNodes", func(t *testing.T) { testNodeReads(t, b) })
+	t.Run("PagesInStartOrder", func(t *testing.T) { testSandboxPages(t, b) })
+}
+
+// testNodeReads: a node's reads count and return its records and those
+// of no node, never another node's, whatever the states.
+func testNodeReads(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, _ := b.open(t)
+	end := time.Date(2030, 1, 2, 3, 4, 5, 600700800, time.UTC)
+	put := func(id, node string, st SandboxState, slot, cpu, mem int) {
+		t.Helper()
+		rec := &Sandbox{ID: id, Node: node, State: st, Slot: slot, CPUCount: cpu, MemoryMB: mem, EndAt: end}
+		if err := s.Sandboxes().Put(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a1", "a", Running, 1, 2, 512)
+	put("a2", "a", Running, 2, 1, 256)
+	put("a3", "a", Paused, -1, 4, 1024)
+	put("a4", "a", Creating, 3, 1, 128)
+	put("n1", "", Running, 4, 1, 100) // a single node's record, not yet taken
+	put("b1", "b", Running, 1, 8, 8192)
+	put("b2", "b", Paused, 2, 8, 8192)
+
+	recs, err := s.NodeSandboxes(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(recs); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"a1", "a2", "a3", "a4", "n1"}) {
+		t.Fatalf("node a's records = %v", got)
+	}
+	running, err := s.NodeSandboxes(ctx, "b", Running, Creating)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(running); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"b1", "n1"}) {
+		t.Fatalf("node b's running = %v", got)
+	}
+	n, err := s.NodeCount(ctx, "a")
+	if err != nil || n != 5 {
+		t.Fatalf("count of a = %d, %v; want 5", n, err)
+	}
+	l, err := s.NodeLoad(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := NodeLoad{Count: map[SandboxState]int{Running: 3, Paused: 1, Creating: 1}, Total: 5, CPUs: 4, MemoryMB: 868, HoldingSlots: 4}
+	if fmt.Sprint(l) != fmt.Sprint(want) {
+		t.Fatalf("load of a = %+v, want %+v", l, want)
+	}
+	ds, err := s.NodeDeadlines(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(ds, func(x, y Deadline) int { return cmpString(x.ID, y.ID) })
+	if len(ds) != 2 || ds[0].ID != "b1" || ds[1].ID != "n1" || !ds[0].EndAt.Equal(end) {
+		t.Fatalf("deadlines of b = %+v, want b1 and n1 at %v", ds, end)
+	}
+	if l, err := s.NodeLoad(ctx, "c"); err != nil || l.Total != 1 || l.Count[Running] != 1 {
+		t.Fatalf("a node with no records of its own sees the unowned one alone: %+v, %v", l, err)
+	}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// testSandboxPages: pages come in start order by (start, ID) either way,
+// filtered by team, state and start, and a page starts after the cursor
+// even when records were added and removed meanwhile.
+func testSandboxPages(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, _ := b.open(t)
+	t0 := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	put := func(id, team string, st SandboxState, at time.Time) {
+		t.Helper()
+		if err := s.Sandboxes().Put(ctx, &Sandbox{ID: id, Team: team, State: st, StartedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Written out of order; s02 and s03 start at the same nanosecond.
+	for i := 9; i >= 0; i-- {
+		at := t0.Add(time.Duration(i) * time.Second)
+		if i == 3 {
+			at = t0.Add(2 * time.Second)
+		}
+		put(fmt.Sprintf("s%02d", i), "t1", Running, at)
+	}
+	put("x01", "t2", Running, t0.Add(1500*time.Millisecond))
+	put("k01", "t1", Killing, t0.Add(2500*time.Millisecond))
+
+	all := func(q SandboxQuery, limit int) []string {
+		t.Helper()
+		var out []string
+		for {
+			page, last, more, err := s.SandboxPage(ctx, q, limit, func(*Sandbox) bool { return true })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > limit {
+				t.Fatalf("page of %d for limit %d", len(page), limit)
+			}
+			out = append(out, ids(page)...)
+			if !more {
+				return out
+			}
+			q.AfterSeq, q.AfterID = last, page[len(page)-1].ID
+		}
+	}
+	listed := []SandboxState{Running, Paused}
+	asc := all(SandboxQuery{Team: "t1", States: listed, Asc: true}, 3)
+	if want := []string{"s00", "s01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09"}; !slices.Equal(asc, want) {
+		t.Fatalf("ascending pages = %v, want %v", asc, want)
+	}
+	desc := all(SandboxQuery{Team: "t1", States: listed}, 4)
+	if want := []string{"s09", "s08", "s07", "s06", "s05", "s04", "s03", "s02", "s01", "s00"}; !slices.Equal(desc, want) {
+		t.Fatalf("descending pages = %v, want %v", desc, want)
+	}
+	everyone := all(SandboxQuery{States: listed, Since: t0.Add(time.Second), Asc: true}, 100)
+	if want := []string{"s01", "x01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09"}; !slices.Equal(everyone, want) {
+		t.Fatalf("every team since 1 s = %v, want %v", everyone, want)
+	}
+
+	// A filter the database cannot apply (keep) still fills the page.
+	odd := func(rec *Sandbox) bool { return (rec.ID[2]-'0')%2 == 1 }
+	page, last, more, err := s.SandboxPage(ctx, SandboxQuery{Team: "t1", States: listed, Asc: true}, 2, odd)
+	if err != nil || !slices.Equal(ids(page), []string{"s01", "s03"}) || !more {
+		t.Fatalf("first page of odd ones = %v, more %v, %v", ids(page), more, err)
+	}
+	// Between two pages one listed record goes and an earlier one comes:
+	// the next page neither repeats nor skips what is still there.
+	if err := s.Sandboxes().Delete(ctx, "s05"); err != nil {
+		t.Fatal(err)
+	}
+	put("s11", "t1", Running, t0.Add(500*time.Millisecond))
+	page, _, more, err = s.SandboxPage(ctx, SandboxQuery{Team: "t1", States: listed, Asc: true, AfterSeq: last, AfterID: "s03"}, 10, odd)
+	if err != nil || !slices.Equal(ids(page), []string{"s07", "s09"}) || more {
+		t.Fatalf("next page of odd ones = %v, more %v, %v", ids(page), more, err)
+	}
+}
