@@ -40,14 +40,34 @@ const reservationTTL = 2 * time.Minute
 // Self is this node's name.
 func (r *Registry) Self() string { return r.cfg.ID }
 
-// Peer returns a node's API base URL and whether it heartbeats.
+// peerAge is how old the node records a peer's address is looked up in
+// may be: every request forwarded to a peer asks for its address, and an
+// address changes only when its node restarts somewhere else.
+const peerAge = time.Second
+
+// Peer returns a node's API base URL and whether it heartbeats, from the
+// node records read by changes (at most peerAge ago; read again for a
+// node they do not hold).
 func (r *Registry) Peer(ctx context.Context, nodeID string) (string, bool, error) {
-	rec, err := r.cfg.Store.Nodes().Get(ctx, nodeID)
-	if errors.Is(err, store.ErrNotFound) {
-		return "", false, ErrNoNode
+	find := func(age time.Duration) (*store.Node, error) {
+		recs, err := r.nodes(ctx, age)
+		if err != nil {
+			return nil, err
+		}
+		if i := slices.IndexFunc(recs, func(n *store.Node) bool { return n.ID == nodeID }); i >= 0 {
+			return recs[i], nil
+		}
+		return nil, nil
+	}
+	rec, err := find(peerAge)
+	if err == nil && rec == nil {
+		rec, err = find(0)
 	}
 	if err != nil {
 		return "", false, err
+	}
+	if rec == nil {
+		return "", false, ErrNoNode
 	}
 	return rec.Address, r.view(rec).Status != cube.NodeUnhealthy, nil
 }
@@ -158,19 +178,11 @@ func (r *Registry) nowhere(recs []*store.Node, want Want, source bool) error {
 	return cube.Errorf(cube.Unavailable, "no node takes new sandboxes: every node is draining, standby or unhealthy (see `cubemastercli node list`)").WithRetryAfter(5 * time.Second)
 }
 
-// release marks a placed create as done.
+// release marks a placed create as done, in one statement.
 func (r *Registry) release(nodeID, resvID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	now := r.cfg.Now().UTC()
-	err := r.cfg.Store.Nodes().Update(ctx, nodeID, func(rec *store.Node) error {
-		for i := range rec.Reservations {
-			if rec.Reservations[i].ID == resvID {
-				rec.Reservations[i].DoneAt = now
-			}
-		}
-		return nil
-	})
+	err := r.cfg.Store.EndReservation(ctx, nodeID, resvID, r.cfg.Now().UTC())
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		r.cfg.Logger.Warn("release a placement", "node", nodeID, "err", err)
 	}

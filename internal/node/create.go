@@ -78,6 +78,7 @@ func (n *Node) CreateSandbox(ctx context.Context, req cube.CreateRequest) (*cube
 		return nil, err
 	}
 	defer release()
+	n.store.NewLog(rec.ID) // a new sandbox: its log starts empty
 	sb := n.track(rec.ID, stateCreating)
 	defer sb.mu.Unlock()
 	if err := sb.start(ctx, rec, tpl, tpl.Checkpoint, tpl.EnvdToken); err != nil {
@@ -308,11 +309,13 @@ func (h *host) verifyImage(tpl *store.Template, image string) error {
 	return nil
 }
 
+// checkCapacity refuses a new sandbox when the node holds its limit. It
+// counts the sandboxes the node holds in memory (every one it runs, has
+// paused or is creating), which are its records: no query per create.
 func (h *host) checkCapacity(ctx context.Context) error {
-	n, err := h.store.NodeCount(ctx, h.cfg.NodeID)
-	if err != nil {
-		return err
-	}
+	h.mu.Lock()
+	n := len(h.sandboxes)
+	h.mu.Unlock()
 	if n >= h.cfg.MaxSandboxes {
 		return cube.Errorf(cube.Capacity, "sandbox limit of %d reached: kill sandboxes or raise --max-sandboxes", h.cfg.MaxSandboxes).WithRetryAfter(time.Second)
 	}

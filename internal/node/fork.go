@@ -120,6 +120,7 @@ func (n *Node) startChild(ctx context.Context, parent *store.Sandbox, image stri
 	// runs must not make reconcile remove the parent's container.
 	child.ContainerID, child.Slot, child.HostAddr = "", -1, ""
 	child.PauseImageTarget, child.PauseChecksum, child.PauseFilesOnly = "", "", false
+	n.store.NewLog(child.ID) // a new sandbox: its log starts empty
 	sb := n.track(child.ID, stateCreating)
 	defer sb.mu.Unlock()
 	if err := sb.start(ctx, &child, child.Boot, image, parent.EnvdToken); err != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 // Each node reads its own sandboxes often: its heartbeat's load, the
-// capacity check of every create, the reaper's refresh, its reconcile.
+// reaper's refresh, its reconcile.
 // In a cluster they share one table with every other node's, so these
 // reads go through an index on each record's node (an expression on its
 // JSON, as for the team: the records keep their shape and every version
@@ -129,15 +129,6 @@ func (s *Store) NodeLoad(ctx context.Context, node string) (NodeLoad, error) {
 		}
 	}
 	return l, s.outage(rows.Err())
-}
-
-// NodeCount counts the sandbox records of node (and those of no node),
-// in any state: the capacity check of every create, read from the index
-// alone.
-func (s *Store) NodeCount(ctx context.Context, node string) (int, error) {
-	var n int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM sandboxes WHERE `+s.nodeExpr()+` IN (?, '')`), node).Scan(&n)
-	return int(n), s.outage(err)
 }
 
 // Deadline is when one running sandbox ends.

@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"context"
+	"errors"
+	"time"
+)
 
 // NodeStatus is an operator's or the registry's word on a node, in E2B's
 // terms. Ready nodes take new sandboxes; draining and standby nodes keep
@@ -74,4 +78,32 @@ type NodeUsage struct {
 func (s *Store) Nodes() Table[Node] {
 	return Table[Node]{s: s, name: "nodes",
 		key: func(v *Node) string { return v.ID }, state: func(v *Node) string { return string(v.Status) }}
+}
+
+// EndReservation marks a node's reservation done at the time given: its
+// create ended, and the node's next heartbeat shows what it uses. In
+// PostgreSQL it is one UPDATE of the row, without reading it first: every
+// create placed on another node ends with one. A reservation or node that
+// is gone is no error.
+func (s *Store) EndReservation(ctx context.Context, node, resvID string, at time.Time) error {
+	if s.dialect != "postgres" {
+		err := s.Nodes().Update(ctx, node, func(rec *Node) error {
+			for i := range rec.Reservations {
+				if rec.Reservations[i].ID == resvID {
+					rec.Reservations[i].DoneAt = at
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	_, err := s.db.ExecContext(ctx, `UPDATE nodes SET data = jsonb_set(data::jsonb, '{reservations}',
+		(SELECT jsonb_agg(CASE WHEN e->>'id' = $2 THEN e || jsonb_build_object('doneAt', $3::text) ELSE e END ORDER BY i)
+		 FROM jsonb_array_elements(data::jsonb->'reservations') WITH ORDINALITY AS a(e, i)))::text
+		WHERE id = $1 AND data::jsonb->'reservations' @> jsonb_build_array(jsonb_build_object('id', $2::text))`,
+		node, resvID, at.UTC().Format(time.RFC3339Nano))
+	return s.outage(err)
 }

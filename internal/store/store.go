@@ -384,6 +384,18 @@ func (s *Store) eventCap() (maxLines, every int) {
 	return maxLines, every
 }
 
+// NewLog tells the store that a sandbox's log starts now, empty (a new
+// sandbox): its first line needs no trim, which would read the log for
+// nothing on every create.
+func (s *Store) NewLog(sandboxID string) {
+	s.trimMu.Lock()
+	defer s.trimMu.Unlock()
+	if s.added == nil || len(s.added) >= 4*MaxEvents {
+		s.added = map[string]int{}
+	}
+	s.added[sandboxID] = 0
+}
+
 // trimDue counts a line added to a sandbox's log and reports whether the
 // log is to be trimmed now.
 func (s *Store) trimDue(sandboxID string) bool {

@@ -215,6 +215,9 @@ func testEventsKeepTheNewest(t *testing.T, b backend) {
 			t.Errorf("the dropped note is timed %v, after the first line kept (%v)", ev[0].Time, ev[1].Time)
 		}
 	}
+	// A new sandbox's log (NewLog) is first trimmed when it could be
+	// over the cap, and then kept to it like any other.
+	s.NewLog("sb1")
 	add(s, 1000)
 	check(s)
 	// A restarted server (nothing counted yet) keeps to the cap too.
