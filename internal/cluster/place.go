@@ -125,15 +125,7 @@ func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error)
 	slices.SortStableFunc(others, byRoom)
 	resv := store.Reservation{ID: id.New("", 12), MemoryMB: max(want.MemoryMB, 0), At: now}
 	for _, c := range append(holders, others...) {
-		err := r.cfg.Store.Nodes().Update(ctx, c.ID, func(rec *store.Node) error {
-			// Checked again on the row itself: room, and its status, which
-			// an operator may have changed since it was read.
-			if r.view(rec).Status != cube.NodeReady || freeSlots(rec, now) <= 0 || freeMB(rec, now) < pendingMB {
-				return errFull
-			}
-			rec.Reservations = append(live(rec.Reservations, now), resv)
-			return nil
-		})
+		err := r.reserve(ctx, c, resv, now)
 		switch {
 		case err == nil:
 			node := c.ID
@@ -145,6 +137,29 @@ func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error)
 		}
 	}
 	return "", nil, cube.Errorf(cube.Capacity, "every node that can run this sandbox is full (network slots or memory): kill sandboxes or add nodes").WithRetryAfter(time.Second)
+}
+
+// reserve holds room for resv on node c (as this placement read it), or
+// says errFull. Room and status are checked on the row itself, which an
+// operator or another placement may have changed since it was read: first
+// by writing over the row as read, in one statement, and only when it
+// changed meanwhile in a transaction that reads and locks it.
+func (r *Registry) reserve(ctx context.Context, c *store.Node, resv store.Reservation, now time.Time) error {
+	with := func(rec *store.Node) error {
+		if r.view(rec).Status != cube.NodeReady || freeSlots(rec, now) <= 0 || freeMB(rec, now) < pendingMB {
+			return errFull
+		}
+		rec.Reservations = append(live(rec.Reservations, now), resv)
+		return nil
+	}
+	next := *c // the records read are shared: change a copy
+	if err := with(&next); err != nil {
+		return err
+	}
+	if ok, err := r.cfg.Store.ReplaceNode(ctx, &next); ok || err != nil {
+		return err
+	}
+	return r.cfg.Store.Nodes().Update(ctx, c.ID, with)
 }
 
 var errFull = errors.New("node full")

@@ -16,6 +16,38 @@ func runByNode(t *testing.T, b backend) {
 	t.Run("NodeReadsSkipOtherNodes", func(t *testing.T) { testNodeReads(t, b) })
 	t.Run("PagesInStartOrder", func(t *testing.T) { testSandboxPages(t, b) })
 	t.Run("EndReservation", func(t *testing.T) { testEndReservation(t, b) })
+	t.Run("ReplaceNodeOverTheRowRead", func(t *testing.T) { testReplaceNode(t, b) })
+}
+
+// testReplaceNode: a node record read by changes is written over its row
+// once; a second write from the same read finds the row changed and
+// writes nothing. SQLite (one node, no placement) never replaces.
+func testReplaceNode(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, _ := b.open(t)
+	if err := s.Nodes().Put(ctx, &Node{ID: "n1", Address: "a", Status: "ready"}); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := s.NodeChanges(ctx, Cursor{})
+	if err != nil || len(ch.Changed) != 1 {
+		t.Fatalf("changes = %+v, %v", ch, err)
+	}
+	first, second := *ch.Changed[0], *ch.Changed[0]
+	first.Address, second.Address = "first", "second"
+	ok, err := s.ReplaceNode(ctx, &first)
+	if err != nil || ok != (b.name == "postgres") {
+		t.Fatalf("first replace = %v, %v", ok, err)
+	}
+	if ok, err := s.ReplaceNode(ctx, &second); err != nil || ok {
+		t.Fatalf("second replace from the same read = %v, %v; want false", ok, err)
+	}
+	got, err := s.Nodes().Get(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[bool]string{true: "first", false: "a"}[b.name == "postgres"]; got.Address != want {
+		t.Fatalf("address = %q, want %q", got.Address, want)
+	}
 }
 
 // testEndReservation: ending one reservation of a node marks it alone,

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -40,6 +41,10 @@ type Node struct {
 	// Reservations hold room for creates placed on the node that its
 	// usage does not show yet.
 	Reservations []Reservation `json:"reservations,omitempty"`
+	// Written names the write of the row this record was read from (the
+	// transaction, in PostgreSQL), as NodeChanges reads it; 0: unknown.
+	// ReplaceNode writes a record only over that same write.
+	Written int64 `json:"-"`
 }
 
 // Reservation is room held on a node for one create placed there: from
@@ -106,4 +111,25 @@ func (s *Store) EndReservation(ctx context.Context, node, resvID string, at time
 		WHERE id = $1 AND data::jsonb->'reservations' @> jsonb_build_array(jsonb_build_object('id', $2::text))`,
 		node, resvID, at.UTC().Format(time.RFC3339Nano))
 	return s.outage(err)
+}
+
+// ReplaceNode writes rec over its row if the row is still as rec was read
+// (rec.Written): one UPDATE, no lock held between the read and the write.
+// false: the row was written since (or is gone, or the store cannot tell),
+// and nothing was written.
+func (s *Store) ReplaceNode(ctx context.Context, rec *Node) (bool, error) {
+	if s.dialect != "postgres" || rec.Written == 0 {
+		return false, nil
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return false, err
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET state = $2, data = $3 WHERE id = $1 AND chg = $4`,
+		rec.ID, string(rec.Status), string(data), rec.Written)
+	if err != nil {
+		return false, s.outage(err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }

@@ -609,18 +609,18 @@ func (s *Store) NodeChanges(ctx context.Context, c Cursor) (NodeChanges, error) 
 		if s.dialect != "postgres" {
 			out.Changed, err = s.Nodes().List(ctx)
 		} else {
-			out, err = s.nodeRows(ctx, `SELECT x.xmin, n.id, n.data, false
+			out, err = s.nodeRows(ctx, `SELECT x.xmin, n.id, n.data, n.chg, false
 				FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) x
 				LEFT JOIN nodes n ON true`)
 		}
 		out.Full, out.Next.at = true, now
 		return out, err
 	}
-	out, err := s.nodeRows(ctx, `SELECT x.xmin, c.id, c.data, c.gone
+	out, err := s.nodeRows(ctx, `SELECT x.xmin, c.id, c.data, c.chg, c.gone
 		FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) x
-		LEFT JOIN (SELECT id, data, false AS gone FROM nodes WHERE chg >= $1
+		LEFT JOIN (SELECT id, data, chg, false AS gone FROM nodes WHERE chg >= $1
 			UNION ALL
-			SELECT id, NULL, true FROM cube_gone WHERE tbl = 'nodes' AND chg >= $1) c ON true`, c.xmin)
+			SELECT id, NULL, NULL, true FROM cube_gone WHERE tbl = 'nodes' AND chg >= $1) c ON true`, c.xmin)
 	out.Next.at = now
 	return out, err
 }
@@ -634,8 +634,9 @@ func (s *Store) nodeRows(ctx context.Context, query string, args ...any) (NodeCh
 	var out NodeChanges
 	for rows.Next() {
 		var id, data sql.NullString
+		var written sql.NullInt64
 		var gone sql.NullBool
-		if err := rows.Scan(&out.Next.xmin, &id, &data, &gone); err != nil {
+		if err := rows.Scan(&out.Next.xmin, &id, &data, &written, &gone); err != nil {
 			return NodeChanges{}, s.outage(fmt.Errorf("read nodes: %w", err))
 		}
 		switch {
@@ -647,6 +648,7 @@ func (s *Store) nodeRows(ctx context.Context, query string, args ...any) (NodeCh
 			if err := json.Unmarshal([]byte(data.String), v); err != nil {
 				return NodeChanges{}, fmt.Errorf("decode node %s: %w", id.String, err)
 			}
+			v.Written = written.Int64
 			out.Changed = append(out.Changed, v)
 		}
 	}
