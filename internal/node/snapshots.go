@@ -51,7 +51,7 @@ func (n *Node) CreateSnapshot(ctx context.Context, sandboxID, name string) (*cub
 	defer sb.mu.Unlock()
 	if name != "" {
 		// Names are the team's own: another team may use the same.
-		all, err := n.store.Templates().List(ctx)
+		all, err := n.store.TemplatesNamed(ctx, name)
 		if err != nil {
 			return nil, err
 		}

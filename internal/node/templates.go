@@ -46,7 +46,7 @@ func (n *Node) TeamTemplate(ctx context.Context, team, idOrAlias string) (*store
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	all, err := n.store.Templates().List(ctx)
+	all, err := n.store.TemplatesNamed(ctx, idOrAlias)
 	if err != nil {
 		return nil, err
 	}

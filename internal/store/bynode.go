@@ -32,6 +32,7 @@ CREATE INDEX IF NOT EXISTS sandboxes_seq ON sandboxes(seq, id);
 CREATE INDEX IF NOT EXISTS sandboxes_team_seq ON sandboxes(` + sqliteTeam + `, seq, id);
 `
 	pgNodeIndexes = `
+CREATE INDEX IF NOT EXISTS templates_aliases ON templates USING gin ((data::jsonb->'aliases'));
 CREATE INDEX IF NOT EXISTS sandboxes_node ON sandboxes ((` + pgNode + `), state);
 CREATE INDEX IF NOT EXISTS sandboxes_seq ON sandboxes (seq, id);
 CREATE INDEX IF NOT EXISTS sandboxes_team_seq ON sandboxes ((` + pgTeam + `), seq, id);
@@ -249,6 +250,38 @@ func (s *Store) SandboxPage(ctx context.Context, q SandboxQuery, limit int, keep
 			return page, last, false, nil
 		}
 	}
+}
+
+// TemplatesNamed returns the templates and snapshots whose ID is name or
+// which have name among their aliases, of every team (FindTemplate and
+// OwnTemplate choose among them): a create by alias reads these rows
+// alone, through an index on the aliases in PostgreSQL, instead of every
+// template and snapshot.
+func (s *Store) TemplatesNamed(ctx context.Context, name string) ([]*Template, error) {
+	query := `SELECT data FROM templates WHERE id = ? OR EXISTS (SELECT 1 FROM json_each(data, '$.aliases') WHERE value = ?) ORDER BY seq, id`
+	args := []any{name, name}
+	if s.dialect == "postgres" {
+		query = `SELECT data FROM templates WHERE id = $1 OR (data::jsonb->'aliases') @> jsonb_build_array($1::text) ORDER BY seq, id`
+		args = args[:1]
+	}
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, s.outage(err)
+	}
+	defer rows.Close()
+	var out []*Template
+	for rows.Next() {
+		var data string
+		if err := rows.Scan(&data); err != nil {
+			return nil, s.outage(err)
+		}
+		t := new(Template)
+		if err := json.Unmarshal([]byte(data), t); err != nil {
+			return nil, fmt.Errorf("decode templates: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, s.outage(rows.Err())
 }
 
 // scanSandbox decodes the one data column of a row.

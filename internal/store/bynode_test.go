@@ -17,6 +17,38 @@ func runByNode(t *testing.T, b backend) {
 	t.Run("PagesInStartOrder", func(t *testing.T) { testSandboxPages(t, b) })
 	t.Run("EndReservation", func(t *testing.T) { testEndReservation(t, b) })
 	t.Run("ReplaceNodeOverTheRowRead", func(t *testing.T) { testReplaceNode(t, b) })
+	t.Run("TemplatesNamed", func(t *testing.T) { testTemplatesNamed(t, b) })
+}
+
+// testTemplatesNamed: a name finds the templates with that ID or alias,
+// of every team, and nothing that merely contains it.
+func testTemplatesNamed(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, _ := b.open(t)
+	for _, tpl := range []*Template{
+		{ID: "t1", Team: "a", Aliases: []string{"base", "py"}},
+		{ID: "t2", Team: "b", Aliases: []string{"base"}},
+		{ID: "t3", Team: "a", Aliases: []string{"base2"}},
+		{ID: "base", Team: "c"},
+		{ID: "t4", Team: "a"},
+	} {
+		if err := s.Templates().Put(ctx, tpl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string][]string{"base": {"t1", "t2", "base"}, "py": {"t1"}, "t4": {"t4"}, "ba": nil} {
+		got, err := s.TemplatesNamed(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gotIDs []string
+		for _, tpl := range got {
+			gotIDs = append(gotIDs, tpl.ID)
+		}
+		if !slices.Equal(gotIDs, want) {
+			t.Errorf("named %q: %v, want %v", name, gotIDs, want)
+		}
+	}
 }
 
 // testReplaceNode: a node record read by changes is written over its row
