@@ -37,6 +37,7 @@ func main() {
 		pauseShare  = flag.Float64("pause-share", 0.1, "share of live sandboxes the mixed workload keeps paused")
 		drainPaused = flag.Int("drain-paused", 50, "sandboxes of the drained node paused before it is drained")
 		skipLoss    = flag.Bool("skip-loss", false, "leave out the loss of a node")
+		losses      = flag.Int("losses", 5, "nodes lost at once in the last phase, before every sandbox is accounted for (0: none)")
 		skipDrain   = flag.Bool("skip-drain", false, "leave out the drain")
 		dir         = flag.String("dir", "", "directory for PostgreSQL and the nodes (default: a temporary one, removed at the end)")
 		logFile     = flag.String("log", "", "file for the nodes' warnings (default: discarded; they are counted in the report)")
@@ -78,7 +79,7 @@ func main() {
 		}
 		cfg := sim.Config{Nodes: n, Sandboxes: count, Duration: *duration, FillTimeout: *fillTimeout, Concurrency: *concurrency,
 			Rate: *rateLimit, Seed: *seed, CostOps: *costOps, IdleWindow: *idle, MaxConnections: *maxConns, PauseShare: *pauseShare,
-			DrainPaused: *drainPaused, SkipLoss: *skipLoss, SkipDrain: *skipDrain, Dir: *dir, StoreParams: *storeParams,
+			DrainPaused: *drainPaused, SkipLoss: *skipLoss, Losses: *losses, SkipDrain: *skipDrain, Dir: *dir, StoreParams: *storeParams,
 			Progress: func(format string, args ...any) {
 				fmt.Fprintf(logw, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 			}}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -87,6 +88,13 @@ func (p *pool) release(b *box, paused bool) {
 		}
 		b.paused = paused
 	}
+}
+
+// snapshot lists every box, busy or not, for a phase that runs alone.
+func (p *pool) snapshot() []*box {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.all)
 }
 
 // remove drops a box (killed, or lost with its node).

@@ -109,6 +109,13 @@ func printOne(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "loss of %s (%d sandboxes): unhealthy after %.1fs, its sandbox read lost after %.1fs; %d creates meanwhile, %d failed\n",
 			l.Node, l.Sandboxes, l.UnhealthyAfterS, l.LostAfterS, l.Creates, l.CreateFails)
 	}
+	if l := r.Losses; l != nil {
+		fmt.Fprintf(w, "loss of %d nodes at once (%s): all unhealthy after %.1fs; of %d sandboxes acknowledged and live, %d listed as left, %d on the lost nodes read lost, %d missing (checked in %.1fs)\n",
+			len(l.Nodes), strings.Join(l.Nodes, ", "), l.AllUnhealthyAfterS, l.Sandboxes, l.Listed, l.ReadLost, l.Missing, l.CheckS)
+		for _, e := range l.Examples {
+			fmt.Fprintf(w, "    missing: %s\n", e)
+		}
+	}
 	if len(r.SignedURL.Status) > 0 {
 		fmt.Fprintf(w, "signed URL answers by status: %v\n", r.SignedURL.Status)
 	}

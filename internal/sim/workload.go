@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,10 @@ type Config struct {
 	StoreParams string
 	// SkipLoss and SkipDrain leave those phases out.
 	SkipLoss, SkipDrain bool
+	// Losses is how many nodes the last phase kills at once, at random,
+	// before it accounts for every sandbox (0: none; at most all but
+	// two nodes).
+	Losses int
 	// Dir is where PostgreSQL and the nodes keep their data (a temporary
 	// directory made and removed when empty).
 	Dir string
@@ -135,6 +140,7 @@ type Result struct {
 	ListAll   OpSummary `json:"listAll"`
 	SignedURL SignedURL `json:"signedURL"`
 	Loss      *Loss     `json:"loss,omitempty"`
+	Losses    *Losses   `json:"losses,omitempty"`
 	Drain     *Drain    `json:"drain,omitempty"`
 	// Connections are the nodes' sessions in PostgreSQL, sampled each
 	// second.
@@ -227,6 +233,30 @@ type Loss struct {
 	CreateErrors []string  `json:"createErrors,omitempty"`
 	Reads        OpSummary `json:"readsOfItsSandboxes"`
 	Sandboxes    int       `json:"sandboxes"`
+}
+
+// Losses are several nodes killed at once (not deregistered), and then
+// every sandbox a client was told exists, and did not kill, looked for
+// through a survivor: those of the survivors in its list, in the state
+// the client left them in, and those of the killed nodes read "lost".
+type Losses struct {
+	Nodes []string `json:"nodes"`
+	// AllUnhealthyAfterS is when the survivor's API said every killed
+	// node is unhealthy.
+	AllUnhealthyAfterS float64 `json:"allUnhealthyAfterSeconds"`
+	// Sandboxes were acknowledged and live before the losses; OnKilled
+	// of them on the killed nodes.
+	Sandboxes int `json:"sandboxes"`
+	OnKilled  int `json:"onKilled"`
+	// Listed and ReadLost are those accounted for; Missing (and a few
+	// IDs of them, with what was found) those that were not.
+	Listed   int      `json:"listed"`
+	ReadLost int      `json:"readLost"`
+	Missing  int      `json:"missing"`
+	Examples []string `json:"examples,omitempty"`
+	// CheckS is how long the accounting took (a list of every sandbox
+	// and a read of each on a killed node).
+	CheckS float64 `json:"checkSeconds"`
 }
 
 // Drain is a node drained: its sandboxes paused to disk resumed through
@@ -382,6 +412,10 @@ func (s *sim) phases(ctx context.Context) error {
 	if !cfg.SkipLoss && len(s.c.Alive()) >= 2 {
 		cfg.Progress("%d nodes: loss of a node", cfg.Nodes)
 		res.Loss = s.loss(ctx)
+	}
+	if k := min(cfg.Losses, len(s.c.Alive())-2); k > 0 {
+		cfg.Progress("%d nodes: %d nodes lost at once, then every sandbox accounted for", cfg.Nodes, k)
+		res.Losses = s.losses(ctx, k)
 	}
 	return nil
 }
@@ -1159,6 +1193,101 @@ func (s *sim) loss(ctx context.Context) *Loss {
 	out.CreateErrors = s.rec.summary("loss create").Sample
 	for _, b := range its {
 		s.live.remove(b)
+	}
+	return out
+}
+
+// losses kills k nodes at random but the first (the survivor that looks),
+// waits until it says they are unhealthy, and accounts for every live
+// sandbox through it.
+func (s *sim) losses(ctx context.Context, k int) *Losses {
+	alive := s.c.Alive()
+	observer := alive[0]
+	rng := s.rng("losses", 0)
+	others := slices.Clone(alive[1:])
+	rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	victims := others[:k]
+	out := &Losses{}
+	killed := map[string]bool{}
+	for _, v := range victims {
+		out.Nodes = append(out.Nodes, v.ID)
+		killed[v.ID] = true
+		s.stopAccepting(v)
+	}
+	boxes := s.live.snapshot()
+	out.Sandboxes = len(boxes)
+	t0 := time.Now()
+	var stopped []<-chan error
+	for _, v := range victims {
+		stopped = append(stopped, s.c.Kill(v))
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for pending := slices.Clone(out.Nodes); len(pending) > 0 && waitCtx.Err() == nil; {
+		pending = slices.DeleteFunc(pending, func(id string) bool {
+			n, err := observer.Client.GetNode(waitCtx, id)
+			return err == nil && n.Status == "unhealthy"
+		})
+		if len(pending) == 0 {
+			out.AllUnhealthyAfterS = time.Since(t0).Seconds()
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, c := range stopped {
+		<-c
+	}
+	t1 := time.Now()
+	listed, err := observer.Client.ListSandboxes(ctx, client.ListOptions{})
+	states := map[string]string{}
+	for _, l := range listed {
+		states[l.SandboxID] = l.State
+	}
+	miss := func(b *box, found string) {
+		out.Missing++
+		if len(out.Examples) < 10 {
+			out.Examples = append(out.Examples, fmt.Sprintf("%s on %s (paused %v): %s", b.id, b.owner, b.paused, found))
+		}
+	}
+	for _, b := range boxes {
+		if killed[b.owner] {
+			out.OnKilled++
+			// Each node sees another as lost once its own view of the
+			// living has caught up (one heartbeat): read until then.
+			var state string
+			for try := 0; try < 50; try++ {
+				d, err := observer.Client.GetSandbox(ctx, b.id)
+				if err != nil {
+					state = err.Error()
+				} else if state = d.State; state == "lost" {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if state == "lost" {
+				out.ReadLost++
+			} else {
+				miss(b, state)
+			}
+			continue
+		}
+		want := map[bool]string{false: "running", true: "paused"}[b.paused]
+		switch got, ok := states[b.id]; {
+		case err != nil:
+			miss(b, "list failed: "+err.Error())
+		case !ok:
+			miss(b, "not listed")
+		case got != want:
+			miss(b, "listed "+got)
+		default:
+			out.Listed++
+		}
+	}
+	out.CheckS = time.Since(t1).Seconds()
+	for _, b := range boxes {
+		if killed[b.owner] {
+			s.live.remove(b)
+		}
 	}
 	return out
 }
