@@ -22,6 +22,9 @@ type Want struct {
 	Node     string
 	Holders  []string
 	MemoryMB int
+	// Avoid are nodes not to place on: a peer that could not be reached
+	// for this create, until its heartbeat says what became of it.
+	Avoid []string
 }
 
 // ErrNoNode is a node the records name that the nodes table does not
@@ -100,7 +103,7 @@ func (r *Registry) Place(ctx context.Context, want Want) (string, func(), error)
 	var holders, others []*store.Node
 	for _, rec := range recs {
 		switch {
-		case want.Node != "" && rec.ID != want.Node, r.view(rec).Status != cube.NodeReady:
+		case want.Node != "" && rec.ID != want.Node, r.view(rec).Status != cube.NodeReady, slices.Contains(want.Avoid, rec.ID):
 		case len(want.Holders) == 0 || slices.Contains(want.Holders, rec.ID):
 			holders = append(holders, rec)
 		case source:

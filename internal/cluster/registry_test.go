@@ -170,6 +170,13 @@ func TestPlacementPrefersHoldersAndCopiesOnlyFromALiveOne(t *testing.T) {
 	if got, err := place(Want{}); err != nil || got != "b" {
 		t.Fatalf("no template constraint: placed on %q, %v; want the roomiest", got, err)
 	}
+	// A node this create could not reach is passed over.
+	if got, err := place(Want{Avoid: []string{"b"}}); err != nil || got != "c" {
+		t.Fatalf("the roomiest avoided: placed on %q, %v; want c", got, err)
+	}
+	if got, err := place(Want{Holders: []string{"a", "c"}, Avoid: []string{"c"}}); err != nil || got != "a" {
+		t.Fatalf("holder c avoided: placed on %q, %v; want a", got, err)
+	}
 	// b's CPUs all busy: the next roomiest, c, comes first.
 	if err := st.Nodes().Update(ctx, "b", func(n *store.Node) error { n.Usage.CPUPercent = 99; return nil }); err != nil {
 		t.Fatal(err)
