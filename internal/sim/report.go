@@ -51,6 +51,12 @@ func printOne(w io.Writer, r *Result) {
 	row(fmt.Sprintf("create, cost burst at %d", r.CostFull.Sandboxes), r.CostFull.Create.Latency)
 	row(fmt.Sprintf("read, cost burst at %d", r.CostFull.Sandboxes), r.CostFull.Read.Latency)
 	row(fmt.Sprintf("kill, cost burst at %d", r.CostFull.Sandboxes), r.CostFull.Kill.Latency)
+	if v := r.Via; v != nil {
+		row("one at a time: create via its node", v.CreateOwn)
+		row("one at a time: create via another node", v.CreateOther)
+		row("one at a time: read via its node", v.ReadOwn)
+		row("one at a time: read via another node", v.ReadOther)
+	}
 	for _, op := range sortedOps(r.Ops) {
 		row("mix: "+op, r.Ops[op])
 	}

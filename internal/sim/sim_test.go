@@ -35,7 +35,7 @@ func needPostgres(t *testing.T) {
 // the database's work per create counted, the mixed workload with no
 // errors, a drain whose paused sandboxes move to the other nodes, and a
 // killed node declared lost within its heartbeat timeout.
-func TestSimThreeNodes(t *testing.T) {
+func TestSimFourNodes(t *testing.T) {
 	needPostgres(t)
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and three nodes")
@@ -91,6 +91,10 @@ func TestSimThreeNodes(t *testing.T) {
 	if l := res.Losses; l == nil || len(l.Nodes) != 1 || l.AllUnhealthyAfterS <= 0 || l.Missing != 0 ||
 		l.Listed+l.ReadLost != l.Sandboxes || l.Sandboxes == 0 {
 		t.Errorf("losses: %+v", l)
+	}
+	if v := res.Via; v == nil || v.CreateOwn.Count == 0 || v.CreateOther.Count == 0 || v.ReadOther.Count == 0 ||
+		v.CreateOwn.Errors+v.CreateOther.Errors+v.ReadOwn.Errors+v.ReadOther.Errors > 0 {
+		t.Errorf("one at a time: %+v", v)
 	}
 	if res.Connections.Max < 3 {
 		t.Errorf("sessions: %+v", res.Connections)

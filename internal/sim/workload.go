@@ -141,6 +141,10 @@ type Result struct {
 	SignedURL SignedURL `json:"signedURL"`
 	Loss      *Loss     `json:"loss,omitempty"`
 	Losses    *Losses   `json:"losses,omitempty"`
+	// Via is what the cluster adds to one create or read at a time: the
+	// same calls through the node that holds the template (placed there)
+	// and through another node (placed, then made on the holder).
+	Via *Via `json:"via,omitempty"`
 	Drain     *Drain    `json:"drain,omitempty"`
 	// Connections are the nodes' sessions in PostgreSQL, sampled each
 	// second.
@@ -233,6 +237,13 @@ type Loss struct {
 	CreateErrors []string  `json:"createErrors,omitempty"`
 	Reads        OpSummary `json:"readsOfItsSandboxes"`
 	Sandboxes    int       `json:"sandboxes"`
+}
+
+// Via are creates and reads made one at a time, through the node that
+// holds the template or the sandbox and through another node.
+type Via struct {
+	CreateOwn, CreateOther OpSummary
+	ReadOwn, ReadOther     OpSummary
 }
 
 // Losses are several nodes killed at once (not deregistered), and then
@@ -394,6 +405,10 @@ func (s *sim) phases(ctx context.Context) error {
 	cfg.Progress("%d nodes: cost of %d creates, reads and kills with %d sandboxes", cfg.Nodes, cfg.CostOps, res.Reached)
 	if res.CostFull, err = s.cost(ctx, res.IdleFull); err != nil {
 		return err
+	}
+	if len(s.c.Alive()) >= 2 {
+		cfg.Progress("%d nodes: %d creates and reads one at a time, through the template's node and through another", cfg.Nodes, cfg.CostOps)
+		res.Via = s.oneAtATime(ctx)
 	}
 	cfg.Progress("%d nodes: listing every sandbox", cfg.Nodes)
 	s.listAll(ctx)
@@ -1195,6 +1210,48 @@ func (s *sim) loss(ctx context.Context) *Loss {
 		s.live.remove(b)
 	}
 	return out
+}
+
+// oneAtATime creates CostOps sandboxes of the second node's template one
+// at a time, alternately through that node and through the first, reads
+// each through its own node and through the first, and kills them: with
+// no other call in flight, the difference between the two is what
+// placement on another node and forwarding add.
+func (s *sim) oneAtATime(ctx context.Context) *Via {
+	alive := s.c.Alive()
+	other, holder := alive[0], alive[1]
+	const (
+		cOwn, cOther = "one at a time: create via its node", "one at a time: create via another node"
+		rOwn, rOther = "one at a time: read via its node", "one at a time: read via another node"
+	)
+	s.rec.reset(cOwn, cOther, rOwn, rOther)
+	rng := s.rng("via", 0)
+	for i := range s.cfg.CostOps {
+		op, via := cOwn, holder
+		if i%2 == 1 {
+			op, via = cOther, other
+		}
+		b, _, err := s.createWith(ctx, op, func() (string, *Node) { return holder.Template, via })
+		if err != nil {
+			continue
+		}
+		s.live.take(rng, func(x *box) bool { return x == b })
+		for _, r := range []struct {
+			op string
+			n  *Node
+		}{{rOwn, s.c.Node(b.owner)}, {rOther, other}} {
+			if r.n == nil || r.n == other && b.owner == other.ID {
+				continue
+			}
+			cctx, cancel := opCtx(ctx)
+			t := time.Now()
+			_, err := r.n.Client.GetSandbox(cctx, b.id)
+			cancel()
+			s.rec.add(r.op, time.Since(t), err)
+		}
+		s.kill(ctx, rng, "one at a time: kill", b)
+	}
+	return &Via{CreateOwn: s.rec.summary(cOwn), CreateOther: s.rec.summary(cOther), ReadOwn: s.rec.summary(rOwn), ReadOther: s.rec.summary(rOther)}
 }
 
 // losses kills k nodes at random but the first (the survivor that looks),
