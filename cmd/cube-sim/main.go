@@ -37,6 +37,7 @@ func main() {
 		pauseShare  = flag.Float64("pause-share", 0.1, "share of live sandboxes the mixed workload keeps paused")
 		drainPaused = flag.Int("drain-paused", 50, "sandboxes of the drained node paused before it is drained")
 		skipLoss    = flag.Bool("skip-loss", false, "leave out the loss of a node")
+		pgbouncer   = flag.Int("pgbouncer", 0, "run the nodes through a PgBouncer in transaction mode holding at most this many server connections (0: straight to PostgreSQL)")
 		losses      = flag.Int("losses", 5, "nodes lost at once in the last phase, before every sandbox is accounted for (0: none)")
 		skipDrain   = flag.Bool("skip-drain", false, "leave out the drain")
 		dir         = flag.String("dir", "", "directory for PostgreSQL and the nodes (default: a temporary one, removed at the end)")
@@ -79,7 +80,7 @@ func main() {
 		}
 		cfg := sim.Config{Nodes: n, Sandboxes: count, Duration: *duration, FillTimeout: *fillTimeout, Concurrency: *concurrency,
 			Rate: *rateLimit, Seed: *seed, CostOps: *costOps, IdleWindow: *idle, MaxConnections: *maxConns, PauseShare: *pauseShare,
-			DrainPaused: *drainPaused, SkipLoss: *skipLoss, Losses: *losses, SkipDrain: *skipDrain, Dir: *dir, StoreParams: *storeParams,
+			DrainPaused: *drainPaused, SkipLoss: *skipLoss, Losses: *losses, PgBouncer: *pgbouncer, SkipDrain: *skipDrain, Dir: *dir, StoreParams: *storeParams,
 			Progress: func(format string, args ...any) {
 				fmt.Fprintf(logw, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 			}}

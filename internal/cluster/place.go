@@ -33,8 +33,12 @@ var ErrNoNode = errors.New("no such node")
 
 // pendingMB is the memory a placed create is counted for until its node's
 // heartbeat shows what it uses: sandboxes share their template's memory
-// and touch little of their limit when they start.
-const pendingMB = 256
+// and touch little of their limit when they start (an idle one holds
+// about 26 MiB of the host, docs/BENCHMARKS.md). It bounds how many
+// creates one node is given between two heartbeats: free memory /
+// pendingMB, some 350 a node with 22 GB free (at 256 MB it was 88, which
+// turned bursts on one node into 429s with room to spare).
+const pendingMB = 64
 
 // reservationTTL drops a reservation whose create never reported back
 // (the placing node died while forwarding it).

@@ -53,6 +53,10 @@ type ClusterOptions struct {
 	// StoreParams are added to the query of every node's --store URL
 	// (e.g. pool_max_conns=16, where the store takes it).
 	StoreParams string
+	// PgBouncerPool, when set, puts a PgBouncer in transaction mode
+	// between the nodes and PostgreSQL, holding at most this many server
+	// connections.
+	PgBouncerPool int
 }
 
 // Cluster is a running simulated cluster.
@@ -64,10 +68,11 @@ type Cluster struct {
 	// HTTP is the client the workload calls the nodes with.
 	HTTP *http.Client
 
-	opts   ClusterOptions
-	dir    string
-	secret string
-	envd   string
+	opts    ClusterOptions
+	bouncer *PgBouncer
+	dir     string
+	secret  string
+	envd    string
 	// store is the simulation's own handle on the database while the
 	// templates are written; check is its one connection for checks once
 	// the nodes run.
@@ -162,6 +167,22 @@ func StartCluster(ctx context.Context, pg *Postgres, dir string, o ClusterOption
 			return nil, fmt.Errorf("template of %s: %w", n.ID, err)
 		}
 		c.Nodes = append(c.Nodes, n)
+	}
+	if o.PgBouncerPool > 0 {
+		roles := make([]string, len(c.Nodes))
+		for i, n := range c.Nodes {
+			roles[i] = n.ID
+		}
+		if c.bouncer, err = StartPgBouncer(ctx, pg, filepath.Join(dir, "pgbouncer"), roles, o.PgBouncerPool); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		for _, n := range c.Nodes {
+			if n.Store, err = c.bouncer.Through(n.Store); err != nil {
+				c.Stop()
+				return nil, err
+			}
+		}
 	}
 	sem := make(chan struct{}, o.StartConcurrency)
 	errs := make(chan error, len(c.Nodes))
@@ -341,6 +362,9 @@ func (c *Cluster) Stop() {
 		}()
 	}
 	wg.Wait()
+	if c.bouncer != nil {
+		c.bouncer.Stop()
+	}
 	if c.store != nil {
 		c.store.Close()
 	}

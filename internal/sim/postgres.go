@@ -55,22 +55,10 @@ func StartPostgres(ctx context.Context, dir string, o PostgresOptions) (*Postgre
 	}
 	pg := &Postgres{dir: dir, bin: bin}
 	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
+		pg.asUser = "postgres"
+		if err := reachableBy(pg.asUser, dir); err != nil {
 			return nil, fmt.Errorf("PostgreSQL refuses to run as root and there is no system user postgres to run it as: %w", err)
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, err
-		}
-		// The postgres user must be able to reach dir.
-		for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
-			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				os.Chmod(d, fi.Mode().Perm()|0o001)
-			}
-		}
-		pg.asUser = "postgres"
 	}
 	data := filepath.Join(dir, "data")
 	if out, err := pg.run(ctx, "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
@@ -132,6 +120,29 @@ func (pg *Postgres) Role(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("create role %s: %w", name, err)
 	}
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/cube?sslmode=disable", url.User(name).String(), pg.port), nil
+}
+
+// reachableBy gives dir to the user name (none: leave it) and lets that
+// user pass through every folder above it.
+func reachableBy(name, dir string) error {
+	if name == "" {
+		return nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return err
+	}
+	for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			os.Chmod(d, fi.Mode().Perm()|0o001)
+		}
+	}
+	return nil
 }
 
 // run runs one of PostgreSQL's programs, as the postgres user when this

@@ -62,6 +62,9 @@ type Config struct {
 	PauseWriteDelay time.Duration
 	// StoreParams are added to every node's --store URL.
 	StoreParams string
+	// PgBouncer, when set, runs the nodes through a PgBouncer in
+	// transaction mode holding at most this many server connections.
+	PgBouncer int
 	// SkipLoss and SkipDrain leave those phases out.
 	SkipLoss, SkipDrain bool
 	// Losses is how many nodes the last phase kills at once, at random,
@@ -365,7 +368,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	t0 := time.Now()
 	c, err := StartCluster(ctx, pg, filepath.Join(dir, fmt.Sprintf("cluster-%d", cfg.Nodes)), ClusterOptions{
 		Nodes: cfg.Nodes, Slots: perNode, MaxSandboxes: perNode, PauseWriteDelay: cfg.PauseWriteDelay, Log: cfg.Log,
-		StoreParams: cfg.StoreParams})
+		StoreParams: cfg.StoreParams, PgBouncerPool: cfg.PgBouncer})
 	if err != nil {
 		res.Error = "start: " + err.Error()
 		finish()
