@@ -202,11 +202,17 @@ func (f *fakeBackend) ListSandboxPage(ctx context.Context, flt cube.ListFilter, 
 	if !p.Since.IsZero() {
 		items = slices.DeleteFunc(items, func(sb cube.Sandbox) bool { return sb.StartedAt.Before(p.Since) })
 	}
+	return pageOf(items, sandboxKey, p)
+}
+
+// pageOf is a backend's page of items, cut in memory by the API's own
+// paging (which the snapshots' secrets' lists still use).
+func pageOf[T any](items []T, key func(*T) (time.Time, string), p cube.Page) ([]T, *cube.Cursor, error) {
 	token := ""
 	if p.After != nil {
 		token = encodeCursor(p.After.Time, p.After.ID)
 	}
-	items, next, err := page(items, sandboxKey, p.Asc, p.Limit, token)
+	items, next, err := page(items, key, p.Asc, p.Limit, token)
 	if err != nil || next == "" {
 		return items, nil, err
 	}
@@ -387,9 +393,8 @@ func (f *fakeBackend) CreateSnapshot(ctx context.Context, id, name string) (*cub
 	return &sn, nil
 }
 
-func (f *fakeBackend) ListSnapshots(ctx context.Context, flt cube.SnapshotFilter) ([]cube.Snapshot, error) {
+func (f *fakeBackend) ListSnapshots(ctx context.Context, flt cube.SnapshotFilter, p cube.Page) ([]cube.Snapshot, *cube.Cursor, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	var out []cube.Snapshot
 	for _, sn := range f.snapshots {
 		if flt.SandboxID != "" && sn.SandboxID != flt.SandboxID {
@@ -397,7 +402,8 @@ func (f *fakeBackend) ListSnapshots(ctx context.Context, flt cube.SnapshotFilter
 		}
 		out = append(out, sn)
 	}
-	return out, nil
+	f.mu.Unlock()
+	return pageOf(out, func(s *cube.Snapshot) (time.Time, string) { return s.CreatedAt, s.ID }, p)
 }
 
 func (f *fakeBackend) ForkSandbox(ctx context.Context, id string, req cube.ForkRequest) ([]cube.ForkResult, error) {

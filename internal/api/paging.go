@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cube/internal/cube"
 	"encoding/base64"
 	"net/http"
 	"slices"
@@ -79,6 +80,28 @@ func pageParams(r *http.Request) (limit int, token string, err error) {
 		return 0, "", err
 	}
 	return int(l), r.URL.Query().Get("nextToken"), nil
+}
+
+// pageAt is the page a backend reads: limit items after the cursor that
+// token names (none: from the start).
+func pageAt(limit int, token string) (cube.Page, error) {
+	p := cube.Page{Limit: limit}
+	if token != "" {
+		t, id, err := decodeCursor(token)
+		if err != nil {
+			return cube.Page{}, err
+		}
+		p.After = &cube.Cursor{Time: t, ID: id}
+	}
+	return p, nil
+}
+
+// setNextTokenAt sets X-Next-Token to a backend's cursor of the next page
+// (none after the last).
+func setNextTokenAt(w http.ResponseWriter, next *cube.Cursor) {
+	if next != nil {
+		setNextToken(w, encodeCursor(next.Time, next.ID))
+	}
 }
 
 // setNextToken sets X-Next-Token; an empty token (last page) sends none, as

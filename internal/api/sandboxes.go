@@ -227,21 +227,16 @@ func (s *Server) listSandboxesV2(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("invalid startedAfter %q: want an RFC 3339 time", v)
 		}
 	}
-	p := cube.Page{Limit: limit, Asc: asc, Since: after}
-	if token != "" {
-		t, id, err := decodeCursor(token)
-		if err != nil {
-			return err
-		}
-		p.After = &cube.Cursor{Time: t, ID: id}
+	p, err := pageAt(limit, token)
+	if err != nil {
+		return err
 	}
+	p.Asc, p.Since = asc, after
 	items, next, err := s.backend.ListSandboxPage(r.Context(), cube.ListFilter{Team: callerOf(r).Team, States: states, Metadata: md, Template: q.Get("template")}, p)
 	if err != nil {
 		return err
 	}
-	if next != nil {
-		setNextToken(w, encodeCursor(next.Time, next.ID))
-	}
+	setNextTokenAt(w, next)
 	writeJSON(w, http.StatusOK, s.wireListedAll(items))
 	return nil
 }

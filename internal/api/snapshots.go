@@ -54,11 +54,11 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	items, err := sn.ListSnapshots(r.Context(), cube.SnapshotFilter{Team: callerOf(r).Team, SandboxID: q.Get("sandboxID"), Name: q.Get("name")})
+	p, err := pageAt(limit, token)
 	if err != nil {
 		return err
 	}
-	items, next, err := page(items, func(s *cube.Snapshot) (time.Time, string) { return s.CreatedAt, s.ID }, false, limit, token)
+	items, next, err := sn.ListSnapshots(r.Context(), cube.SnapshotFilter{Team: callerOf(r).Team, SandboxID: q.Get("sandboxID"), Name: q.Get("name")}, p)
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	for i := range items {
 		out = append(out, wireSnapshot(&items[i]))
 	}
-	setNextToken(w, next)
+	setNextTokenAt(w, next)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

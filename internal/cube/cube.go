@@ -81,9 +81,10 @@ type Pauser interface {
 type Snapshotter interface {
 	// CreateSnapshot checkpoints a running sandbox, which keeps running.
 	CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error)
-	// ListSnapshots returns every snapshot matching the filter, in any
-	// order; the control plane sorts and pages.
-	ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error)
+	// ListSnapshots returns one page of the snapshots matching the
+	// filter, newest first (p.Asc: oldest first), and the cursor of the
+	// next page (nil on the last).
+	ListSnapshots(ctx context.Context, f SnapshotFilter, p Page) (items []Snapshot, next *Cursor, err error)
 	// ForkSandbox checkpoints the sandbox once and starts Count children
 	// from it. The error is for the whole request (nothing attempted); each
 	// child's own failure goes in its ForkResult.

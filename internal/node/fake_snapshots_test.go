@@ -25,7 +25,7 @@ func TestFakeSnapshotsAndRollback(t *testing.T) {
 	if c, _ := served(t, n, a.ID); c != aC || n.Runtime.Container(aC).State() != nodefake.Running {
 		t.Fatalf("after the snapshot a is served by %s (%s), want %s running", c, n.Runtime.Container(c).State(), aC)
 	}
-	list, err := n.ListSnapshots(fctx(t), cube.SnapshotFilter{SandboxID: a.ID})
+	list, _, err := n.ListSnapshots(fctx(t), cube.SnapshotFilter{SandboxID: a.ID}, cube.Page{Limit: 100})
 	if err != nil || len(list) != 1 || list[0].ID != snap.ID || !slices.Equal(list[0].Names, []string{"a-snap"}) || list[0].SizeBytes == 0 {
 		t.Fatalf("snapshots of a = %+v, %v", list, err)
 	}
@@ -96,7 +96,7 @@ func TestFakeSnapshotsAndRollback(t *testing.T) {
 	if err := n.DeleteTemplate(fctx(t), "", "a-snap"); err != nil {
 		t.Fatal(err)
 	}
-	if list, _ := n.ListSnapshots(fctx(t), cube.SnapshotFilter{}); len(list) != 0 {
+	if list, _, _ := n.ListSnapshots(fctx(t), cube.SnapshotFilter{}, cube.Page{Limit: 100}); len(list) != 0 {
 		t.Fatalf("snapshots after delete: %+v", list)
 	}
 	if _, err := os.Stat(snapTpl.Checkpoint); !os.IsNotExist(err) {
@@ -110,7 +110,7 @@ func TestFakeSnapshotOnFullDisk(t *testing.T) {
 	n.Runtime.Fail(nodefake.OpCheckpoint, syscall.ENOSPC)
 	_, err := n.CreateSnapshot(fctx(t), a.ID, "full")
 	wantKind(t, "snapshot on a full disk", err, cube.DiskFull)
-	if list, _ := n.ListSnapshots(fctx(t), cube.SnapshotFilter{}); len(list) != 0 {
+	if list, _, _ := n.ListSnapshots(fctx(t), cube.SnapshotFilter{}, cube.Page{Limit: 100}); len(list) != 0 {
 		t.Fatalf("snapshots after a failed one: %+v", list)
 	}
 	if _, err := n.Template(fctx(t), "full"); cube.KindOf(err) != cube.NotFound {
@@ -132,7 +132,7 @@ func TestFakeSnapshotKeepsTheDiskReserve(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "kept free") {
 		t.Fatalf("the error does not say why: %v", err)
 	}
-	if list, _ := n.ListSnapshots(fctx(t), cube.SnapshotFilter{}); len(list) != 0 {
+	if list, _, _ := n.ListSnapshots(fctx(t), cube.SnapshotFilter{}, cube.Page{Limit: 100}); len(list) != 0 {
 		t.Fatalf("snapshots after a refused one: %+v", list)
 	}
 	if left, _ := os.ReadDir(filepath.Join(n.DataDir, "snapshots")); len(left) != 0 {

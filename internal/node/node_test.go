@@ -304,7 +304,7 @@ func TestSnapshotCreateFromSnapshotAndRollback(t *testing.T) {
 		t.Fatalf("rollback to another sandbox's snapshot: %v", err)
 	}
 
-	list, err := f.ListSnapshots(ctx(t), cube.SnapshotFilter{SandboxID: a.ID})
+	list, _, err := f.ListSnapshots(ctx(t), cube.SnapshotFilter{SandboxID: a.ID}, cube.Page{Limit: 100})
 	if err != nil || len(list) != 1 || list[0].ID != snap.ID {
 		t.Fatalf("list snapshots of a = %+v, %v", list, err)
 	}
@@ -475,7 +475,7 @@ func TestSnapshotOnFullDisk(t *testing.T) {
 	if entries, _ := os.ReadDir(snaps); len(entries) != 0 {
 		t.Fatalf("failed snapshot left %d entries", len(entries))
 	}
-	if list, _ := f.ListSnapshots(ctx(t), cube.SnapshotFilter{}); len(list) != 0 {
+	if list, _, _ := f.ListSnapshots(ctx(t), cube.SnapshotFilter{}, cube.Page{Limit: 100}); len(list) != 0 {
 		t.Fatalf("failed snapshot listed: %+v", list)
 	}
 }

@@ -136,20 +136,24 @@ func snapshotView(t *store.Template) *cube.Snapshot {
 }
 
 // ListSnapshots returns the snapshots matching f.
-func (n *Node) ListSnapshots(ctx context.Context, f cube.SnapshotFilter) ([]cube.Snapshot, error) {
-	all, err := n.store.Templates().List(ctx, string(store.TemplateReady))
-	if err != nil {
-		return nil, err
+func (n *Node) ListSnapshots(ctx context.Context, f cube.SnapshotFilter, p cube.Page) ([]cube.Snapshot, *cube.Cursor, error) {
+	q := store.PageQuery{Team: f.Team, States: []string{string(store.TemplateReady)}, Asc: p.Asc}
+	if p.After != nil {
+		q.AfterSeq, q.AfterID = p.After.Time.UnixNano(), p.After.ID
 	}
-	var out []cube.Snapshot
-	for _, t := range all {
-		if t.SourceSandbox == "" || (f.SandboxID != "" && f.SandboxID != t.SourceSandbox) || (f.Team != "" && f.Team != t.Team) {
-			continue
-		}
-		if f.Name != "" && f.Name != t.ID && !slices.Contains(t.Aliases, f.Name) {
-			continue
-		}
+	recs, last, more, err := n.store.TemplatePage(ctx, q, max(p.Limit, 1), func(t *store.Template) bool {
+		return t.SourceSandbox != "" && (f.SandboxID == "" || f.SandboxID == t.SourceSandbox) &&
+			(f.Name == "" || f.Name == t.ID || slices.Contains(t.Aliases, f.Name))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]cube.Snapshot, 0, len(recs))
+	for _, t := range recs {
 		out = append(out, *snapshotView(t))
 	}
-	return out, nil
+	if !more || len(recs) == 0 {
+		return out, nil, nil
+	}
+	return out, &cube.Cursor{Time: time.Unix(0, last), ID: recs[len(recs)-1].ID}, nil
 }

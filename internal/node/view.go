@@ -60,19 +60,19 @@ func (n *Node) GetSandbox(ctx context.Context, sandboxID string) (*cube.Sandbox,
 
 // listed are the record states a list reads: store.Paused is each of
 // the paused states.
-var listed = []store.SandboxState{store.Running, store.Paused, store.Resuming}
+var listed = []string{string(store.Running), string(store.Paused), string(store.Resuming)}
 
 // ListSandboxes returns the sandboxes matching f, reading only its
 // team's records when it names one.
 func (n *Node) ListSandboxes(ctx context.Context, f cube.ListFilter) ([]cube.Sandbox, error) {
-	out, _, err := n.listPage(ctx, f, store.SandboxQuery{Team: f.Team, States: listed, Asc: true}, 0)
+	out, _, err := n.listPage(ctx, f, store.PageQuery{Team: f.Team, States: listed, Asc: true}, 0)
 	return out, err
 }
 
 // ListSandboxPage returns one page of the sandboxes matching f in start
 // order, read by the store's index from where the last page ended.
 func (n *Node) ListSandboxPage(ctx context.Context, f cube.ListFilter, p cube.Page) ([]cube.Sandbox, *cube.Cursor, error) {
-	q := store.SandboxQuery{Team: f.Team, States: listed, Since: p.Since, Asc: p.Asc}
+	q := store.PageQuery{Team: f.Team, States: listed, Since: p.Since, Asc: p.Asc}
 	if p.After != nil {
 		q.AfterSeq, q.AfterID = p.After.Time.UnixNano(), p.After.ID
 	}
@@ -81,7 +81,7 @@ func (n *Node) ListSandboxPage(ctx context.Context, f cube.ListFilter, p cube.Pa
 
 // listPage reads up to limit sandboxes (0: all) that q selects and f
 // keeps, and the cursor after them when more follow.
-func (n *Node) listPage(ctx context.Context, f cube.ListFilter, q store.SandboxQuery, limit int) ([]cube.Sandbox, *cube.Cursor, error) {
+func (n *Node) listPage(ctx context.Context, f cube.ListFilter, q store.PageQuery, limit int) ([]cube.Sandbox, *cube.Cursor, error) {
 	var out []cube.Sandbox
 	var bad error
 	recs, last, more, err := n.store.SandboxPage(ctx, q, limit, func(rec *store.Sandbox) bool {

@@ -111,8 +111,8 @@ func (s *service) CreateSnapshot(ctx context.Context, sandboxID, name string) (*
 	return s.node.CreateSnapshot(ctx, sandboxID, name)
 }
 
-func (s *service) ListSnapshots(ctx context.Context, f cube.SnapshotFilter) ([]cube.Snapshot, error) {
-	return s.node.ListSnapshots(ctx, f)
+func (s *service) ListSnapshots(ctx context.Context, f cube.SnapshotFilter, p cube.Page) ([]cube.Snapshot, *cube.Cursor, error) {
+	return s.node.ListSnapshots(ctx, f, p)
 }
 
 // ForkSandbox clones a sandbox on this node while it takes new ones; in

@@ -30,12 +30,16 @@ const (
 CREATE INDEX IF NOT EXISTS sandboxes_node ON sandboxes(` + sqliteNode + `, state);
 CREATE INDEX IF NOT EXISTS sandboxes_seq ON sandboxes(seq, id);
 CREATE INDEX IF NOT EXISTS sandboxes_team_seq ON sandboxes(` + sqliteTeam + `, seq, id);
+CREATE INDEX IF NOT EXISTS templates_seq ON templates(seq, id);
+CREATE INDEX IF NOT EXISTS templates_team_seq ON templates(` + sqliteTeam + `, seq, id);
 `
 	pgNodeIndexes = `
 CREATE INDEX IF NOT EXISTS templates_aliases ON templates USING gin ((data::jsonb->'aliases'));
 CREATE INDEX IF NOT EXISTS sandboxes_node ON sandboxes ((` + pgNode + `), state);
 CREATE INDEX IF NOT EXISTS sandboxes_seq ON sandboxes (seq, id);
 CREATE INDEX IF NOT EXISTS sandboxes_team_seq ON sandboxes ((` + pgTeam + `), seq, id);
+CREATE INDEX IF NOT EXISTS templates_seq ON templates (seq, id);
+CREATE INDEX IF NOT EXISTS templates_team_seq ON templates ((` + pgTeam + `), seq, id);
 `
 )
 
@@ -55,7 +59,7 @@ func (s *Store) teamExpr() string {
 
 // inStates is " AND state IN (?, ...)" for states (nothing when there
 // are none), with their arguments appended to args.
-func inStates(args []any, states []SandboxState) (string, []any) {
+func inStates[S ~string](args []any, states []S) (string, []any) {
 	if len(states) == 0 {
 		return "", args
 	}
@@ -165,14 +169,15 @@ func (s *Store) NodeDeadlines(ctx context.Context, node string) ([]Deadline, err
 	return out, s.outage(rows.Err())
 }
 
-// SandboxQuery selects a page of sandbox records in creation order (the
-// seq column, which is a sandbox's start time in nanoseconds, then its
-// ID).
-type SandboxQuery struct {
+// PageQuery selects a page of records in creation order (the seq
+// column: a sandbox's start time, a template's or snapshot's creation
+// time, in nanoseconds; then the ID).
+type PageQuery struct {
 	// Team, when set, keeps that team's records alone.
 	Team string
-	// States keeps the records whose state column is one of these.
-	States []SandboxState
+	// States keeps the records whose state column is one of these (a
+	// sandbox's state, a template's status).
+	States []string
 	// Since keeps the records started at or after it (zero: all).
 	Since time.Time
 	// Asc lists oldest first; otherwise newest first.
@@ -184,12 +189,24 @@ type SandboxQuery struct {
 	AfterID  string
 }
 
-// SandboxPage returns up to limit records the query selects and keep
-// accepts (limit 0: all of them), in order, reading them by index in
+// SandboxPage returns up to limit sandbox records the query selects and
+// keep accepts (limit 0: all of them), in order, reading them by index in
 // batches: a page costs the rows up to its end, not the table. last is
 // the seq of the page's last record, where the next page starts; more
 // says whether another accepted record follows the page.
-func (s *Store) SandboxPage(ctx context.Context, q SandboxQuery, limit int, keep func(*Sandbox) bool) (page []*Sandbox, last int64, more bool, err error) {
+func (s *Store) SandboxPage(ctx context.Context, q PageQuery, limit int, keep func(*Sandbox) bool) (page []*Sandbox, last int64, more bool, err error) {
+	return readPage(ctx, s, "sandboxes", q, limit, keep)
+}
+
+// TemplatePage is SandboxPage for templates and snapshots, whose state
+// is their status.
+func (s *Store) TemplatePage(ctx context.Context, q PageQuery, limit int, keep func(*Template) bool) (page []*Template, last int64, more bool, err error) {
+	return readPage(ctx, s, "templates", q, limit, keep)
+}
+
+// readPage reads a page of table's records through its (team, seq, id)
+// and (seq, id) indexes.
+func readPage[T any](ctx context.Context, s *Store, table string, q PageQuery, limit int, keep func(*T) bool) (page []*T, last int64, more bool, err error) {
 	batch := 500
 	if limit > 0 {
 		batch = max(limit+1, 64)
@@ -212,7 +229,7 @@ func (s *Store) SandboxPage(ctx context.Context, q SandboxQuery, limit int, keep
 			where, args = append(where, `(seq, id) `+cmp+` (?, ?)`), append(args, afterSeq, afterID)
 		}
 		args = append(args, batch)
-		rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, data FROM sandboxes WHERE `+strings.Join(where, " AND ")+
+		rows, err := s.db.QueryContext(ctx, s.q(`SELECT seq, id, data FROM `+table+` WHERE `+strings.Join(where, " AND ")+
 			` ORDER BY seq `+order+`, id `+order+` LIMIT ?`), args...)
 		if err != nil {
 			return nil, 0, false, s.outage(err)
@@ -221,17 +238,17 @@ func (s *Store) SandboxPage(ctx context.Context, q SandboxQuery, limit int, keep
 		for rows.Next() {
 			n++
 			var seq int64
-			var data string
-			if err := rows.Scan(&seq, &data); err != nil {
+			var id, data string
+			if err := rows.Scan(&seq, &id, &data); err != nil {
 				rows.Close()
 				return nil, 0, false, s.outage(err)
 			}
-			rec := new(Sandbox)
+			rec := new(T)
 			if err := json.Unmarshal([]byte(data), rec); err != nil {
 				rows.Close()
-				return nil, 0, false, fmt.Errorf("decode sandboxes: %w", err)
+				return nil, 0, false, fmt.Errorf("decode %s: %w", table, err)
 			}
-			afterSeq, afterID = seq, rec.ID
+			afterSeq, afterID = seq, id
 			if !keep(rec) {
 				continue
 			}

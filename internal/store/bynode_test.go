@@ -18,6 +18,43 @@ func runByNode(t *testing.T, b backend) {
 	t.Run("EndReservation", func(t *testing.T) { testEndReservation(t, b) })
 	t.Run("ReplaceNodeOverTheRowRead", func(t *testing.T) { testReplaceNode(t, b) })
 	t.Run("TemplatesNamed", func(t *testing.T) { testTemplatesNamed(t, b) })
+	t.Run("TemplatePagesNewestFirst", func(t *testing.T) { testTemplatePages(t, b) })
+}
+
+// testTemplatePages: snapshots page newest first by creation time, by
+// team and status, whatever order they were written in.
+func testTemplatePages(t *testing.T, b backend) {
+	ctx := context.Background()
+	s, _ := b.open(t)
+	t0 := time.Date(2026, 12, 5, 4, 0, 0, 0, time.UTC)
+	for i, c := range []struct {
+		id, team string
+		st       TemplateStatus
+		at       int
+	}{{"s3", "a", TemplateReady, 3}, {"s1", "a", TemplateReady, 1}, {"s2", "b", TemplateReady, 2}, {"s4", "a", TemplateBuilding, 4}, {"s0", "a", TemplateReady, 0}} {
+		tpl := &Template{ID: c.id, Team: c.team, Status: c.st, CreatedAt: t0.Add(time.Duration(c.at) * time.Second), SourceSandbox: fmt.Sprint("sb", i)}
+		if err := s.Templates().Put(ctx, tpl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := PageQuery{Team: "a", States: []string{string(TemplateReady)}}
+	var got []string
+	for {
+		page, last, more, err := s.TemplatePage(ctx, q, 2, func(*Template) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tpl := range page {
+			got = append(got, tpl.ID)
+		}
+		if !more {
+			break
+		}
+		q.AfterSeq, q.AfterID = last, page[len(page)-1].ID
+	}
+	if want := []string{"s3", "s1", "s0"}; !slices.Equal(got, want) {
+		t.Fatalf("team a's ready snapshots, newest first = %v, want %v", got, want)
+	}
 }
 
 // testTemplatesNamed: a name finds the templates with that ID or alias,
@@ -205,7 +242,7 @@ func testSandboxPages(t *testing.T, b backend) {
 	put("x01", "t2", Running, t0.Add(1500*time.Millisecond))
 	put("k01", "t1", Killing, t0.Add(2500*time.Millisecond))
 
-	all := func(q SandboxQuery, limit int) []string {
+	all := func(q PageQuery, limit int) []string {
 		t.Helper()
 		var out []string
 		for {
@@ -223,23 +260,23 @@ func testSandboxPages(t *testing.T, b backend) {
 			q.AfterSeq, q.AfterID = last, page[len(page)-1].ID
 		}
 	}
-	listed := []SandboxState{Running, Paused}
-	asc := all(SandboxQuery{Team: "t1", States: listed, Asc: true}, 3)
+	listed := []string{string(Running), string(Paused)}
+	asc := all(PageQuery{Team: "t1", States: listed, Asc: true}, 3)
 	if want := []string{"s00", "s01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09"}; !slices.Equal(asc, want) {
 		t.Fatalf("ascending pages = %v, want %v", asc, want)
 	}
-	desc := all(SandboxQuery{Team: "t1", States: listed}, 4)
+	desc := all(PageQuery{Team: "t1", States: listed}, 4)
 	if want := []string{"s09", "s08", "s07", "s06", "s05", "s04", "s03", "s02", "s01", "s00"}; !slices.Equal(desc, want) {
 		t.Fatalf("descending pages = %v, want %v", desc, want)
 	}
-	everyone := all(SandboxQuery{States: listed, Since: t0.Add(time.Second), Asc: true}, 100)
+	everyone := all(PageQuery{States: listed, Since: t0.Add(time.Second), Asc: true}, 100)
 	if want := []string{"s01", "x01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09"}; !slices.Equal(everyone, want) {
 		t.Fatalf("every team since 1 s = %v, want %v", everyone, want)
 	}
 
 	// A filter the database cannot apply (keep) still fills the page.
 	odd := func(rec *Sandbox) bool { return (rec.ID[2]-'0')%2 == 1 }
-	page, last, more, err := s.SandboxPage(ctx, SandboxQuery{Team: "t1", States: listed, Asc: true}, 2, odd)
+	page, last, more, err := s.SandboxPage(ctx, PageQuery{Team: "t1", States: listed, Asc: true}, 2, odd)
 	if err != nil || !slices.Equal(ids(page), []string{"s01", "s03"}) || !more {
 		t.Fatalf("first page of odd ones = %v, more %v, %v", ids(page), more, err)
 	}
@@ -249,7 +286,7 @@ func testSandboxPages(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	put("s11", "t1", Running, t0.Add(500*time.Millisecond))
-	page, _, more, err = s.SandboxPage(ctx, SandboxQuery{Team: "t1", States: listed, Asc: true, AfterSeq: last, AfterID: "s03"}, 10, odd)
+	page, _, more, err = s.SandboxPage(ctx, PageQuery{Team: "t1", States: listed, Asc: true, AfterSeq: last, AfterID: "s03"}, 10, odd)
 	if err != nil || !slices.Equal(ids(page), []string{"s07", "s09"}) || more {
 		t.Fatalf("next page of odd ones = %v, more %v, %v", ids(page), more, err)
 	}

@@ -325,10 +325,18 @@ func (s *Store) Sandboxes() Table[Sandbox] {
 		}}
 }
 
-// Templates is the table of templates and snapshots.
+// Templates is the table of templates and snapshots. Its seq is the
+// record's creation time in nanoseconds, the order snapshots are listed
+// in (TemplatePage).
 func (s *Store) Templates() Table[Template] {
 	return Table[Template]{s: s, name: "templates",
-		key: func(v *Template) string { return v.ID }, state: func(v *Template) string { return string(v.Status) }}
+		key: func(v *Template) string { return v.ID }, state: func(v *Template) string { return string(v.Status) },
+		seq: func(v *Template) int64 {
+			if v.CreatedAt.IsZero() {
+				return 0
+			}
+			return v.CreatedAt.UnixNano()
+		}}
 }
 
 // Jobs is the table of template build jobs.
