@@ -147,8 +147,8 @@ type Result struct {
 	// Via is what the cluster adds to one create or read at a time: the
 	// same calls through the node that holds the template (placed there)
 	// and through another node (placed, then made on the holder).
-	Via *Via `json:"via,omitempty"`
-	Drain     *Drain    `json:"drain,omitempty"`
+	Via   *Via   `json:"via,omitempty"`
+	Drain *Drain `json:"drain,omitempty"`
 	// Connections are the nodes' sessions in PostgreSQL, sampled each
 	// second.
 	Connections ConnStats  `json:"connections"`
