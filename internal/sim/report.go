@@ -56,6 +56,7 @@ func printOne(w io.Writer, r *Result) {
 		row("one at a time: create via another node", v.CreateOther)
 		row("one at a time: read via its node", v.ReadOwn)
 		row("one at a time: read via another node", v.ReadOther)
+		row("one at a time: a page of 100 of the list", v.ListPage)
 	}
 	for _, op := range sortedOps(r.Ops) {
 		row("mix: "+op, r.Ops[op])

@@ -247,6 +247,8 @@ type Loss struct {
 type Via struct {
 	CreateOwn, CreateOther OpSummary
 	ReadOwn, ReadOther     OpSummary
+	// ListPage is a page of 100 of the list, through another node.
+	ListPage OpSummary
 }
 
 // Losses are several nodes killed at once (not deregistered), and then
@@ -1254,7 +1256,27 @@ func (s *sim) oneAtATime(ctx context.Context) *Via {
 		}
 		s.kill(ctx, rng, "one at a time: kill", b)
 	}
-	return &Via{CreateOwn: s.rec.summary(cOwn), CreateOther: s.rec.summary(cOther), ReadOwn: s.rec.summary(rOwn), ReadOther: s.rec.summary(rOther)}
+	// Pages of 100 of the list, one at a time: the first ten pages, each
+	// read after the one before with its token, five times over.
+	const lPage = "one at a time: a page of 100 of the list"
+	s.rec.reset(lPage)
+	for range 5 {
+		q := url.Values{"limit": {"100"}}
+		for range 10 {
+			cctx, cancel := opCtx(ctx)
+			t := time.Now()
+			var page []wire.ListedSandbox
+			h, err := other.Client.Do(cctx, http.MethodGet, "/v2/sandboxes", q, nil, &page)
+			cancel()
+			s.rec.add(lPage, time.Since(t), err)
+			if err != nil || h.Get("X-Next-Token") == "" {
+				break
+			}
+			q.Set("nextToken", h.Get("X-Next-Token"))
+		}
+	}
+	return &Via{CreateOwn: s.rec.summary(cOwn), CreateOther: s.rec.summary(cOther), ReadOwn: s.rec.summary(rOwn), ReadOther: s.rec.summary(rOther),
+		ListPage: s.rec.summary(lPage)}
 }
 
 // losses kills k nodes at random but the first (the survivor that looks),
