@@ -166,6 +166,9 @@ type Node struct {
 	moveMu sync.Mutex
 	// offered are the fork images other nodes may fetch, by name.
 	offered sync.Map
+	// placement remembers template records for placing creates
+	// (PlacementTemplate).
+	placement placementTemplates
 	// audit queues the egress Filter's events for sandbox logs.
 	audit *auditLog
 	// vols holds the persistent volumes (volumes.go).

@@ -96,7 +96,7 @@ func (c *clustered) CreateSandbox(ctx context.Context, req cube.CreateRequest) (
 // createWant is what a create needs of a node: room for its memory, its
 // template's files, and the node of any volume it mounts.
 func createWant(ctx context.Context, nd *node.Node, req cube.CreateRequest) (cluster.Want, error) {
-	t, err := nd.TeamTemplate(ctx, req.Team, req.Template)
+	t, err := nd.PlacementTemplate(ctx, req.Team, req.Template)
 	if err != nil {
 		return cluster.Want{}, err
 	}
