@@ -2,8 +2,12 @@ package forward
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +17,7 @@ import (
 
 // creating is a node's own service as far as a peer's create reaches it.
 type creating struct {
-	cube.Backend
+	Local
 	got cube.CreateRequest
 	err error
 }
@@ -59,5 +63,84 @@ func TestTypedCreateOnAPeer(t *testing.T) {
 	}
 	if httperr.StatusOf(err) != http.StatusTooManyRequests {
 		t.Fatalf("a refused create on node-b answers %d", httperr.StatusOf(err))
+	}
+}
+
+// During a rolling upgrade a node of an earlier version takes no typed
+// calls: it answers one 404, which the client reports as ErrPeerTooOld.
+// The client's request is then passed to that node whole, signed, as
+// nodes passed requests before typed calls (a pause runs on the
+// sandbox's own node): that node answers the client, not the API of the
+// node the client called. A resume the calling node moves carries the
+// node to take the sandbox from, as such nodes read it.
+func TestPassedOnToAnOlderPeer(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	type servedOld struct{ method, path, body, moveFrom string }
+	var old []servedOld
+	b := httptest.NewServer(New(Config{Peers: onlyB{}, Secret: secret, Internal: http.NewServeMux(),
+		SandboxOf: func(*http.Request) (string, bool) { return "", false },
+		Local:     http.NotFoundHandler(),
+		Signed: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			old = append(old, servedOld{r.Method, r.URL.Path, string(body), r.Header.Get(MoveHeader)})
+			w.Header().Set("X-Answered-By", "node-b")
+			w.WriteHeader(http.StatusNoContent)
+		})}))
+	defer b.Close()
+	client := NewClient(ClientConfig{Peers: nodeB{b.URL}, Secret: secret})
+	apiCalls := 0
+	// node-a's API: it decodes the request, and its service calls node-b.
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		apiCalls++
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		r.Body.Close()
+		var err error
+		moveFrom := ""
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/pause"):
+			err = client.PauseSandbox(r.Context(), "node-b", "abc", true)
+		default:
+			moveFrom = "node-c"
+			_, _, err = client.ConnectSandbox(r.Context(), "node-b", "abc", cube.ConnectRequest{MoveFrom: moveFrom})
+		}
+		if !errors.Is(err, ErrPeerTooOld) {
+			t.Errorf("a typed call on a node of an earlier version: %v", err)
+		}
+		if !PassOn(r.Context(), "node-b", moveFrom) {
+			t.Error("the request could not be passed on")
+		}
+		if PassOn(r.Context(), "node-b", moveFrom) {
+			t.Error("a request was passed on twice")
+		}
+		w.Header().Set("Retry-After", "9")
+		httperr.Write(w, cube.Errorf(cube.Unavailable, "node-a's own answer"))
+	})
+	a := New(Config{Peers: nodeB{b.URL}, Secret: secret, Client: client, Local: api,
+		SandboxOf:  func(*http.Request) (string, bool) { return "", false },
+		Authorized: func(*http.Request) bool { return true },
+	})
+	for _, c := range []struct{ path, body, moveFrom string }{
+		{"/sandboxes/abc/pause", `{"memory":true}`, ""},
+		{"/sandboxes/abc/connect", `{"timeout":60}`, "node-c"},
+	} {
+		old = nil
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", c.path, strings.NewReader(c.body))
+		r.Header.Set("X-API-Key", "e2b_key")
+		a.ServeHTTP(w, r)
+		if w.Code != http.StatusNoContent || w.Header().Get("X-Answered-By") != "node-b" || w.Header().Get("Retry-After") != "" || w.Body.Len() != 0 {
+			t.Fatalf("%s: answered %d %v %q, want node-b's answer alone", c.path, w.Code, w.Header(), w.Body)
+		}
+		if len(old) != 1 || old[0] != (servedOld{"POST", c.path, c.body, c.moveFrom}) {
+			t.Fatalf("%s: node-b served %+v", c.path, old)
+		}
+	}
+	// Outside a request a Handler serves, nothing is passed on.
+	if PassOn(context.Background(), "node-b", "") {
+		t.Fatal("a call outside a client's request was passed on")
+	}
+	if apiCalls != 2 {
+		t.Fatalf("node-a's API served %d requests", apiCalls)
 	}
 }
