@@ -57,9 +57,9 @@ type Config struct {
 	// Secret signs requests between nodes.
 	Secret []byte
 	// Local is the API over the cluster: it answers what any node answers
-	// (lists, creates, calls on one sandbox, which the cluster-aware
-	// service behind it sends where they belong) and the templates and
-	// volumes this node holds.
+	// (lists, creates, calls on one sandbox or a volume's record, which the
+	// cluster-aware service behind it sends where they belong) and the
+	// templates and volume contents this node holds.
 	Local http.Handler
 	// SandboxOf names the sandbox a request is traffic for (the proxy's
 	// routing), and Runs says whether it runs here, without a database read.
@@ -106,8 +106,9 @@ type Config struct {
 }
 
 // Handler routes sandbox traffic, and requests about templates and
-// volumes, to the node holding what they are about; API calls on
-// sandboxes reach the API here, whose service routes them.
+// volumes' contents, to the node holding what they are about; API calls
+// on sandboxes and volumes' records reach the API here, whose service
+// routes them.
 type Handler struct {
 	cfg   Config
 	proxy *httputil.ReverseProxy
@@ -235,6 +236,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "template":
 		h.route(w, r, "template "+id, func(ctx context.Context) (string, error) { return h.cfg.TemplateNode(ctx, id) })
 	case "volume":
+		if !strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+			// A volume's record: its service finds the volume's node.
+			h.serveReplayable(w, r)
+			return
+		}
 		h.route(w, r, "volume "+id, func(ctx context.Context) (string, error) { return h.cfg.VolumeNode(ctx, id) })
 	default:
 		// Creates, calls on one sandbox and what any node answers: the
@@ -244,10 +250,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// subject names what an API request is about, from its path: a create or
-// one sandbox (which the API here takes, its service finding their node),
-// a template or volume (passed to its node here), or "" for what any node
-// answers (lists, health, the console).
+// subject names what an API request is about, from its path: a create,
+// one sandbox or a volume's record (which the API here takes, its service
+// finding their node), a template or a volume's content (passed to its
+// node here), or "" for what any node answers (lists, health, the
+// console).
 func subject(r *http.Request) (kind, id string) {
 	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	if len(seg) > 0 && (seg[0] == "v2" || seg[0] == "v3") {

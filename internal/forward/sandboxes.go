@@ -269,11 +269,14 @@ type Local interface {
 	cube.Pauser
 	cube.Snapshotter
 	cube.NetworkUpdater
+	cube.Volumes
 }
 
 // ServeSandboxes answers, on mux, the typed calls peers make on this
-// node's sandboxes (and the creates they place here), through local.
+// node's sandboxes and volumes (and the creates they place here), through
+// local.
 func ServeSandboxes(mux *http.ServeMux, local Local, maxBody int64) {
+	serveVolumes(mux, local, maxBody)
 	mux.HandleFunc("POST "+createPath, func(w http.ResponseWriter, r *http.Request) {
 		var req cube.CreateRequest
 		if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&req); err != nil {

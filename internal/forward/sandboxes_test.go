@@ -144,3 +144,57 @@ func TestPassedOnToAnOlderPeer(t *testing.T) {
 		t.Fatalf("node-a's API served %d requests", apiCalls)
 	}
 }
+
+// volumesOfB is node-b's own service as far as its peers' calls on its
+// volumes reach it.
+type volumesOfB struct {
+	Local
+	deleted []string
+}
+
+func (v *volumesOfB) GetVolume(_ context.Context, id string) (*cube.Volume, error) {
+	if id != "vol1" {
+		return nil, cube.Errorf(cube.NotFound, "volume %q not found", id)
+	}
+	return &cube.Volume{ID: id, Team: "t1", Name: "data", Token: "vtok", SizeBytes: 1 << 30, UsedBytes: 4096}, nil
+}
+
+func (v *volumesOfB) DeleteVolume(_ context.Context, id string) error {
+	v.deleted = append(v.deleted, id)
+	if id == "busy" {
+		return cube.Errorf(cube.Conflict, "volume %q is mounted by sb1", id)
+	}
+	return nil
+}
+
+// A volume's record is read, and the volume deleted, on the node holding
+// its files, through typed calls: the volume as that node sees it (what
+// its files use among it), a failure as its kind and words.
+func TestTypedVolumeCallsOnAPeer(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	own := &volumesOfB{}
+	internal := http.NewServeMux()
+	ServeSandboxes(internal, own, 1<<20)
+	b := httptest.NewServer(New(Config{Peers: onlyB{}, Secret: secret, Internal: internal,
+		Local:     http.NotFoundHandler(),
+		SandboxOf: func(*http.Request) (string, bool) { return "", false }}))
+	defer b.Close()
+	c := NewClient(ClientConfig{Peers: nodeB{b.URL}, Secret: secret})
+	ctx := context.Background()
+	v, err := c.GetVolume(ctx, "node-b", "vol1")
+	if err != nil || v.ID != "vol1" || v.Team != "t1" || v.Token != "vtok" || v.UsedBytes != 4096 {
+		t.Fatalf("volume vol1 of node-b: %+v, %v", v, err)
+	}
+	if _, err := c.GetVolume(ctx, "node-b", "vol2"); cube.KindOf(err) != cube.NotFound || err.Error() != `volume "vol2" not found` {
+		t.Fatalf("an unknown volume of node-b: %v", err)
+	}
+	if err := c.DeleteVolume(ctx, "node-b", "vol1"); err != nil {
+		t.Fatalf("delete vol1 on node-b: %v", err)
+	}
+	if err := c.DeleteVolume(ctx, "node-b", "busy"); cube.KindOf(err) != cube.Conflict || !strings.Contains(err.Error(), "mounted by sb1") {
+		t.Fatalf("delete of a mounted volume on node-b: %v", err)
+	}
+	if strings.Join(own.deleted, ",") != "vol1,busy" {
+		t.Fatalf("node-b deleted %q", own.deleted)
+	}
+}

@@ -24,6 +24,8 @@ import (
 //     forward.ServeSandboxes over its own service). A node that stopped
 //     heartbeating, or cannot be reached, has its sandboxes read here
 //     from the store (shown lost) and their changes refused.
+//   - A volume's record is read, and the volume deleted, on the node
+//     holding its files, the same way.
 //   - A resume of a sandbox paused on disk on a node that takes no new
 //     sandboxes goes to a node placement picks, which takes it over
 //     (cube.ConnectRequest.MoveFrom).
@@ -32,8 +34,8 @@ import (
 //
 // Everything else is the node's own service: lists and counts read the
 // store every node shares. Sandbox traffic, signed file URLs and requests
-// about a template or volume another node holds reach that node before
-// the API (forward.Handler).
+// about a template or a volume's content another node holds reach that
+// node before the API (forward.Handler).
 type clustered struct {
 	*service
 	// local is this node's own service: the embedded one, in a running
@@ -45,8 +47,8 @@ type clustered struct {
 	peers  peerService
 	// want is what a create needs of its node.
 	want func(ctx context.Context, req cube.CreateRequest) (cluster.Want, error)
-	// sandboxes finds the node of a sandbox.
-	sandboxes sandboxFinder
+	// where finds the node of a sandbox or volume.
+	where finder
 	// passOn passes the request a call serves to a node of an earlier
 	// version (forward.PassOn), reporting whether it will.
 	passOn func(ctx context.Context, node, moveFrom string) bool
@@ -74,13 +76,18 @@ type (
 		CreateSnapshot(ctx context.Context, node, id, name string) (*cube.Snapshot, error)
 		ForkSandbox(ctx context.Context, node, id string, req cube.ForkRequest) ([]cube.ForkResult, error)
 		RollbackSandbox(ctx context.Context, node, id, snapshotID string) (*cube.Rollback, error)
+		GetVolume(ctx context.Context, node, id string) (*cube.Volume, error)
+		DeleteVolume(ctx context.Context, node, id string) error
 	}
-	// sandboxFinder finds where a sandbox is.
-	sandboxFinder interface {
-		// Holds says whether this node runs it, without a database read.
+	// finder finds where a sandbox or volume is.
+	finder interface {
+		// Holds says whether this node runs a sandbox, without a
+		// database read.
 		Holds(id string) bool
-		// NodeOf is the node its record names: "" for none, or no record.
+		// NodeOf and VolumeNodeOf are the node a sandbox's or volume's
+		// record names: "" for none, or no record.
 		NodeOf(ctx context.Context, id string) (string, error)
+		VolumeNodeOf(ctx context.Context, id string) (string, error)
 		// Peer says whether a node heartbeats (cluster.ErrNoNode: there is
 		// no such node).
 		Peer(ctx context.Context, node string) (addr string, alive bool, err error)
@@ -112,7 +119,7 @@ func newClustered(svc *service, nd *node.Node, st *store.Store, reg *cluster.Reg
 		want: func(ctx context.Context, req cube.CreateRequest) (cluster.Want, error) {
 			return createWant(ctx, nd, req)
 		},
-		sandboxes: storeSandboxes{nd: nd, st: st, reg: reg},
+		where:  storeFinder{nd: nd, st: st, reg: reg},
 		passOn:    forward.PassOn,
 	}
 }
@@ -182,8 +189,27 @@ const (
 // sandboxCall runs a call on sandbox id where the sandbox is: here (local)
 // or on its node (remote).
 func sandboxCall[T any](c *clustered, ctx context.Context, id string, a access, local func() (T, error), remote func(node string) (T, error)) (T, error) {
+	return heldCall(c, ctx, "sandbox "+id, a, func(ctx context.Context) (string, error) {
+		if c.where.Holds(id) {
+			return "", nil
+		}
+		return c.where.NodeOf(ctx, id)
+	}, local, remote)
+}
+
+// volumeCall is sandboxCall for a volume's record; its content (files,
+// streamed) reaches its node before the API (forward.Handler).
+func volumeCall[T any](c *clustered, ctx context.Context, id string, a access, local func() (T, error), remote func(node string) (T, error)) (T, error) {
+	return heldCall(c, ctx, "volume "+id, a, func(ctx context.Context) (string, error) {
+		return c.where.VolumeNodeOf(ctx, id)
+	}, local, remote)
+}
+
+// heldCall runs a call on what, held by the node holder names: here
+// (local) or on that node (remote).
+func heldCall[T any](c *clustered, ctx context.Context, what string, a access, holder func(context.Context) (string, error), local func() (T, error), remote func(node string) (T, error)) (T, error) {
 	var zero T
-	node, err := c.nodeOf(ctx, id, a)
+	node, err := c.nodeOf(ctx, what, a, holder)
 	if err != nil {
 		return zero, err
 	}
@@ -195,14 +221,14 @@ func sandboxCall[T any](c *clustered, ctx context.Context, id string, a access, 
 	case errors.Is(err, forward.ErrPeerTooOld):
 		// A node of an earlier version: the request goes to it whole, as
 		// it did before typed calls; a read that cannot is answered here,
-		// a change is never made elsewhere than on the sandbox's node.
+		// a change is never made elsewhere than on the node holding it.
 		if c.passOn(ctx, node, "") {
 			return zero, passedOn(node)
 		}
 		if a == read {
 			return local()
 		}
-		return zero, cube.Errorf(cube.Unavailable, "sandbox %s is on node %s, which runs an earlier version that takes this call only as a request sent to it: send it to that node, or try again once it is upgraded", id, node).WithRetryAfter(10 * time.Second)
+		return zero, cube.Errorf(cube.Unavailable, "%s is on node %s, which runs an earlier version that takes this call only as a request sent to it: send it to that node, or try again once it is upgraded", what, node).WithRetryAfter(10 * time.Second)
 	case errors.Is(err, forward.ErrUnreachable) && a == read:
 		// As for a node that stopped heartbeating: it soon will.
 		return local()
@@ -216,24 +242,21 @@ func passedOn(node string) error {
 	return &cube.Error{Kind: cube.Unavailable, Message: "node " + node + " answers this request", Err: forward.ErrPassedOn}
 }
 
-// nodeOf is the node a call on sandbox id goes to: "" for this one. A
-// sandbox this node runs, or whose record names no node (or none there
-// is), or that does not exist (the local service says so) is answered
-// here. A node that stopped heartbeating is not tried: reads are answered
-// here from the store, whose views show its sandboxes lost; changes are
-// refused for now.
-func (c *clustered) nodeOf(ctx context.Context, id string, a access) (string, error) {
-	if c.sandboxes.Holds(id) {
-		return "", nil
-	}
-	node, err := c.sandboxes.NodeOf(ctx, id)
+// nodeOf is the node a call on what goes to: "" for this one. What this
+// node holds, or whose record names no node (or none there is), or that
+// does not exist (the local service says so) is answered here. A node
+// that stopped heartbeating is not tried: reads are answered here from
+// the store, whose views show its sandboxes lost; changes are refused for
+// now.
+func (c *clustered) nodeOf(ctx context.Context, what string, a access, holder func(context.Context) (string, error)) (string, error) {
+	node, err := holder(ctx)
 	if err != nil {
 		return "", outage(err)
 	}
 	if node == "" || node == c.placer.Self() {
 		return "", nil
 	}
-	_, alive, err := c.sandboxes.Peer(ctx, node)
+	_, alive, err := c.where.Peer(ctx, node)
 	switch {
 	case errors.Is(err, cluster.ErrNoNode):
 		return "", nil
@@ -242,7 +265,7 @@ func (c *clustered) nodeOf(ctx context.Context, id string, a access) (string, er
 	case !alive && a == read:
 		return "", nil
 	case !alive:
-		return "", cube.Errorf(cube.Unavailable, "sandbox %s is on node %s, which is not answering: it is lost until that node is back (see `cubemastercli node list`)", id, node).WithRetryAfter(10 * time.Second)
+		return "", cube.Errorf(cube.Unavailable, "%s is on node %s, which is not answering: it is lost until that node is back (see `cubemastercli node list`)", what, node).WithRetryAfter(10 * time.Second)
 	}
 	return node, nil
 }
@@ -339,7 +362,7 @@ func (c *clustered) ConnectSandbox(ctx context.Context, id string, req cube.Conn
 		sb, resumed, err := c.peers.ConnectSandbox(ctx, node, id, req)
 		return connected{sb, resumed}, err
 	}
-	if from, want, ok := c.sandboxes.Movable(ctx, id); ok && req.MoveFrom == "" {
+	if from, want, ok := c.where.Movable(ctx, id); ok && req.MoveFrom == "" {
 		target, release, err := c.placer.Place(ctx, want)
 		if err == nil {
 			defer release()
@@ -366,20 +389,36 @@ func (c *clustered) ConnectSandbox(ctx context.Context, id string, req cube.Conn
 	return v.sb, v.resumed, err
 }
 
+// Volumes: a volume's record is read, and the volume deleted, on the node
+// holding its files.
+
+func (c *clustered) GetVolume(ctx context.Context, id string) (*cube.Volume, error) {
+	return volumeCall(c, ctx, id, read,
+		func() (*cube.Volume, error) { return c.local.GetVolume(ctx, id) },
+		func(node string) (*cube.Volume, error) { return c.peers.GetVolume(ctx, node, id) })
+}
+
+func (c *clustered) DeleteVolume(ctx context.Context, id string) error {
+	_, err := volumeCall(c, ctx, id, change,
+		func() (none, error) { return none{}, c.local.DeleteVolume(ctx, id) },
+		func(node string) (none, error) { return none{}, c.peers.DeleteVolume(ctx, node, id) })
+	return err
+}
+
 // none is the result of a call that answers nothing.
 type none struct{}
 
-// storeSandboxes finds sandboxes through the node, the shared store and
-// the cluster's registry.
-type storeSandboxes struct {
+// storeFinder finds sandboxes and volumes through the node, the shared
+// store and the cluster's registry.
+type storeFinder struct {
 	nd  *node.Node
 	st  *store.Store
 	reg *cluster.Registry
 }
 
-func (s storeSandboxes) Holds(id string) bool { return s.nd.Holds(id) }
+func (s storeFinder) Holds(id string) bool { return s.nd.Holds(id) }
 
-func (s storeSandboxes) NodeOf(ctx context.Context, id string) (string, error) {
+func (s storeFinder) NodeOf(ctx context.Context, id string) (string, error) {
 	rec, err := s.st.Sandboxes().Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
@@ -390,14 +429,25 @@ func (s storeSandboxes) NodeOf(ctx context.Context, id string) (string, error) {
 	return rec.Node, nil
 }
 
-func (s storeSandboxes) Peer(ctx context.Context, node string) (string, bool, error) {
+func (s storeFinder) VolumeNodeOf(ctx context.Context, id string) (string, error) {
+	rec, err := s.st.Volumes().Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return rec.Node, nil
+}
+
+func (s storeFinder) Peer(ctx context.Context, node string) (string, bool, error) {
 	return s.reg.Peer(ctx, node)
 }
 
 // Movable: a sandbox paused on disk without volumes, whose node answers
 // but takes no new sandboxes (draining, standby), resumes elsewhere: where
 // its template is, or wherever there is room.
-func (s storeSandboxes) Movable(ctx context.Context, id string) (string, cluster.Want, bool) {
+func (s storeFinder) Movable(ctx context.Context, id string) (string, cluster.Want, bool) {
 	rec, err := s.st.Sandboxes().Get(ctx, id)
 	if err != nil || !rec.PausedOnDisk() || rec.PauseImage == "" ||
 		rec.Boot == nil || len(rec.Boot.Mounts) > 0 || rec.Node == "" {

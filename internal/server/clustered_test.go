@@ -114,6 +114,16 @@ func (h hereCalls) GetSandbox(_ context.Context, id string) (*cube.Sandbox, erro
 	return &cube.Sandbox{ID: id}, nil
 }
 
+func (h hereCalls) DeleteVolume(_ context.Context, id string) error {
+	h.c.here = append(h.c.here, "delete "+id)
+	return nil
+}
+
+func (h hereCalls) GetVolume(_ context.Context, id string) (*cube.Volume, error) {
+	h.c.here = append(h.c.here, "get "+id)
+	return &cube.Volume{ID: id}, nil
+}
+
 func (h hereCalls) PauseSandbox(_ context.Context, id string, _ bool) error {
 	h.c.here = append(h.c.here, "pause "+id)
 	return nil
@@ -137,6 +147,19 @@ func (p peerCalls) GetSandbox(_ context.Context, node, id string) (*cube.Sandbox
 		return nil, p.err
 	}
 	return &cube.Sandbox{ID: id, Node: node}, nil
+}
+
+func (p peerCalls) DeleteVolume(_ context.Context, node, id string) error {
+	p.c.on = append(p.c.on, node+": delete "+id)
+	return p.err
+}
+
+func (p peerCalls) GetVolume(_ context.Context, node, id string) (*cube.Volume, error) {
+	p.c.on = append(p.c.on, node+": get "+id)
+	if p.err != nil {
+		return nil, p.err
+	}
+	return &cube.Volume{ID: id}, nil
 }
 
 func (p peerCalls) PauseSandbox(_ context.Context, node, id string, _ bool) error {
@@ -174,6 +197,15 @@ func (sandboxesOf) NodeOf(_ context.Context, id string) (string, error) {
 	}
 	return "", nil
 }
+func (sandboxesOf) VolumeNodeOf(_ context.Context, id string) (string, error) {
+	switch id {
+	case "vol-on-b":
+		return "node-b", nil
+	case "vol-on-dead":
+		return "node-d", nil
+	}
+	return "", nil
+}
 func (sandboxesOf) Peer(_ context.Context, node string) (string, bool, error) {
 	if node == "node-e" {
 		return "", false, cluster.ErrNoNode
@@ -196,8 +228,8 @@ func (sandboxesOf) Movable(_ context.Context, id string) (string, cluster.Want, 
 // whole; when that cannot be, a read is answered here and a change is
 // refused, never made here. A resume of a sandbox paused on disk on a
 // draining node goes where placement puts it, with the node to take it
-// from.
-func TestClusteredCallsGoToTheSandboxsNode(t *testing.T) {
+// from. A volume's record is read and deleted on its node the same way.
+func TestClusteredCallsGoToTheHoldingNode(t *testing.T) {
 	tooOld := fmt.Errorf("node node-b: %w", forward.ErrPeerTooOld)
 	unreachable := &cube.Error{Kind: cube.Unavailable, Message: "the node holding this could not be reached", Err: forward.ErrUnreachable}
 	for _, c := range []struct {
@@ -226,13 +258,19 @@ func TestClusteredCallsGoToTheSandboxsNode(t *testing.T) {
 		{call: "connect", id: "on-b", on: "node-b: connect on-b from "},
 		{call: "connect", id: "moving", on: "node-b: connect moving from node-c"},
 		{call: "connect", id: "moving-here", here: "connect moving-here from node-c"},
+		{call: "get volume", id: "vol-on-b", on: "node-b: get vol-on-b"},
+		{call: "delete volume", id: "vol-on-b", on: "node-b: delete vol-on-b"},
+		{call: "delete volume", id: "vol-here", here: "delete vol-here"},
+		{call: "get volume", id: "vol-on-dead", here: "get vol-on-dead"},
+		{call: "delete volume", id: "vol-on-dead", wantKind: cube.Unavailable, says: "volume vol-on-dead is on node node-d, which is not answering"},
+		{call: "delete volume", id: "vol-on-b", peerErr: tooOld, passes: true, on: "node-b: delete vol-on-b", wantKind: cube.Unavailable, passed: "node-b from "},
 		{call: "connect", id: "moving", peerErr: tooOld, passes: true, on: "node-b: connect moving from node-c", wantKind: cube.Unavailable, passed: "node-b from node-c"},
 	} {
 		made := &calls{}
 		places := &placing{}
 		passed := ""
 		cs := &clustered{local: hereCalls{c: made}, placer: places, peers: peerCalls{c: made, err: c.peerErr},
-			sandboxes: sandboxesOf{},
+			where: sandboxesOf{},
 			passOn: func(_ context.Context, node, from string) bool {
 				if c.passes {
 					passed = node + " from " + from
@@ -247,6 +285,10 @@ func TestClusteredCallsGoToTheSandboxsNode(t *testing.T) {
 			err = cs.PauseSandbox(context.Background(), c.id, true)
 		case "connect":
 			_, _, err = cs.ConnectSandbox(context.Background(), c.id, cube.ConnectRequest{})
+		case "get volume":
+			_, err = cs.GetVolume(context.Background(), c.id)
+		case "delete volume":
+			err = cs.DeleteVolume(context.Background(), c.id)
 		}
 		name := fmt.Sprintf("%s %s (peer %v)", c.call, c.id, c.peerErr)
 		if cube.KindOf(err) != c.wantKind || (c.says != "" && !strings.Contains(fmt.Sprint(err), c.says)) {
