@@ -3,11 +3,11 @@ package forward
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"sync"
 
+	"cube/internal/cube"
 	"cube/internal/httperr"
 )
 
@@ -22,8 +22,9 @@ import (
 // gets. During a rolling upgrade only.
 
 // ErrPassedOn is in the chain of the error a call passed on to a node of
-// an earlier version returns: that node answers the request.
-var ErrPassedOn = errors.New("the request is answered by the node that holds what it is about")
+// an earlier version returns: that node answers the request, and the API
+// here answers and audits nothing of it.
+var ErrPassedOn = cube.ErrAnsweredElsewhere
 
 // passKey carries a request's pass through its context.
 type passKey struct{}
