@@ -1,9 +1,10 @@
 // Package forward is the transport between the nodes of a cluster. Its
 // Client makes a node's typed calls on a peer (a create placement sent
-// there, a call on a sandbox that peer holds, a template's files), which
-// the peer answers through ServeSandboxes; its Handler passes sandbox
-// traffic through the proxy, signed file URLs, and requests about a
-// template or volume another node holds to that node. Node-to-node
+// there, a call on a sandbox, template or volume that peer holds, a
+// template's files), which the peer answers through ServeSandboxes; its
+// Handler passes sandbox traffic through the proxy, signed file URLs, and
+// requests about a template's build files or a volume's content another
+// node holds to that node. Node-to-node
 // requests are signed with the cluster secret (see sign.go), and a signed
 // request is always served where it arrives, so nothing is forwarded
 // twice.
@@ -57,18 +58,18 @@ type Config struct {
 	// Secret signs requests between nodes.
 	Secret []byte
 	// Local is the API over the cluster: it answers what any node answers
-	// (lists, creates, calls on one sandbox or a volume's record, which the
+	// (lists, creates, calls on one sandbox, template or volume, which the
 	// cluster-aware service behind it sends where they belong) and the
-	// templates and volume contents this node holds.
+	// template build files and volume contents this node holds.
 	Local http.Handler
 	// SandboxOf names the sandbox a request is traffic for (the proxy's
 	// routing), and Runs says whether it runs here, without a database read.
 	SandboxOf func(*http.Request) (string, bool)
 	Runs      func(sandboxID string) bool
 	// SandboxNode, TemplateNode and VolumeNode name the node holding a
-	// sandbox (for its traffic), template (ID or alias) or volume: ""
-	// when the record has none or does not exist (the local API then
-	// answers).
+	// sandbox (for its traffic), template (ID or alias, for its build
+	// files) or volume (for its content): "" when the record has none or
+	// does not exist (the local API then answers).
 	SandboxNode, TemplateNode, VolumeNode func(ctx context.Context, id string) (string, error)
 	// Tokens finds the sandbox, on any node, that made a signed file URL
 	// no sandbox of this node made. Nil: such URLs are answered here.
@@ -105,9 +106,9 @@ type Config struct {
 	Client *Client
 }
 
-// Handler routes sandbox traffic, and requests about templates and
-// volumes' contents, to the node holding what they are about; API calls
-// on sandboxes and volumes' records reach the API here, whose service
+// Handler routes sandbox traffic, signed file URLs, and requests about
+// templates' build files and volumes' contents, to the node holding what
+// they are about; other API calls reach the API here, whose service
 // routes them.
 type Handler struct {
 	cfg   Config
@@ -224,16 +225,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	kind, id := subject(r)
 	if kind != "" && (h.cfg.Authorized == nil || !h.cfg.Authorized(r)) {
-		// The API would refuse it too, but a request about a template or
-		// volume would first have this node ask the database where it is
-		// and pass it to a peer, and any would have its body kept for a
-		// node of an earlier version (serveReplayable): work an anonymous
-		// client must not be able to cause.
+		// The API would refuse it too, but a request about a template's
+		// files or a volume's content would first have this node ask the
+		// database where it is and pass it to a peer, and any would have
+		// its body kept for a node of an earlier version
+		// (serveReplayable): work an anonymous client must not be able to
+		// cause.
 		httperr.Write(w, httperr.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
 		return
 	}
 	switch kind {
 	case "template":
+		if !templateFiles(r) {
+			// A call on a template: its service finds the template's node.
+			h.serveReplayable(w, r)
+			return
+		}
 		h.route(w, r, "template "+id, func(ctx context.Context) (string, error) { return h.cfg.TemplateNode(ctx, id) })
 	case "volume":
 		if !strings.HasPrefix(r.URL.Path, "/volumecontent/") {
@@ -251,10 +258,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // subject names what an API request is about, from its path: a create,
-// one sandbox or a volume's record (which the API here takes, its service
-// finding their node), a template or a volume's content (passed to its
-// node here), or "" for what any node answers (lists, health, the
-// console).
+// one sandbox, template or volume (which the API here takes, its service
+// finding their node, but for a template's build files and a volume's
+// content, passed to their node here), or "" for what any node answers
+// (lists, health, the console).
 func subject(r *http.Request) (kind, id string) {
 	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	if len(seg) > 0 && (seg[0] == "v2" || seg[0] == "v3") {
@@ -274,6 +281,15 @@ func subject(r *http.Request) (kind, id string) {
 		return "volume", seg[1]
 	}
 	return "", ""
+}
+
+// templateFiles reports whether r is about a template's build files: the
+// link to upload them (signed by the node holding the template, with a
+// secret of its own) and the upload. Both are passed to that node as they
+// came.
+func templateFiles(r *http.Request) bool {
+	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	return len(seg) >= 3 && seg[0] == "templates" && seg[2] == "files"
 }
 
 // route serves r here when this node holds what it is about, else passes

@@ -270,13 +270,15 @@ type Local interface {
 	cube.Snapshotter
 	cube.NetworkUpdater
 	cube.Volumes
+	cube.StepBuilder
 }
 
 // ServeSandboxes answers, on mux, the typed calls peers make on this
-// node's sandboxes and volumes (and the creates they place here), through
-// local.
+// node's sandboxes, volumes and templates (and the creates they place
+// here), through local.
 func ServeSandboxes(mux *http.ServeMux, local Local, maxBody int64) {
 	serveVolumes(mux, local, maxBody)
+	serveTemplates(mux, local, maxBody)
 	mux.HandleFunc("POST "+createPath, func(w http.ResponseWriter, r *http.Request) {
 		var req cube.CreateRequest
 		if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&req); err != nil {

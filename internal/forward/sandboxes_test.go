@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -196,5 +197,58 @@ func TestTypedVolumeCallsOnAPeer(t *testing.T) {
 	}
 	if strings.Join(own.deleted, ",") != "vol1,busy" {
 		t.Fatalf("node-b deleted %q", own.deleted)
+	}
+}
+
+// templatesOfB is node-b's own service as far as its peers' calls on its
+// templates reach it.
+type templatesOfB struct {
+	Local
+	started []string
+	spec    cube.BuildSpec
+}
+
+func (tb *templatesOfB) StartBuild(_ context.Context, team, templateID, buildID string, spec cube.BuildSpec) error {
+	tb.started = append(tb.started, team+"/"+templateID+"/"+buildID)
+	tb.spec = spec
+	return nil
+}
+
+func (tb *templatesOfB) BuildStatus(_ context.Context, team, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
+	if buildID != "b1" {
+		return nil, cube.Errorf(cube.NotFound, "build %q of template %q not found", buildID, templateID)
+	}
+	return &cube.BuildStatus{TemplateID: templateID, BuildID: buildID, Status: cube.BuildBuilding,
+		Logs: []cube.BuildLogEntry{{Level: "info", Message: fmt.Sprintf("from %d", logsOffset)}}}, nil
+}
+
+// A template's build is started, and followed, on the node that holds
+// the template through typed calls: the spec as the first node decoded
+// it, the status as that node has it, a failure as its kind and words.
+func TestTypedTemplateCallsOnAPeer(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	own := &templatesOfB{}
+	internal := http.NewServeMux()
+	ServeSandboxes(internal, own, 1<<20)
+	b := httptest.NewServer(New(Config{Peers: onlyB{}, Secret: secret, Internal: internal,
+		Local:     http.NotFoundHandler(),
+		SandboxOf: func(*http.Request) (string, bool) { return "", false }}))
+	defer b.Close()
+	c := NewClient(ClientConfig{Peers: nodeB{b.URL}, Secret: secret})
+	ctx := context.Background()
+	spec := cube.BuildSpec{FromImage: "alpine:3", Steps: []cube.BuildStep{{Type: "RUN", Args: []string{"echo hi"}}}, StartCmd: "sleep 1"}
+	if err := c.StartBuild(ctx, "node-b", "t1", "tpl:v1", "b1", spec); err != nil {
+		t.Fatalf("start a build on node-b: %v", err)
+	}
+	if strings.Join(own.started, ",") != "t1/tpl:v1/b1" || own.spec.FromImage != "alpine:3" || len(own.spec.Steps) != 1 ||
+		own.spec.Steps[0].Args[0] != "echo hi" || own.spec.StartCmd != "sleep 1" {
+		t.Fatalf("node-b started %q with %+v", own.started, own.spec)
+	}
+	st, err := c.BuildStatus(ctx, "node-b", "t1", "tpl", "b1", 3)
+	if err != nil || st.Status != cube.BuildBuilding || len(st.Logs) != 1 || st.Logs[0].Message != "from 3" {
+		t.Fatalf("a build's status on node-b: %+v, %v", st, err)
+	}
+	if _, err := c.BuildStatus(ctx, "node-b", "t1", "tpl", "b2", 0); cube.KindOf(err) != cube.NotFound || !strings.Contains(err.Error(), `build "b2"`) {
+		t.Fatalf("an unknown build on node-b: %v", err)
 	}
 }

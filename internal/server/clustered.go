@@ -25,7 +25,9 @@ import (
 //     heartbeating, or cannot be reached, has its sandboxes read here
 //     from the store (shown lost) and their changes refused.
 //   - A volume's record is read, and the volume deleted, on the node
-//     holding its files, the same way.
+//     holding its files, the same way; so is a call on one template (read,
+//     delete, make public, tags, start and follow a build) on the node
+//     holding it.
 //   - A resume of a sandbox paused on disk on a node that takes no new
 //     sandboxes goes to a node placement picks, which takes it over
 //     (cube.ConnectRequest.MoveFrom).
@@ -33,9 +35,9 @@ import (
 //     passed to it whole (forward.PassOn), as it answered requests before.
 //
 // Everything else is the node's own service: lists and counts read the
-// store every node shares. Sandbox traffic, signed file URLs and requests
-// about a template or a volume's content another node holds reach that
-// node before the API (forward.Handler).
+// store every node shares. Sandbox traffic, signed file URLs, a volume's
+// content and a template's build files (upload links and uploads) that
+// another node holds reach that node before the API (forward.Handler).
 type clustered struct {
 	*service
 	// local is this node's own service: the embedded one, in a running
@@ -78,6 +80,13 @@ type (
 		RollbackSandbox(ctx context.Context, node, id, snapshotID string) (*cube.Rollback, error)
 		GetVolume(ctx context.Context, node, id string) (*cube.Volume, error)
 		DeleteVolume(ctx context.Context, node, id string) error
+		GetTemplate(ctx context.Context, node, team, idOrAlias string) (*cube.Template, error)
+		DeleteTemplate(ctx context.Context, node, team, idOrAlias string) error
+		StartBuild(ctx context.Context, node, team, templateID, buildID string, spec cube.BuildSpec) error
+		BuildStatus(ctx context.Context, node, team, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error)
+		BuildLogs(ctx context.Context, node, team, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error)
+		TemplateTags(ctx context.Context, node, team, idOrName string) ([]cube.TemplateTag, error)
+		SetPublic(ctx context.Context, node, team, idOrName string, public bool) ([]string, error)
 	}
 	// finder finds where a sandbox or volume is.
 	finder interface {
@@ -88,6 +97,9 @@ type (
 		// record names: "" for none, or no record.
 		NodeOf(ctx context.Context, id string) (string, error)
 		VolumeNodeOf(ctx context.Context, id string) (string, error)
+		// TemplateNodeOf is the node holding a template (by ID or alias):
+		// "" for none, or no such template.
+		TemplateNodeOf(ctx context.Context, idOrAlias string) (string, error)
 		// Peer says whether a node heartbeats (cluster.ErrNoNode: there is
 		// no such node).
 		Peer(ctx context.Context, node string) (addr string, alive bool, err error)
@@ -202,6 +214,15 @@ func sandboxCall[T any](c *clustered, ctx context.Context, id string, a access, 
 func volumeCall[T any](c *clustered, ctx context.Context, id string, a access, local func() (T, error), remote func(node string) (T, error)) (T, error) {
 	return heldCall(c, ctx, "volume "+id, a, func(ctx context.Context) (string, error) {
 		return c.where.VolumeNodeOf(ctx, id)
+	}, local, remote)
+}
+
+// templateCall is sandboxCall for a template (by ID or alias); its build
+// files (upload links and uploads) reach its node before the API
+// (forward.Handler).
+func templateCall[T any](c *clustered, ctx context.Context, idOrAlias string, a access, local func() (T, error), remote func(node string) (T, error)) (T, error) {
+	return heldCall(c, ctx, "template "+idOrAlias, a, func(ctx context.Context) (string, error) {
+		return c.where.TemplateNodeOf(ctx, idOrAlias)
 	}, local, remote)
 }
 
@@ -405,6 +426,60 @@ func (c *clustered) DeleteVolume(ctx context.Context, id string) error {
 	return err
 }
 
+// Templates: a template is read and changed, and its builds started and
+// followed, on the node holding it, which requested the build and holds
+// its files.
+
+func (c *clustered) GetTemplate(ctx context.Context, team, idOrAlias string) (*cube.Template, error) {
+	return templateCall(c, ctx, idOrAlias, read,
+		func() (*cube.Template, error) { return c.local.GetTemplate(ctx, team, idOrAlias) },
+		func(node string) (*cube.Template, error) { return c.peers.GetTemplate(ctx, node, team, idOrAlias) })
+}
+
+func (c *clustered) DeleteTemplate(ctx context.Context, team, idOrAlias string) error {
+	_, err := templateCall(c, ctx, idOrAlias, change,
+		func() (none, error) { return none{}, c.local.DeleteTemplate(ctx, team, idOrAlias) },
+		func(node string) (none, error) { return none{}, c.peers.DeleteTemplate(ctx, node, team, idOrAlias) })
+	return err
+}
+
+func (c *clustered) StartBuild(ctx context.Context, team, templateID, buildID string, spec cube.BuildSpec) error {
+	_, err := templateCall(c, ctx, templateID, change,
+		func() (none, error) { return none{}, c.local.StartBuild(ctx, team, templateID, buildID, spec) },
+		func(node string) (none, error) {
+			return none{}, c.peers.StartBuild(ctx, node, team, templateID, buildID, spec)
+		})
+	return err
+}
+
+func (c *clustered) BuildStatus(ctx context.Context, team, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
+	return templateCall(c, ctx, templateID, read,
+		func() (*cube.BuildStatus, error) { return c.local.BuildStatus(ctx, team, templateID, buildID, logsOffset) },
+		func(node string) (*cube.BuildStatus, error) {
+			return c.peers.BuildStatus(ctx, node, team, templateID, buildID, logsOffset)
+		})
+}
+
+func (c *clustered) BuildLogs(ctx context.Context, team, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
+	return templateCall(c, ctx, templateID, read,
+		func() ([]cube.BuildLogEntry, error) { return c.local.BuildLogs(ctx, team, templateID, buildID, q) },
+		func(node string) ([]cube.BuildLogEntry, error) {
+			return c.peers.BuildLogs(ctx, node, team, templateID, buildID, q)
+		})
+}
+
+func (c *clustered) TemplateTags(ctx context.Context, team, idOrName string) ([]cube.TemplateTag, error) {
+	return templateCall(c, ctx, idOrName, read,
+		func() ([]cube.TemplateTag, error) { return c.local.TemplateTags(ctx, team, idOrName) },
+		func(node string) ([]cube.TemplateTag, error) { return c.peers.TemplateTags(ctx, node, team, idOrName) })
+}
+
+func (c *clustered) SetPublic(ctx context.Context, team, idOrName string, public bool) ([]string, error) {
+	return templateCall(c, ctx, idOrName, change,
+		func() ([]string, error) { return c.local.SetPublic(ctx, team, idOrName, public) },
+		func(node string) ([]string, error) { return c.peers.SetPublic(ctx, node, team, idOrName, public) })
+}
+
 // none is the result of a call that answers nothing.
 type none struct{}
 
@@ -438,6 +513,10 @@ func (s storeFinder) VolumeNodeOf(ctx context.Context, id string) (string, error
 		return "", err
 	}
 	return rec.Node, nil
+}
+
+func (s storeFinder) TemplateNodeOf(ctx context.Context, idOrAlias string) (string, error) {
+	return templateNode(ctx, s.nd, idOrAlias)
 }
 
 func (s storeFinder) Peer(ctx context.Context, node string) (string, bool, error) {

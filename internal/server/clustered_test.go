@@ -124,6 +124,11 @@ func (h hereCalls) GetVolume(_ context.Context, id string) (*cube.Volume, error)
 	return &cube.Volume{ID: id}, nil
 }
 
+func (h hereCalls) StartBuild(_ context.Context, team, templateID, buildID string, _ cube.BuildSpec) error {
+	h.c.here = append(h.c.here, "build "+templateID)
+	return nil
+}
+
 func (h hereCalls) PauseSandbox(_ context.Context, id string, _ bool) error {
 	h.c.here = append(h.c.here, "pause "+id)
 	return nil
@@ -160,6 +165,11 @@ func (p peerCalls) GetVolume(_ context.Context, node, id string) (*cube.Volume, 
 		return nil, p.err
 	}
 	return &cube.Volume{ID: id}, nil
+}
+
+func (p peerCalls) StartBuild(_ context.Context, node, team, templateID, buildID string, _ cube.BuildSpec) error {
+	p.c.on = append(p.c.on, node+": build "+templateID)
+	return p.err
 }
 
 func (p peerCalls) PauseSandbox(_ context.Context, node, id string, _ bool) error {
@@ -206,6 +216,12 @@ func (sandboxesOf) VolumeNodeOf(_ context.Context, id string) (string, error) {
 	}
 	return "", nil
 }
+func (sandboxesOf) TemplateNodeOf(_ context.Context, id string) (string, error) {
+	if id == "tpl-on-b" {
+		return "node-b", nil
+	}
+	return "", nil
+}
 func (sandboxesOf) Peer(_ context.Context, node string) (string, bool, error) {
 	if node == "node-e" {
 		return "", false, cluster.ErrNoNode
@@ -228,7 +244,8 @@ func (sandboxesOf) Movable(_ context.Context, id string) (string, cluster.Want, 
 // whole; when that cannot be, a read is answered here and a change is
 // refused, never made here. A resume of a sandbox paused on disk on a
 // draining node goes where placement puts it, with the node to take it
-// from. A volume's record is read and deleted on its node the same way.
+// from. A volume's record is read and deleted, and a template's build
+// started, on its node the same way.
 func TestClusteredCallsGoToTheHoldingNode(t *testing.T) {
 	tooOld := fmt.Errorf("node node-b: %w", forward.ErrPeerTooOld)
 	unreachable := &cube.Error{Kind: cube.Unavailable, Message: "the node holding this could not be reached", Err: forward.ErrUnreachable}
@@ -258,6 +275,8 @@ func TestClusteredCallsGoToTheHoldingNode(t *testing.T) {
 		{call: "connect", id: "on-b", on: "node-b: connect on-b from "},
 		{call: "connect", id: "moving", on: "node-b: connect moving from node-c"},
 		{call: "connect", id: "moving-here", here: "connect moving-here from node-c"},
+		{call: "build", id: "tpl-on-b", on: "node-b: build tpl-on-b"},
+		{call: "build", id: "tpl-here", here: "build tpl-here"},
 		{call: "get volume", id: "vol-on-b", on: "node-b: get vol-on-b"},
 		{call: "delete volume", id: "vol-on-b", on: "node-b: delete vol-on-b"},
 		{call: "delete volume", id: "vol-here", here: "delete vol-here"},
@@ -285,6 +304,8 @@ func TestClusteredCallsGoToTheHoldingNode(t *testing.T) {
 			err = cs.PauseSandbox(context.Background(), c.id, true)
 		case "connect":
 			_, _, err = cs.ConnectSandbox(context.Background(), c.id, cube.ConnectRequest{})
+		case "build":
+			err = cs.StartBuild(context.Background(), "t1", c.id, "b1", cube.BuildSpec{})
 		case "get volume":
 			_, err = cs.GetVolume(context.Background(), c.id)
 		case "delete volume":
