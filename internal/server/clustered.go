@@ -44,12 +44,12 @@ type clustered struct {
 	// server.
 	local forward.Local
 	// placer picks the node of a create or a move; peers are called on
-	// the node picked, or the node holding a sandbox.
+	// the node picked, or the node holding what a call is about.
 	placer placer
 	peers  peerService
 	// want is what a create needs of its node.
 	want func(ctx context.Context, req cube.CreateRequest) (cluster.Want, error)
-	// where finds the node of a sandbox or volume.
+	// where finds the node of a sandbox, template or volume.
 	where finder
 	// passOn passes the request a call serves to a node of an earlier
 	// version (forward.PassOn), reporting whether it will.
@@ -88,7 +88,7 @@ type (
 		TemplateTags(ctx context.Context, node, team, idOrName string) ([]cube.TemplateTag, error)
 		SetPublic(ctx context.Context, node, team, idOrName string, public bool) ([]string, error)
 	}
-	// finder finds where a sandbox or volume is.
+	// finder finds where a sandbox, template or volume is.
 	finder interface {
 		// Holds says whether this node runs a sandbox, without a
 		// database read.
@@ -187,10 +187,11 @@ func createWant(ctx context.Context, nd *node.Node, req cube.CreateRequest) (clu
 	return want, nil
 }
 
-// Calls on one sandbox.
+// Calls on one sandbox, template or volume.
 
-// access is what a call does to its sandbox: reads are answered here from
-// the store when the sandbox's node cannot answer, changes are refused.
+// access is what a call does to what it is about: reads are answered here
+// from the store when the node holding it cannot answer, changes are
+// refused.
 type access bool
 
 const (
