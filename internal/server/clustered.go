@@ -132,7 +132,7 @@ func newClustered(svc *service, nd *node.Node, st *store.Store, reg *cluster.Reg
 			return createWant(ctx, nd, req)
 		},
 		where:  storeFinder{nd: nd, st: st, reg: reg},
-		passOn:    forward.PassOn,
+		passOn: forward.PassOn,
 	}
 }
 
@@ -455,7 +455,9 @@ func (c *clustered) StartBuild(ctx context.Context, team, templateID, buildID st
 
 func (c *clustered) BuildStatus(ctx context.Context, team, templateID, buildID string, logsOffset int) (*cube.BuildStatus, error) {
 	return templateCall(c, ctx, templateID, read,
-		func() (*cube.BuildStatus, error) { return c.local.BuildStatus(ctx, team, templateID, buildID, logsOffset) },
+		func() (*cube.BuildStatus, error) {
+			return c.local.BuildStatus(ctx, team, templateID, buildID, logsOffset)
+		},
 		func(node string) (*cube.BuildStatus, error) {
 			return c.peers.BuildStatus(ctx, node, team, templateID, buildID, logsOffset)
 		})
