@@ -50,9 +50,12 @@ func (c *Client) CreateSandbox(ctx context.Context, node string, req cube.Create
 // exchange posts body, signed whole, to an internal route of node and
 // decodes its 2xx answer into out.
 func (c *Client) exchange(ctx context.Context, node, path string, body []byte, out any) error {
-	addr, _, err := c.cfg.Peers.Peer(ctx, node)
-	if err != nil {
-		return unavailable(err)
+	addr, ok := knownAddress(ctx, node)
+	if !ok {
+		var err error
+		if addr, _, err = c.cfg.Peers.Peer(ctx, node); err != nil {
+			return unavailable(err)
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(addr, "/")+path, bytes.NewReader(body))
 	if err != nil {
@@ -77,6 +80,27 @@ func (c *Client) exchange(ctx context.Context, node, path string, body []byte, o
 		return nil
 	}
 	return peerError(node, resp)
+}
+
+// addressKey carries the address of a node its caller just looked up.
+type addressKey struct{}
+
+type knownPeer struct{ node, addr string }
+
+// AtAddress tells the typed calls made with the context it returns that
+// node is at addr, which its caller just read with the node's heartbeat
+// (Peers.Peer): they do not read it again.
+func AtAddress(ctx context.Context, node, addr string) context.Context {
+	return context.WithValue(ctx, addressKey{}, knownPeer{node, addr})
+}
+
+// knownAddress is the address AtAddress gave node, if it gave one.
+func knownAddress(ctx context.Context, node string) (string, bool) {
+	p, ok := ctx.Value(addressKey{}).(knownPeer)
+	if !ok || p.node != node || p.addr == "" {
+		return "", false
+	}
+	return p.addr, true
 }
 
 // peerError is a peer's failure as the core's error of the kind its

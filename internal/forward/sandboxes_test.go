@@ -252,3 +252,37 @@ func TestTypedTemplateCallsOnAPeer(t *testing.T) {
 		t.Fatalf("an unknown build on node-b: %v", err)
 	}
 }
+
+// countingPeers is node-b at addr, counting the reads of its address.
+type countingPeers struct {
+	addr  string
+	reads *int
+}
+
+func (countingPeers) Self() string { return "node-a" }
+func (p countingPeers) Peer(context.Context, string) (string, bool, error) {
+	*p.reads++
+	return p.addr, true, nil
+}
+
+// A typed call whose caller just read the node's address (with its
+// heartbeat, to know where the sandbox is) does not read it again; one to
+// another node does.
+func TestTypedCallsReuseAKnownAddress(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	own := &volumesOfB{}
+	internal := http.NewServeMux()
+	ServeSandboxes(internal, own, 1<<20)
+	b := httptest.NewServer(New(Config{Peers: onlyB{}, Secret: secret, Internal: internal,
+		Local:     http.NotFoundHandler(),
+		SandboxOf: func(*http.Request) (string, bool) { return "", false }}))
+	defer b.Close()
+	reads := 0
+	c := NewClient(ClientConfig{Peers: countingPeers{b.URL, &reads}, Secret: secret})
+	if _, err := c.GetVolume(AtAddress(context.Background(), "node-b", b.URL), "node-b", "vol1"); err != nil || reads != 0 {
+		t.Fatalf("a call at a known address: %v, the address read %d times", err, reads)
+	}
+	if _, err := c.GetVolume(AtAddress(context.Background(), "node-c", "http://node-c.invalid"), "node-b", "vol1"); err != nil || reads != 1 {
+		t.Fatalf("a call on another node than the one whose address is known: %v, the address read %d times", err, reads)
+	}
+}

@@ -201,7 +201,7 @@ const (
 
 // sandboxCall runs a call on sandbox id where the sandbox is: here (local)
 // or on its node (remote).
-func sandboxCall[T any](c *clustered, ctx context.Context, id string, a access, local func() (T, error), remote func(node string) (T, error)) (T, error) {
+func sandboxCall[T any](c *clustered, ctx context.Context, id string, a access, local func() (T, error), remote func(ctx context.Context, node string) (T, error)) (T, error) {
 	return heldCall(c, ctx, "sandbox "+id, a, func(ctx context.Context) (string, error) {
 		if c.where.Holds(id) {
 			return "", nil
@@ -212,7 +212,7 @@ func sandboxCall[T any](c *clustered, ctx context.Context, id string, a access, 
 
 // volumeCall is sandboxCall for a volume's record; its content (files,
 // streamed) reaches its node before the API (forward.Handler).
-func volumeCall[T any](c *clustered, ctx context.Context, id string, a access, local func() (T, error), remote func(node string) (T, error)) (T, error) {
+func volumeCall[T any](c *clustered, ctx context.Context, id string, a access, local func() (T, error), remote func(ctx context.Context, node string) (T, error)) (T, error) {
 	return heldCall(c, ctx, "volume "+id, a, func(ctx context.Context) (string, error) {
 		return c.where.VolumeNodeOf(ctx, id)
 	}, local, remote)
@@ -221,7 +221,7 @@ func volumeCall[T any](c *clustered, ctx context.Context, id string, a access, l
 // templateCall is sandboxCall for a template (by ID or alias); its build
 // files (upload links and uploads) reach its node before the API
 // (forward.Handler).
-func templateCall[T any](c *clustered, ctx context.Context, idOrAlias string, a access, local func() (T, error), remote func(node string) (T, error)) (T, error) {
+func templateCall[T any](c *clustered, ctx context.Context, idOrAlias string, a access, local func() (T, error), remote func(ctx context.Context, node string) (T, error)) (T, error) {
 	return heldCall(c, ctx, "template "+idOrAlias, a, func(ctx context.Context) (string, error) {
 		return c.where.TemplateNodeOf(ctx, idOrAlias)
 	}, local, remote)
@@ -229,16 +229,16 @@ func templateCall[T any](c *clustered, ctx context.Context, idOrAlias string, a 
 
 // heldCall runs a call on what, held by the node holder names: here
 // (local) or on that node (remote).
-func heldCall[T any](c *clustered, ctx context.Context, what string, a access, holder func(context.Context) (string, error), local func() (T, error), remote func(node string) (T, error)) (T, error) {
+func heldCall[T any](c *clustered, ctx context.Context, what string, a access, holder func(context.Context) (string, error), local func() (T, error), remote func(ctx context.Context, node string) (T, error)) (T, error) {
 	var zero T
-	node, err := c.nodeOf(ctx, what, a, holder)
+	node, addr, err := c.nodeOf(ctx, what, a, holder)
 	if err != nil {
 		return zero, err
 	}
 	if node == "" {
 		return local()
 	}
-	v, err := remote(node)
+	v, err := remote(forward.AtAddress(ctx, node, addr), node)
 	switch {
 	case errors.Is(err, forward.ErrPeerTooOld):
 		// A node of an earlier version: the request goes to it whole, as
@@ -270,26 +270,26 @@ func passedOn(node string) error {
 // that stopped heartbeating is not tried: reads are answered here from
 // the store, whose views show its sandboxes lost; changes are refused for
 // now.
-func (c *clustered) nodeOf(ctx context.Context, what string, a access, holder func(context.Context) (string, error)) (string, error) {
-	node, err := holder(ctx)
+func (c *clustered) nodeOf(ctx context.Context, what string, a access, holder func(context.Context) (string, error)) (node, addr string, err error) {
+	node, err = holder(ctx)
 	if err != nil {
-		return "", outage(err)
+		return "", "", outage(err)
 	}
 	if node == "" || node == c.placer.Self() {
-		return "", nil
+		return "", "", nil
 	}
-	_, alive, err := c.where.Peer(ctx, node)
+	addr, alive, err := c.where.Peer(ctx, node)
 	switch {
 	case errors.Is(err, cluster.ErrNoNode):
-		return "", nil
+		return "", "", nil
 	case err != nil:
-		return "", outage(err)
+		return "", "", outage(err)
 	case !alive && a == read:
-		return "", nil
+		return "", "", nil
 	case !alive:
-		return "", cube.Errorf(cube.Unavailable, "%s is on node %s, which is not answering: it is lost until that node is back (see `cubemastercli node list`)", what, node).WithRetryAfter(10 * time.Second)
+		return "", "", cube.Errorf(cube.Unavailable, "%s is on node %s, which is not answering: it is lost until that node is back (see `cubemastercli node list`)", what, node).WithRetryAfter(10 * time.Second)
 	}
-	return node, nil
+	return node, addr, nil
 }
 
 // outage is a failure to read the cluster's state: the database is out of
@@ -304,53 +304,69 @@ func outage(err error) error {
 func (c *clustered) GetSandbox(ctx context.Context, id string) (*cube.Sandbox, error) {
 	return sandboxCall(c, ctx, id, read,
 		func() (*cube.Sandbox, error) { return c.local.GetSandbox(ctx, id) },
-		func(node string) (*cube.Sandbox, error) { return c.peers.GetSandbox(ctx, node, id) })
+		func(ctx context.Context, node string) (*cube.Sandbox, error) {
+			return c.peers.GetSandbox(ctx, node, id)
+		})
 }
 
 func (c *clustered) KillSandbox(ctx context.Context, id string) error {
 	_, err := sandboxCall(c, ctx, id, change,
 		func() (none, error) { return none{}, c.local.KillSandbox(ctx, id) },
-		func(node string) (none, error) { return none{}, c.peers.KillSandbox(ctx, node, id) })
+		func(ctx context.Context, node string) (none, error) {
+			return none{}, c.peers.KillSandbox(ctx, node, id)
+		})
 	return err
 }
 
 func (c *clustered) SetTimeout(ctx context.Context, id string, timeout time.Duration, extendOnly bool) error {
 	_, err := sandboxCall(c, ctx, id, change,
 		func() (none, error) { return none{}, c.local.SetTimeout(ctx, id, timeout, extendOnly) },
-		func(node string) (none, error) { return none{}, c.peers.SetTimeout(ctx, node, id, timeout, extendOnly) })
+		func(ctx context.Context, node string) (none, error) {
+			return none{}, c.peers.SetTimeout(ctx, node, id, timeout, extendOnly)
+		})
 	return err
 }
 
 func (c *clustered) PauseSandbox(ctx context.Context, id string, keepMemory bool) error {
 	_, err := sandboxCall(c, ctx, id, change,
 		func() (none, error) { return none{}, c.local.PauseSandbox(ctx, id, keepMemory) },
-		func(node string) (none, error) { return none{}, c.peers.PauseSandbox(ctx, node, id, keepMemory) })
+		func(ctx context.Context, node string) (none, error) {
+			return none{}, c.peers.PauseSandbox(ctx, node, id, keepMemory)
+		})
 	return err
 }
 
 func (c *clustered) UpdateNetwork(ctx context.Context, id string, n cube.Network) error {
 	_, err := sandboxCall(c, ctx, id, change,
 		func() (none, error) { return none{}, c.local.UpdateNetwork(ctx, id, n) },
-		func(node string) (none, error) { return none{}, c.peers.UpdateNetwork(ctx, node, id, n) })
+		func(ctx context.Context, node string) (none, error) {
+			return none{}, c.peers.UpdateNetwork(ctx, node, id, n)
+		})
 	return err
 }
 
 func (c *clustered) SandboxMetrics(ctx context.Context, id string, start, end time.Time) ([]cube.Metric, error) {
 	return sandboxCall(c, ctx, id, read,
 		func() ([]cube.Metric, error) { return c.local.SandboxMetrics(ctx, id, start, end) },
-		func(node string) ([]cube.Metric, error) { return c.peers.SandboxMetrics(ctx, node, id, start, end) })
+		func(ctx context.Context, node string) ([]cube.Metric, error) {
+			return c.peers.SandboxMetrics(ctx, node, id, start, end)
+		})
 }
 
 func (c *clustered) SandboxLogs(ctx context.Context, id string) ([]cube.LogEntry, error) {
 	return sandboxCall(c, ctx, id, read,
 		func() ([]cube.LogEntry, error) { return c.local.SandboxLogs(ctx, id) },
-		func(node string) ([]cube.LogEntry, error) { return c.peers.SandboxLogs(ctx, node, id) })
+		func(ctx context.Context, node string) ([]cube.LogEntry, error) {
+			return c.peers.SandboxLogs(ctx, node, id)
+		})
 }
 
 func (c *clustered) CreateSnapshot(ctx context.Context, id, name string) (*cube.Snapshot, error) {
 	return sandboxCall(c, ctx, id, change,
 		func() (*cube.Snapshot, error) { return c.local.CreateSnapshot(ctx, id, name) },
-		func(node string) (*cube.Snapshot, error) { return c.peers.CreateSnapshot(ctx, node, id, name) })
+		func(ctx context.Context, node string) (*cube.Snapshot, error) {
+			return c.peers.CreateSnapshot(ctx, node, id, name)
+		})
 }
 
 // ForkSandbox forks the sandbox on its node, which starts the children
@@ -358,13 +374,17 @@ func (c *clustered) CreateSnapshot(ctx context.Context, id, name string) (*cube.
 func (c *clustered) ForkSandbox(ctx context.Context, id string, req cube.ForkRequest) ([]cube.ForkResult, error) {
 	return sandboxCall(c, ctx, id, change,
 		func() ([]cube.ForkResult, error) { return c.local.ForkSandbox(ctx, id, req) },
-		func(node string) ([]cube.ForkResult, error) { return c.peers.ForkSandbox(ctx, node, id, req) })
+		func(ctx context.Context, node string) ([]cube.ForkResult, error) {
+			return c.peers.ForkSandbox(ctx, node, id, req)
+		})
 }
 
 func (c *clustered) RollbackSandbox(ctx context.Context, id, snapshotID string) (*cube.Rollback, error) {
 	return sandboxCall(c, ctx, id, change,
 		func() (*cube.Rollback, error) { return c.local.RollbackSandbox(ctx, id, snapshotID) },
-		func(node string) (*cube.Rollback, error) { return c.peers.RollbackSandbox(ctx, node, id, snapshotID) })
+		func(ctx context.Context, node string) (*cube.Rollback, error) {
+			return c.peers.RollbackSandbox(ctx, node, id, snapshotID)
+		})
 }
 
 // ConnectSandbox resumes the sandbox where it is, or, when it is paused
@@ -380,7 +400,7 @@ func (c *clustered) ConnectSandbox(ctx context.Context, id string, req cube.Conn
 		sb, resumed, err := c.local.ConnectSandbox(ctx, id, req)
 		return connected{sb, resumed}, err
 	}
-	remote := func(node string, req cube.ConnectRequest) (connected, error) {
+	remote := func(ctx context.Context, node string, req cube.ConnectRequest) (connected, error) {
 		sb, resumed, err := c.peers.ConnectSandbox(ctx, node, id, req)
 		return connected{sb, resumed}, err
 	}
@@ -394,7 +414,7 @@ func (c *clustered) ConnectSandbox(ctx context.Context, id string, req cube.Conn
 			if target == c.placer.Self() {
 				return c.local.ConnectSandbox(ctx, id, req)
 			}
-			v, err := remote(target, req)
+			v, err := remote(ctx, target, req)
 			if !errors.Is(err, forward.ErrPeerTooOld) {
 				return v.sb, v.resumed, err
 			}
@@ -407,7 +427,7 @@ func (c *clustered) ConnectSandbox(ctx context.Context, id string, req cube.Conn
 	}
 	v, err := sandboxCall(c, ctx, id, change,
 		func() (connected, error) { return local(req) },
-		func(node string) (connected, error) { return remote(node, req) })
+		func(ctx context.Context, node string) (connected, error) { return remote(ctx, node, req) })
 	return v.sb, v.resumed, err
 }
 
@@ -417,13 +437,15 @@ func (c *clustered) ConnectSandbox(ctx context.Context, id string, req cube.Conn
 func (c *clustered) GetVolume(ctx context.Context, id string) (*cube.Volume, error) {
 	return volumeCall(c, ctx, id, read,
 		func() (*cube.Volume, error) { return c.local.GetVolume(ctx, id) },
-		func(node string) (*cube.Volume, error) { return c.peers.GetVolume(ctx, node, id) })
+		func(ctx context.Context, node string) (*cube.Volume, error) { return c.peers.GetVolume(ctx, node, id) })
 }
 
 func (c *clustered) DeleteVolume(ctx context.Context, id string) error {
 	_, err := volumeCall(c, ctx, id, change,
 		func() (none, error) { return none{}, c.local.DeleteVolume(ctx, id) },
-		func(node string) (none, error) { return none{}, c.peers.DeleteVolume(ctx, node, id) })
+		func(ctx context.Context, node string) (none, error) {
+			return none{}, c.peers.DeleteVolume(ctx, node, id)
+		})
 	return err
 }
 
@@ -434,20 +456,24 @@ func (c *clustered) DeleteVolume(ctx context.Context, id string) error {
 func (c *clustered) GetTemplate(ctx context.Context, team, idOrAlias string) (*cube.Template, error) {
 	return templateCall(c, ctx, idOrAlias, read,
 		func() (*cube.Template, error) { return c.local.GetTemplate(ctx, team, idOrAlias) },
-		func(node string) (*cube.Template, error) { return c.peers.GetTemplate(ctx, node, team, idOrAlias) })
+		func(ctx context.Context, node string) (*cube.Template, error) {
+			return c.peers.GetTemplate(ctx, node, team, idOrAlias)
+		})
 }
 
 func (c *clustered) DeleteTemplate(ctx context.Context, team, idOrAlias string) error {
 	_, err := templateCall(c, ctx, idOrAlias, change,
 		func() (none, error) { return none{}, c.local.DeleteTemplate(ctx, team, idOrAlias) },
-		func(node string) (none, error) { return none{}, c.peers.DeleteTemplate(ctx, node, team, idOrAlias) })
+		func(ctx context.Context, node string) (none, error) {
+			return none{}, c.peers.DeleteTemplate(ctx, node, team, idOrAlias)
+		})
 	return err
 }
 
 func (c *clustered) StartBuild(ctx context.Context, team, templateID, buildID string, spec cube.BuildSpec) error {
 	_, err := templateCall(c, ctx, templateID, change,
 		func() (none, error) { return none{}, c.local.StartBuild(ctx, team, templateID, buildID, spec) },
-		func(node string) (none, error) {
+		func(ctx context.Context, node string) (none, error) {
 			return none{}, c.peers.StartBuild(ctx, node, team, templateID, buildID, spec)
 		})
 	return err
@@ -458,7 +484,7 @@ func (c *clustered) BuildStatus(ctx context.Context, team, templateID, buildID s
 		func() (*cube.BuildStatus, error) {
 			return c.local.BuildStatus(ctx, team, templateID, buildID, logsOffset)
 		},
-		func(node string) (*cube.BuildStatus, error) {
+		func(ctx context.Context, node string) (*cube.BuildStatus, error) {
 			return c.peers.BuildStatus(ctx, node, team, templateID, buildID, logsOffset)
 		})
 }
@@ -466,7 +492,7 @@ func (c *clustered) BuildStatus(ctx context.Context, team, templateID, buildID s
 func (c *clustered) BuildLogs(ctx context.Context, team, templateID, buildID string, q cube.BuildLogQuery) ([]cube.BuildLogEntry, error) {
 	return templateCall(c, ctx, templateID, read,
 		func() ([]cube.BuildLogEntry, error) { return c.local.BuildLogs(ctx, team, templateID, buildID, q) },
-		func(node string) ([]cube.BuildLogEntry, error) {
+		func(ctx context.Context, node string) ([]cube.BuildLogEntry, error) {
 			return c.peers.BuildLogs(ctx, node, team, templateID, buildID, q)
 		})
 }
@@ -474,13 +500,17 @@ func (c *clustered) BuildLogs(ctx context.Context, team, templateID, buildID str
 func (c *clustered) TemplateTags(ctx context.Context, team, idOrName string) ([]cube.TemplateTag, error) {
 	return templateCall(c, ctx, idOrName, read,
 		func() ([]cube.TemplateTag, error) { return c.local.TemplateTags(ctx, team, idOrName) },
-		func(node string) ([]cube.TemplateTag, error) { return c.peers.TemplateTags(ctx, node, team, idOrName) })
+		func(ctx context.Context, node string) ([]cube.TemplateTag, error) {
+			return c.peers.TemplateTags(ctx, node, team, idOrName)
+		})
 }
 
 func (c *clustered) SetPublic(ctx context.Context, team, idOrName string, public bool) ([]string, error) {
 	return templateCall(c, ctx, idOrName, change,
 		func() ([]string, error) { return c.local.SetPublic(ctx, team, idOrName, public) },
-		func(node string) ([]string, error) { return c.peers.SetPublic(ctx, node, team, idOrName, public) })
+		func(ctx context.Context, node string) ([]string, error) {
+			return c.peers.SetPublic(ctx, node, team, idOrName, public)
+		})
 }
 
 // none is the result of a call that answers nothing.
