@@ -27,7 +27,9 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request, pattern string) {
 		return
 	}
 	status := http.StatusOK
-	if rec, ok := w.(*recorder); ok && rec.status != 0 {
+	if rec, ok := w.(*recorder); ok && rec.elsewhere {
+		return // the node that answers it records it
+	} else if ok && rec.status != 0 {
 		status = rec.status
 	}
 	s.cfg.Audit.Record(cube.AuditEntry{Team: c.Team, KeyID: c.KeyID, KeyName: c.KeyName,

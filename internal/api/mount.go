@@ -78,6 +78,8 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// elsewhere: another node answers the request (cube.ErrAnsweredElsewhere).
+	elsewhere bool
 }
 
 func (r *recorder) WriteHeader(code int) {

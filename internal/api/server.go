@@ -225,7 +225,15 @@ const (
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (h handlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := h(w, r); err != nil {
+	err := h(w, r)
+	switch {
+	case errors.Is(err, cube.ErrAnsweredElsewhere):
+		// Another node answers the request: nothing is answered, or
+		// audited, here.
+		if rec, ok := w.(*recorder); ok {
+			rec.elsewhere = true
+		}
+	case err != nil:
 		writeError(w, err)
 	}
 }

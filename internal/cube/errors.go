@@ -143,3 +143,10 @@ func RetryAfterOf(err error) time.Duration {
 // ErrNotSupported is what a service may return (wrapped or not) for an
 // operation it does not implement yet.
 var ErrNotSupported = &Error{Kind: Unsupported, Message: "operation not supported by this server"}
+
+// ErrAnsweredElsewhere is in the chain of a call's error when the request
+// the call serves was handed whole to the node holding what it is about,
+// which answers it instead (a node of an earlier version, in a cluster
+// being upgraded): the node that took the request answers, and records,
+// nothing of it.
+var ErrAnsweredElsewhere = errors.New("the request is answered by the node that holds what it is about")

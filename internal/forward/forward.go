@@ -1,8 +1,10 @@
 // Package forward is the transport between the nodes of a cluster. Its
 // Client makes a node's typed calls on a peer (a create placement sent
-// there, a template's files); its Handler passes a request about a
-// sandbox, template or volume that another node holds to that node, and
-// sandbox traffic through the proxy follows its sandbox. Node-to-node
+// there, a call on a sandbox, template or volume that peer holds, a
+// template's files), which the peer answers through ServeSandboxes; its
+// Handler passes sandbox traffic through the proxy, signed file URLs, and
+// requests about a template's build files or a volume's content another
+// node holds to that node. Node-to-node
 // requests are signed with the cluster secret (see sign.go), and a signed
 // request is always served where it arrives, so nothing is forwarded
 // twice.
@@ -39,9 +41,6 @@ type Peers interface {
 	Self() string
 	// Peer returns a node's API base URL and whether it heartbeats.
 	Peer(ctx context.Context, id string) (address string, alive bool, err error)
-	// Place picks the node a create runs on and holds room for it there
-	// until release is called.
-	Place(ctx context.Context, want cluster.Want) (node string, release func(), err error)
 }
 
 // Tokens finds the sandbox of the cluster whose envd token made a signed
@@ -58,33 +57,32 @@ type Config struct {
 	Peers Peers
 	// Secret signs requests between nodes.
 	Secret []byte
-	// Local answers what this node holds and what any node answers
-	// (lists, creates, which the service behind it places).
+	// Local is the API over the cluster: it answers what any node answers
+	// (lists, creates, calls on one sandbox, template or volume, which the
+	// cluster-aware service behind it sends where they belong) and the
+	// template build files and volume contents this node holds.
 	Local http.Handler
 	// SandboxOf names the sandbox a request is traffic for (the proxy's
 	// routing), and Runs says whether it runs here, without a database read.
 	SandboxOf func(*http.Request) (string, bool)
 	Runs      func(sandboxID string) bool
 	// SandboxNode, TemplateNode and VolumeNode name the node holding a
-	// sandbox, template (ID or alias) or volume: "" when the record has
-	// none or does not exist (the local API then answers).
+	// sandbox (for its traffic), template (ID or alias, for its build
+	// files) or volume (for its content): "" when the record has none or
+	// does not exist (the local API then answers).
 	SandboxNode, TemplateNode, VolumeNode func(ctx context.Context, id string) (string, error)
 	// Tokens finds the sandbox, on any node, that made a signed file URL
 	// no sandbox of this node made. Nil: such URLs are answered here.
 	Tokens Tokens
-	// Movable says whether a sandbox should resume on another node than
-	// its own (paused on disk, no volumes, its node answering but taking
-	// no new sandboxes), and if so its node and what placing it needs.
-	// Nil: sandboxes resume where they paused.
-	Movable func(ctx context.Context, sandboxID string) (from string, want cluster.Want, ok bool)
 	// Internal answers the routes nodes call on each other (under
 	// InternalPrefix, such as a template's files for a copy); only signed
 	// requests reach it.
 	Internal http.Handler
 	// Signed answers the API and sandbox traffic peers pass to this node:
 	// the API over this node's own parts, since the peer that signed the
-	// request already chose this node. A resume this node moves to itself
-	// goes there too, as the one API that takes a move. Nil: Local.
+	// request already chose this node (requests about a template or volume
+	// held here, and whatever a node of an earlier version passes on).
+	// Nil: Local.
 	Signed http.Handler
 	// PeerTLS is the TLS this node speaks to peers whose address is
 	// https (its client certificate, the peers' verification); nil uses
@@ -108,7 +106,10 @@ type Config struct {
 	Client *Client
 }
 
-// Handler routes requests to the node holding what they are about.
+// Handler routes sandbox traffic, signed file URLs, and requests about
+// templates' build files and volumes' contents, to the node holding what
+// they are about; other API calls reach the API here, whose service
+// routes them.
 type Handler struct {
 	cfg   Config
 	proxy *httputil.ReverseProxy
@@ -224,35 +225,43 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	kind, id := subject(r)
 	if kind != "" && (h.cfg.Authorized == nil || !h.cfg.Authorized(r)) {
-		// The API would refuse it too, but only after this node asked the
-		// database where its subject is, or passed it to a peer: work an
-		// anonymous client must not be able to cause.
+		// The API would refuse it too, but a request about a template's
+		// files or a volume's content would first have this node ask the
+		// database where it is and pass it to a peer, and any would have
+		// its body kept for a node of an earlier version
+		// (serveReplayable): work an anonymous client must not be able to
+		// cause.
 		httperr.Write(w, httperr.Errorf(http.StatusUnauthorized, "missing or invalid API key: send it in the X-API-Key header"))
 		return
 	}
 	switch kind {
-	case "sandbox":
-		if h.moveOnResume(w, r, id) {
+	case "template":
+		if !templateFiles(r) {
+			// A call on a template: its service finds the template's node.
+			h.serveReplayable(w, r)
 			return
 		}
-		h.route(w, r, "sandbox "+id, func(ctx context.Context) (string, error) {
-			if h.cfg.Runs(id) {
-				return "", nil
-			}
-			return h.cfg.SandboxNode(ctx, id)
-		})
-	case "template":
 		h.route(w, r, "template "+id, func(ctx context.Context) (string, error) { return h.cfg.TemplateNode(ctx, id) })
 	case "volume":
+		if !strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+			// A volume's record: its service finds the volume's node.
+			h.serveReplayable(w, r)
+			return
+		}
 		h.route(w, r, "volume "+id, func(ctx context.Context) (string, error) { return h.cfg.VolumeNode(ctx, id) })
 	default:
-		h.cfg.Local.ServeHTTP(w, r)
+		// Creates, calls on one sandbox and what any node answers: the
+		// API decodes them and the cluster-aware service behind it finds
+		// the node each call goes to.
+		h.serveReplayable(w, r)
 	}
 }
 
 // subject names what an API request is about, from its path: a create,
-// one sandbox, template or volume, or "" for what any node answers (lists,
-// health, the console).
+// one sandbox, template or volume (which the API here takes, its service
+// finding their node, but for a template's build files and a volume's
+// content, passed to their node here), or "" for what any node answers
+// (lists, health, the console).
 func subject(r *http.Request) (kind, id string) {
 	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	if len(seg) > 0 && (seg[0] == "v2" || seg[0] == "v3") {
@@ -272,6 +281,15 @@ func subject(r *http.Request) (kind, id string) {
 		return "volume", seg[1]
 	}
 	return "", ""
+}
+
+// templateFiles reports whether r is about a template's build files: the
+// link to upload them (signed by the node holding the template, with a
+// secret of its own) and the upload. Both are passed to that node as they
+// came.
+func templateFiles(r *http.Request) bool {
+	seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	return len(seg) >= 3 && seg[0] == "templates" && seg[2] == "files"
 }
 
 // route serves r here when this node holds what it is about, else passes
@@ -309,43 +327,11 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, what string, own
 
 // MoveHeader, on a signed request to resume a sandbox, names the node the
 // receiving node takes the sandbox over from first: the API's, as the
-// receiving API reads it into the request it decodes.
+// receiving API reads it into the request it decodes. Nodes of this
+// version move a sandbox with a typed connect (cube.ConnectRequest's
+// MoveFrom); the header is how nodes of earlier versions, and a request
+// passed on to one (PassOn), ask for it.
 const MoveHeader = api.MoveFromHeader
-
-// moveOnResume passes a resume of a sandbox paused on disk whose node
-// takes no new sandboxes to a node placement picks, which takes the
-// sandbox over and resumes it there; it reports whether it did.
-func (h *Handler) moveOnResume(w http.ResponseWriter, r *http.Request, sandboxID string) bool {
-	if h.cfg.Movable == nil || r.Method != http.MethodPost || !isResume(r.URL.Path) {
-		return false
-	}
-	from, want, ok := h.cfg.Movable(r.Context(), sandboxID)
-	if !ok {
-		return false
-	}
-	node, release, err := h.cfg.Peers.Place(r.Context(), want)
-	if err != nil || node == from {
-		if err == nil {
-			release()
-		}
-		return false // resumed where it is, as always
-	}
-	defer release()
-	if node == h.cfg.Peers.Self() {
-		// As a peer would be asked: this node chose itself, and the API
-		// over its own parts is the one that takes a move.
-		r.Header.Set(MoveHeader, from)
-		h.cfg.Signed.ServeHTTP(w, r)
-		return true
-	}
-	addr, _, err := h.cfg.Peers.Peer(r.Context(), node)
-	if err != nil {
-		return false
-	}
-	r.Header.Set(MoveHeader, from)
-	h.forward(w, r, addr)
-	return true
-}
 
 // isResume reports whether an API path resumes a sandbox: E2B's connect,
 // and its older resume.

@@ -201,10 +201,6 @@ func TestKeyCheckedBeforeAnyWork(t *testing.T) {
 		SandboxOf:   func(*http.Request) (string, bool) { return "", false },
 		Runs:        func(string) bool { return false },
 		SandboxNode: lookup, TemplateNode: lookup, VolumeNode: lookup,
-		Movable: func(context.Context, string) (string, cluster.Want, bool) {
-			queries++
-			return "node-b", cluster.Want{}, true
-		},
 		Authorized: func(r *http.Request) bool { return r.Header.Get("X-API-Key") == "e2b_the_key" },
 	})
 	for _, c := range []struct{ method, path string }{

@@ -57,8 +57,12 @@ type served struct {
 // wire is node-a forwarding to node-b through a man in the middle, which
 // records each request it passes on and may change it first.
 type wire struct {
-	t      *testing.T
-	a      *Handler
+	t *testing.T
+	a *Handler
+	// client is node-a's client of node-b, through the middle.
+	client *Client
+	// own is node-b's own service, as far as typed calls reach it.
+	own    *ownSandboxes
 	b      *httptest.Server
 	mu     sync.Mutex
 	passed []passed
@@ -69,8 +73,11 @@ type wire struct {
 
 func newWire(t *testing.T) *wire {
 	secret := []byte("0123456789abcdef0123")
-	wr := &wire{t: t}
+	wr := &wire{t: t, own: &ownSandboxes{}}
+	internal := http.NewServeMux()
+	ServeSandboxes(internal, wr.own, 1<<20)
 	b := New(Config{Peers: onlyB{}, Secret: secret, SandboxOf: func(*http.Request) (string, bool) { return "", false },
+		Internal: internal,
 		Local: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s := served{path: r.URL.Path, moveFrom: r.Header.Get(MoveHeader)}
 			s.body, s.readErr = io.ReadAll(r.Body)
@@ -110,12 +117,40 @@ func newWire(t *testing.T) *wire {
 		Runs:        func(string) bool { return false },
 		SandboxNode: func(context.Context, string) (string, error) { return "node-b", nil },
 		VolumeNode:  func(context.Context, string) (string, error) { return "node-b", nil },
-		Movable: func(_ context.Context, id string) (string, cluster.Want, bool) {
-			return "node-c", cluster.Want{}, id == "moving"
-		},
-		Authorized: func(*http.Request) bool { return true },
+		Authorized:  func(*http.Request) bool { return true },
 	})
+	wr.client = NewClient(ClientConfig{Peers: nodeB{mitm.URL}, Secret: secret})
 	return wr
+}
+
+// ownSandboxes is a node's own service as far as its peers' typed calls
+// on sandboxes reach it: it records them.
+type ownSandboxes struct {
+	Local
+	mu    sync.Mutex
+	calls []string
+}
+
+func (o *ownSandboxes) record(call string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls = append(o.calls, call)
+}
+
+func (o *ownSandboxes) made() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.calls...)
+}
+
+func (o *ownSandboxes) SetTimeout(_ context.Context, id string, d time.Duration, extendOnly bool) error {
+	o.record(fmt.Sprintf("timeout %s %s %v", id, d, extendOnly))
+	return nil
+}
+
+func (o *ownSandboxes) ConnectSandbox(_ context.Context, id string, req cube.ConnectRequest) (*cube.Sandbox, bool, error) {
+	o.record(fmt.Sprintf("connect %s %s from %q", id, req.Timeout, req.MoveFrom))
+	return &cube.Sandbox{ID: id, Node: "node-b", State: cube.StateRunning}, true, nil
 }
 
 // send passes p to node-b as it is, a body with trailers chunked.
@@ -154,16 +189,21 @@ func (wr *wire) last() (passed, []served) {
 	return wr.passed[len(wr.passed)-1], append([]served(nil), wr.served...)
 }
 
-// A request node-a forwards reaches node-b once and as it was sent: a
-// replay of it, a changed body, or an X-Cube-Move-From header added or
-// changed on the way is refused before node-b's API sees it.
+// A request node-a forwards (about a volume node-b holds) reaches node-b
+// once and as it was sent: a replay of it, a changed body, or an
+// X-Cube-Move-From header added on the way is refused before node-b's
+// API sees it. So is a typed call node-a makes on node-b (a timeout, a
+// connect that moves a sandbox): replayed, with its arguments changed
+// (the node to take a sandbox over from among them), or with an
+// X-Cube-Move-From header added, it is refused before node-b's service
+// sees it.
 func TestForwardedRequestsAreSealed(t *testing.T) {
 	wr := newWire(t)
-	if code := wr.do("POST", "/sandboxes/abc/timeout", strings.NewReader(`{"timeout":60}`)); code != 200 {
+	if code := wr.do("PATCH", "/volumecontent/v1/path?path=/a", strings.NewReader(`{"mode":420}`)); code != 200 {
 		t.Fatalf("a forwarded request: %d", code)
 	}
 	p, got := wr.last()
-	if len(got) != 1 || string(got[0].body) != `{"timeout":60}` || got[0].moveFrom != "" || len(got[0].cubeHeaders) != 0 {
+	if len(got) != 1 || string(got[0].body) != `{"mode":420}` || got[0].moveFrom != "" || len(got[0].cubeHeaders) != 0 {
 		t.Fatalf("node-b served %+v", got)
 	}
 
@@ -175,7 +215,7 @@ func TestForwardedRequestsAreSealed(t *testing.T) {
 		}
 	})
 	for name, change := range map[string]func(*passed){
-		"body changed": func(p *passed) { p.body = []byte(`{"timeout":86400}`) },
+		"body changed": func(p *passed) { p.body = []byte(`{"mode":511}`) },
 		"X-Cube-Move-From added": func(p *passed) {
 			p.header.Set(MoveHeader, "node-c")
 		},
@@ -184,25 +224,55 @@ func TestForwardedRequestsAreSealed(t *testing.T) {
 			_, before := wr.last()
 			wr.change = change
 			defer func() { wr.change = nil }()
-			code := wr.do("POST", "/sandboxes/abc/timeout", strings.NewReader(`{"timeout":60}`))
+			code := wr.do("PATCH", "/volumecontent/v1/path?path=/a", strings.NewReader(`{"mode":420}`))
 			if _, after := wr.last(); code != 403 || len(after) != len(before) {
 				t.Fatalf("%d, node-b served %+v", code, after[len(before):])
 			}
 		})
 	}
-	t.Run("X-Cube-Move-From changed", func(t *testing.T) {
-		if code := wr.do("POST", "/sandboxes/moving/connect", strings.NewReader(`{"timeout":60}`)); code != 200 {
-			t.Fatalf("a resume moved to node-b: %d", code)
+
+	ctx := context.Background()
+	t.Run("typed calls", func(t *testing.T) {
+		if err := wr.client.SetTimeout(ctx, "node-b", "abc", time.Minute, false); err != nil {
+			t.Fatalf("a timeout on node-b: %v", err)
 		}
-		if _, got := wr.last(); got[len(got)-1].moveFrom != "node-c" {
-			t.Fatalf("node-b took the sandbox from %q, want node-c", got[len(got)-1].moveFrom)
+		if got := wr.own.made(); len(got) != 1 || got[0] != "timeout abc 1m0s false" {
+			t.Fatalf("node-b's service was asked %q", got)
 		}
-		_, before := wr.last()
-		wr.change = func(p *passed) { p.header.Set(MoveHeader, "node-d") }
+		p, _ := wr.last()
+		resp := wr.send(p)
+		resp.Body.Close()
+		if got := wr.own.made(); resp.StatusCode != 403 || len(got) != 1 {
+			t.Fatalf("the same signed call again: %d, node-b's service asked %q", resp.StatusCode, got)
+		}
+		for name, change := range map[string]func(*passed){
+			"arguments changed": func(p *passed) {
+				p.body = bytes.Replace(p.body, []byte("60000000000"), []byte("86400000000000"), 1)
+			},
+			"X-Cube-Move-From added": func(p *passed) { p.header.Set(MoveHeader, "node-c") },
+		} {
+			wr.change = change
+			err := wr.client.SetTimeout(ctx, "node-b", "abc", time.Minute, false)
+			wr.change = nil
+			if got := wr.own.made(); cube.KindOf(err) != cube.Forbidden || len(got) != 1 {
+				t.Fatalf("a timeout with %s on the way: %v, node-b's service asked %q", name, err, got)
+			}
+		}
+	})
+	t.Run("a move changed", func(t *testing.T) {
+		req := cube.ConnectRequest{Timeout: time.Minute, MoveFrom: "node-c"}
+		if sb, resumed, err := wr.client.ConnectSandbox(ctx, "node-b", "moving", req); err != nil || sb.ID != "moving" || !resumed {
+			t.Fatalf("a resume moved to node-b: %+v %v %v", sb, resumed, err)
+		}
+		before := wr.own.made()
+		if last := before[len(before)-1]; last != `connect moving 1m0s from "node-c"` {
+			t.Fatalf("node-b was asked %s, want the sandbox taken from node-c", last)
+		}
+		wr.change = func(p *passed) { p.body = bytes.Replace(p.body, []byte("node-c"), []byte("node-d"), 1) }
 		defer func() { wr.change = nil }()
-		code := wr.do("POST", "/sandboxes/moving/connect", strings.NewReader(`{"timeout":60}`))
-		if _, after := wr.last(); code != 403 || len(after) != len(before) {
-			t.Fatalf("%d, node-b served %+v", code, after[len(before):])
+		_, _, err := wr.client.ConnectSandbox(ctx, "node-b", "moving", req)
+		if after := wr.own.made(); cube.KindOf(err) != cube.Forbidden || len(after) != len(before) {
+			t.Fatalf("a move changed on the way: %v, node-b's service asked %q", err, after[len(before):])
 		}
 	})
 }

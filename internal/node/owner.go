@@ -53,8 +53,8 @@ func (h *host) takeUnowned(ctx context.Context) error {
 }
 
 // Holds reports whether the sandbox is this node's and known in memory
-// (running, paused or on its way): the cluster's forwarding serves such
-// a sandbox here without reading the store.
+// (running, paused or on its way): in a cluster, calls on such a sandbox
+// and its traffic are served here without reading the store.
 func (n *Node) Holds(sandboxID string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -131,9 +131,6 @@ func clusterHandler(o Options, st *store.Store, nd *node.Node, cl *clusterParts,
 			}
 			return rec.Node, nil
 		},
-		Movable: func(ctx context.Context, sandboxID string) (string, cluster.Want, bool) {
-			return movable(ctx, st, reg, sandboxID)
-		},
 	})
 }
 
@@ -198,23 +195,6 @@ type forkResult struct {
 	Sandbox *cube.Sandbox `json:"sandbox,omitempty"`
 	Error   string        `json:"error,omitempty"`
 	Kind    cube.Kind     `json:"kind,omitempty"`
-}
-
-// movable says whether a resume of the sandbox should take it to another
-// node: it is paused on disk without volumes, and its node answers but
-// takes no new sandboxes (draining, standby). The sandbox then goes where
-// its template is, or wherever there is room.
-func movable(ctx context.Context, st *store.Store, reg *cluster.Registry, sandboxID string) (string, cluster.Want, bool) {
-	rec, err := st.Sandboxes().Get(ctx, sandboxID)
-	if err != nil || !rec.PausedOnDisk() || rec.PauseImage == "" ||
-		rec.Boot == nil || len(rec.Boot.Mounts) > 0 || rec.Node == "" {
-		return "", cluster.Want{}, false
-	}
-	n, err := reg.GetNode(ctx, rec.Node)
-	if err != nil || n.Status == cube.NodeReady || n.Status == cube.NodeUnhealthy {
-		return "", cluster.Want{}, false
-	}
-	return rec.Node, cluster.Want{MemoryMB: rec.MemoryMB, Holders: rec.Boot.Holders()}, true
 }
 
 // internalRoutes answers what the nodes of a cluster ask of each other,
@@ -382,11 +362,11 @@ func forkElsewhere(ctx context.Context, st *store.Store, reg *cluster.Registry, 
 
 // service is own, this node's service, as the API calls it: placed by the
 // cluster when there is one.
-func (cl *clusterParts) service(own *service, nd *node.Node) cube.Backend {
+func (cl *clusterParts) service(own *service, nd *node.Node, st *store.Store) cube.Backend {
 	if cl.client == nil {
 		return own
 	}
-	return newClustered(own, nd, cl.registry, cl.client)
+	return newClustered(own, nd, st, cl.registry, cl.client)
 }
 
 // forkAway lets forks of a node that takes no new sandboxes start on

@@ -345,7 +345,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	trail := audit.New(st, name, audit.Retention{MaxAge: o.AuditMaxAge, MaxRows: o.AuditMaxRows}, log)
 	done.push(trail.Close)
-	apiSrv, err := newAPI(o, keys, trail, ls, log, eg, nd, builder, cl, own.usage, cl.service(own, nd))
+	apiSrv, err := newAPI(o, keys, trail, ls, log, eg, nd, builder, cl, own.usage, cl.service(own, nd, st))
 	if err != nil {
 		return err
 	}
