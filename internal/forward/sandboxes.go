@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,6 +32,11 @@ var ErrPeerTooOld = errors.New("the peer does not take typed calls")
 // peer at all (as opposed to the peer's answer): a read may then be
 // answered from the shared store instead.
 var ErrUnreachable = errors.New("the peer could not be reached")
+
+// ErrNotDelivered is an ErrUnreachable whose request never left this node
+// (the connection to the peer could not be made): the peer did nothing,
+// and a create may be placed elsewhere.
+var ErrNotDelivered = fmt.Errorf("%w: the request was not delivered", ErrUnreachable)
 
 // CreateSandbox creates a sandbox on node. A failure the peer answered is
 // returned as the peer's kind and words, so the client is told what it
@@ -70,6 +76,9 @@ func (c *Client) exchange(ctx context.Context, node, path string, body []byte, o
 	if err != nil {
 		e := cube.Errorf(cube.Unavailable, "the node holding this could not be reached (%v); try again shortly", err).WithRetryAfter(2 * time.Second)
 		e.Err = ErrUnreachable
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+			e.Err = ErrNotDelivered
+		}
 		return e
 	}
 	defer resp.Body.Close()

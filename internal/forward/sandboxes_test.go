@@ -65,6 +65,14 @@ func TestTypedCreateOnAPeer(t *testing.T) {
 	if httperr.StatusOf(err) != http.StatusTooManyRequests {
 		t.Fatalf("a refused create on node-b answers %d", httperr.StatusOf(err))
 	}
+
+	// A node nobody listens at took nothing: the create may go elsewhere.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	_, err = NewClient(ClientConfig{Peers: nodeB{gone.URL}, Secret: secret}).CreateSandbox(context.Background(), "node-b", req)
+	if cube.KindOf(err) != cube.Unavailable || !errors.Is(err, ErrNotDelivered) || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a create on a node that does not listen: %v; want unavailable, not delivered", err)
+	}
 }
 
 // During a rolling upgrade a node of an earlier version takes no typed

@@ -149,21 +149,39 @@ func (c *clustered) CreateSandbox(ctx context.Context, req cube.CreateRequest) (
 	if err != nil {
 		return c.local.CreateSandbox(ctx, req)
 	}
-	target, release, err := c.placer.Place(ctx, want)
-	if err != nil {
-		return nil, err
+	// A peer that cannot be connected to (it is dying, and its heartbeat
+	// does not say so yet) did nothing: the create is placed again
+	// without it, twice at most.
+	var unreached error
+	for tries := 0; ; tries++ {
+		target, release, err := c.placer.Place(ctx, want)
+		if err != nil {
+			if unreached != nil {
+				return nil, unreached
+			}
+			return nil, err
+		}
+		if target == c.placer.Self() {
+			defer release()
+			return c.local.CreateSandbox(ctx, req)
+		}
+		sb, err := c.peers.CreateSandbox(ctx, target, req)
+		switch {
+		case errors.Is(err, forward.ErrPeerTooOld):
+			// A node not yet upgraded takes no typed create: the sandbox
+			// runs here, which copies the template from that node if
+			// need be.
+			defer release()
+			return c.local.CreateSandbox(ctx, req)
+		case errors.Is(err, forward.ErrNotDelivered) && tries < 2:
+			release()
+			unreached = err
+			want.Avoid = append(want.Avoid, target)
+			continue
+		}
+		release()
+		return sb, err
 	}
-	defer release()
-	if target == c.placer.Self() {
-		return c.local.CreateSandbox(ctx, req)
-	}
-	sb, err := c.peers.CreateSandbox(ctx, target, req)
-	if errors.Is(err, forward.ErrPeerTooOld) {
-		// A node not yet upgraded takes no typed create: the sandbox runs
-		// here, which copies the template from that node if need be.
-		return c.local.CreateSandbox(ctx, req)
-	}
-	return sb, err
 }
 
 // createWant is what a create needs of a node: room for its memory, its

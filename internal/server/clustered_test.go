@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -330,5 +331,73 @@ func TestClusteredCallsGoToTheHoldingNode(t *testing.T) {
 		if places.held != 0 {
 			t.Errorf("%s: %d rooms still held", name, places.held)
 		}
+	}
+}
+
+// avoiding places on the first of its nodes the create does not avoid.
+type avoiding struct {
+	nodes      []string
+	held, seen int
+}
+
+func (*avoiding) Self() string { return "node-a" }
+func (p *avoiding) Place(_ context.Context, want cluster.Want) (string, func(), error) {
+	p.seen++
+	for _, n := range p.nodes {
+		if !slices.Contains(want.Avoid, n) {
+			p.held++
+			return n, func() { p.held-- }, nil
+		}
+	}
+	return "", nil, cube.Errorf(cube.Capacity, "every node is full")
+}
+
+// unreachablePeers cannot be connected to for the nodes in down.
+type unreachablePeers struct {
+	peerCreates
+	down []string
+}
+
+func (u unreachablePeers) CreateSandbox(ctx context.Context, node string, req cube.CreateRequest) (*cube.Sandbox, error) {
+	u.c.on = append(u.c.on, node)
+	if slices.Contains(u.down, node) {
+		return nil, &cube.Error{Kind: cube.Unavailable, Message: "could not be reached", Err: forward.ErrNotDelivered}
+	}
+	return &cube.Sandbox{ID: "there", Node: node}, nil
+}
+
+// A create whose peer cannot be connected to (a dying node not yet
+// declared so) is placed again without it, at most three placements in
+// all; a peer that took the request and then failed is not retried.
+func TestClusteredCreateSkipsAPeerItCannotReach(t *testing.T) {
+	for _, c := range []struct {
+		nodes, down []string
+		want        string
+		tried       string
+	}{
+		{nodes: []string{"node-b", "node-c"}, down: []string{"node-b"}, want: "node-c", tried: "[node-b node-c]"},
+		{nodes: []string{"node-b", "node-c", "node-d", "node-e"}, down: []string{"node-b", "node-c", "node-d"}, tried: "[node-b node-c node-d]"},
+		{nodes: []string{"node-b"}, down: []string{"node-b"}, tried: "[node-b]"},
+	} {
+		made, places := &madeAt{}, &avoiding{nodes: c.nodes}
+		cs := &clustered{local: hereCreates{c: made}, placer: places, peers: unreachablePeers{peerCreates{c: made}, c.down},
+			want: func(context.Context, cube.CreateRequest) (cluster.Want, error) { return cluster.Want{}, nil }}
+		sb, err := cs.CreateSandbox(context.Background(), cube.CreateRequest{Template: "t"})
+		switch {
+		case c.want != "" && (err != nil || sb.Node != c.want):
+			t.Errorf("%v down: %+v, %v; want made on %s", c.down, sb, err, c.want)
+		case c.want == "" && (cube.KindOf(err) != cube.Unavailable || !errors.Is(err, forward.ErrUnreachable)):
+			t.Errorf("%v down: %v; want the peer's unreachable error", c.down, err)
+		}
+		if got := fmt.Sprint(made.on); got != c.tried || places.held != 0 || len(made.here) != 0 {
+			t.Errorf("%v down: tried %s (want %s), %d rooms held, made here %v", c.down, got, c.tried, places.held, made.here)
+		}
+	}
+	// A peer that failed after taking the request is not asked again.
+	made, places := &madeAt{}, &avoiding{nodes: []string{"node-b", "node-c"}}
+	cs := &clustered{local: hereCreates{c: made}, placer: places, peers: peerCreates{c: made, err: &cube.Error{Kind: cube.Unavailable, Message: "reset", Err: forward.ErrUnreachable}},
+		want: func(context.Context, cube.CreateRequest) (cluster.Want, error) { return cluster.Want{}, nil }}
+	if _, err := cs.CreateSandbox(context.Background(), cube.CreateRequest{Template: "t"}); !errors.Is(err, forward.ErrUnreachable) || places.seen != 1 {
+		t.Errorf("delivered, then unreachable: %v after %d placements; want one placement and its error", err, places.seen)
 	}
 }
