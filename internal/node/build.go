@@ -84,6 +84,9 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 			return err
 		}
 		n.log.Info("template manifest written", "template", tpl.ID, "files", files, "took", time.Since(at).Round(time.Millisecond))
+		// The build container has stopped: its slot takes the sandbox
+		// that learns the image's hot pages.
+		n.learnHotPages(ctx, tpl, tmp, slot)
 		return nil
 	})
 	if err != nil {

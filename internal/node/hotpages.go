@@ -1,0 +1,61 @@
+package node
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"cube/internal/envd/protocol"
+	"cube/internal/id"
+	"cube/internal/netslot"
+	"cube/internal/runtime"
+	"cube/internal/store"
+)
+
+// learnHotPages finds the pages of a template's new image (image, still
+// under its temporary name) that a sandbox restored from it writes first,
+// and records them in the image (runtime.HotPageLearner), so that restores
+// of it copy them at once rather than one page fault each: it restores the
+// image in the build's slot, makes the agent requests a create makes (its
+// /init, then a metrics read as the warm pool's warmUp does), and
+// checkpoints that sandbox into a probe image, whose record of the pages
+// it copied is kept. Best effort: an image without hot pages restores as
+// before.
+func (n *Node) learnHotPages(ctx context.Context, tpl *store.Template, image string, slot *netslot.Slot) {
+	learner, ok := n.rt.(runtime.HotPageLearner)
+	if !ok {
+		return
+	}
+	start := time.Now()
+	bytes, err := n.probeHotPages(ctx, learner, tpl, image, slot)
+	if err != nil {
+		n.log.Warn("template hot pages not learnt; its restores share every page", "template", tpl.ID, "err", err)
+		return
+	}
+	n.log.Info("template hot pages learnt", "template", tpl.ID, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
+}
+
+func (n *Node) probeHotPages(ctx context.Context, learner runtime.HotPageLearner, tpl *store.Template, image string, slot *netslot.Slot) (int64, error) {
+	cid := "hot-" + tpl.ID + "-" + id.New("", 6)
+	sb, err := n.rt.Restore(ctx, image, Spec(tpl, cid, slot.NetNS))
+	if err != nil {
+		return 0, err
+	}
+	defer sb.Kill(context.Background())
+	token := id.Token(32)
+	user, workdir := defaultUser(tpl)
+	agent := n.agentAt(slot.HostAddr)
+	if err := agent.Init(ctx, protocol.Init{AccessToken: &token, DefaultUser: user, DefaultWorkdir: workdir}, tpl.EnvdToken); err != nil {
+		return 0, err
+	}
+	if _, err := agent.Metrics(ctx, token); err != nil {
+		return 0, err
+	}
+	probe := image + ".hot"
+	os.RemoveAll(probe)
+	defer os.RemoveAll(probe)
+	if err := sb.Checkpoint(ctx, probe, false); err != nil {
+		return 0, err
+	}
+	return learner.LearnHotPages(image, probe)
+}
