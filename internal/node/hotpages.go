@@ -7,7 +7,6 @@ import (
 
 	"cube/internal/envd/protocol"
 	"cube/internal/id"
-	"cube/internal/netslot"
 	"cube/internal/runtime"
 	"cube/internal/store"
 )
@@ -16,18 +15,19 @@ import (
 // under its temporary name) that a sandbox restored from it writes first,
 // and records them in the image (runtime.HotPageLearner), so that restores
 // of it copy them at once rather than one page fault each: it restores the
-// image in the build's slot, makes the agent requests a create makes (its
+// image in a slot of its own (runsc takes the addresses of a slot's
+// interfaces for its sandbox, so the build's is spent), makes the agent requests a create makes (its
 // /init, then a metrics read as the warm pool's warmUp does), and
 // checkpoints that sandbox into a probe image, whose record of the pages
 // it copied is kept. Best effort: an image without hot pages restores as
 // before.
-func (n *Node) learnHotPages(ctx context.Context, tpl *store.Template, image string, slot *netslot.Slot) {
+func (n *Node) learnHotPages(ctx context.Context, tpl *store.Template, image string) {
 	learner, ok := n.rt.(runtime.HotPageLearner)
 	if !ok {
 		return
 	}
 	start := time.Now()
-	bytes, err := n.probeHotPages(ctx, learner, tpl, image, slot)
+	bytes, err := n.probeHotPages(ctx, learner, tpl, image)
 	if err != nil {
 		n.log.Warn("template hot pages not learnt; its restores share every page", "template", tpl.ID, "err", err)
 		return
@@ -35,7 +35,16 @@ func (n *Node) learnHotPages(ctx context.Context, tpl *store.Template, image str
 	n.log.Info("template hot pages learnt", "template", tpl.ID, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
 }
 
-func (n *Node) probeHotPages(ctx context.Context, learner runtime.HotPageLearner, tpl *store.Template, image string, slot *netslot.Slot) (int64, error) {
+func (n *Node) probeHotPages(ctx context.Context, learner runtime.HotPageLearner, tpl *store.Template, image string) (int64, error) {
+	slot, err := n.acquireSlot(ctx, true)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err := n.release(slot); err != nil {
+			n.log.Warn("learn hot pages: release network slot", "template", tpl.ID, "slot", slot.Index, "err", err)
+		}
+	}()
 	cid := "hot-" + tpl.ID + "-" + id.New("", 6)
 	sb, err := n.rt.Restore(ctx, image, Spec(tpl, cid, slot.NetNS))
 	if err != nil {
