@@ -27,6 +27,10 @@ func (n *Node) learnHotPages(ctx context.Context, tpl *store.Template, image str
 		return
 	}
 	start := time.Now()
+	// An agent that does not answer would otherwise hold the build for
+	// the whole /init timeout.
+	ctx, cancel := context.WithTimeout(ctx, learnHotTimeout)
+	defer cancel()
 	bytes, err := n.probeHotPages(ctx, learner, tpl, image)
 	if err != nil {
 		n.log.Warn("template hot pages not learnt; its restores share every page", "template", tpl.ID, "err", err)
@@ -34,6 +38,10 @@ func (n *Node) learnHotPages(ctx context.Context, tpl *store.Template, image str
 	}
 	n.log.Info("template hot pages learnt", "template", tpl.ID, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
 }
+
+// learnHotTimeout bounds learnHotPages; a restore and an agent's first
+// requests take well under a second on an idle host.
+const learnHotTimeout = 15 * time.Second
 
 func (n *Node) probeHotPages(ctx context.Context, learner runtime.HotPageLearner, tpl *store.Template, image string) (int64, error) {
 	slot, err := n.acquireSlot(ctx, true)
