@@ -85,6 +85,7 @@ func main() {
 	flag.Float64Var(&o.ProxyRateLimit, "proxy-rate-limit", 0, "proxied sandbox requests per second per source address, per /64 for IPv6 (0 = unlimited; behind a reverse proxy all clients share its address)")
 	flag.BoolVar(&o.CodeContextsNeedToken, "code-contexts-need-token", false, "require the sandbox's access token on the code interpreter's context routes too (the official code interpreter SDKs send none there, so their context calls then fail)")
 	flag.BoolVar(&o.PrivateMemory, "private-memory", false, "give each sandbox a private copy of its template's or snapshot's memory, as stock gVisor does, instead of sharing it copy-on-write")
+	flag.BoolVar(&o.EagerCopy, "eager-copy", true, "copy the pages a restored sandbox is known to write first (its image's hot pages, learnt when a template is built) into its own memory at restore, instead of sharing them until each first write costs a page fault; needs runsc's 0003-cow-eager patch (--eager-copy=false: share them too)")
 	flag.BoolVar(&o.Debug, "debug", false, "debug logs, including runsc's")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()

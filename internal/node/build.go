@@ -84,6 +84,7 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 			return err
 		}
 		n.log.Info("template manifest written", "template", tpl.ID, "files", files, "took", time.Since(at).Round(time.Millisecond))
+		n.learnHotPages(ctx, tpl, tmp)
 		return nil
 	})
 	if err != nil {

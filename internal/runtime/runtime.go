@@ -102,6 +102,19 @@ type Preparer interface {
 	Prepare(ctx context.Context, image string, spec Spec) (Prepared, error)
 }
 
+// HotPageLearner is a Runtime whose restores can copy the pages a restored
+// sandbox is known to write first into its own memory at once, instead of
+// sharing them with the image until each first write (which costs a page
+// fault each).
+type HotPageLearner interface {
+	// LearnHotPages records, as image's hot pages, the pages of image that
+	// a sandbox restored from it wrote before it was checkpointed into
+	// probe (an image of that sandbox, which LearnHotPages may remove). It
+	// returns the bytes recorded. Restores of image read them if the
+	// runtime copies hot pages; an image without them restores as before.
+	LearnHotPages(image, probe string) (int64, error)
+}
+
 // Prepared is a container made ahead of a restore.
 type Prepared interface {
 	ID() string

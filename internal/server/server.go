@@ -128,8 +128,10 @@ type Options struct {
 	SecretsKey string
 	// PrivateMemory: see gvisor.Config.
 	PrivateMemory bool
-	Debug         bool
-	Logger        *slog.Logger
+	// EagerCopy: see gvisor.Config.
+	EagerCopy bool
+	Debug     bool
+	Logger    *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 	// Parts, for simulations and tests, are the runtime, network slots
@@ -407,7 +409,7 @@ func openRuntime(o Options, done *closers) (node.Runtime, error) {
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: o.Runsc, Root: filepath.Join(o.DataDir, "runsc"),
 		Bundles: filepath.Join(o.DataDir, "bundles"), Debug: o.Debug, Keeper: o.Console,
-		PrivateMemory: o.PrivateMemory,
+		PrivateMemory: o.PrivateMemory, EagerCopy: o.EagerCopy,
 	})
 	if err != nil {
 		return nil, err

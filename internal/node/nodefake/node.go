@@ -61,7 +61,18 @@ type Options struct {
 	// Logger, when set, is where the node logs instead of stderr with
 	// CUBE_TEST_LOG=1, for tests that look for what it warned of.
 	Logger *slog.Logger
+	// LearnHotPages, when set, makes the runtime a runtime.HotPageLearner
+	// that answers with it.
+	LearnHotPages func(image, probe string) (int64, error)
 }
+
+// hotRuntime is a Runtime that learns hot pages (Options.LearnHotPages).
+type hotRuntime struct {
+	*Runtime
+	learn func(image, probe string) (int64, error)
+}
+
+func (r hotRuntime) LearnHotPages(image, probe string) (int64, error) { return r.learn(image, probe) }
 
 // New starts a node on fresh fakes; it is closed when the test ends.
 func New(t testing.TB, o Options) *Node {
@@ -100,7 +111,11 @@ func (n *Node) start(t testing.TB) {
 	if log == nil {
 		log = logger()
 	}
-	nn, err := node.New(node.Config{DataDir: n.DataDir, Envd: n.envd, Runtime: n.Runtime, Slots: n.Slots,
+	var rt node.Runtime = n.Runtime
+	if n.opts.LearnHotPages != nil {
+		rt = hotRuntime{n.Runtime, n.opts.LearnHotPages}
+	}
+	nn, err := node.New(node.Config{DataDir: n.DataDir, Envd: n.envd, Runtime: rt, Slots: n.Slots,
 		Store: n.Store, Logger: log, MaxSandboxes: n.opts.MaxSandboxes, DiskReserveMB: cmp.Or(n.opts.DiskReserveMB, -1), PoolSize: n.opts.PoolSize, PreparedPerKey: n.opts.PreparedPerKey,
 		EnvdVersion: protocol.Version, PauseWriteDelay: delay, AgentAt: n.Agents.At,
 		NodeID: n.opts.NodeID, FetchTemplate: n.opts.FetchTemplate,

@@ -49,6 +49,11 @@ type Config struct {
 	// copy-on-write (Runsc.SharedMemory), which needs a runsc built with
 	// scripts/runsc-patches; New checks that it has the flag.
 	PrivateMemory bool
+	// EagerCopy copies the pages a restore is known to write first (its
+	// image's pages.hot, see hot.go) into the sandbox's own memory at
+	// restore instead of sharing them; it needs shared memory and a runsc
+	// with scripts/runsc-patches/0003-cow-eager.patch.
+	EagerCopy bool
 }
 
 // Runtime is the gVisor implementation of runtime.Runtime.
@@ -79,6 +84,11 @@ func New(cfg Config) (*Runtime, error) {
 		if err := checkSharedMemory(cfg.Runsc); err != nil {
 			return nil, err
 		}
+		if cfg.EagerCopy {
+			if err := checkEagerCopy(cfg.Runsc); err != nil {
+				return nil, err
+			}
+		}
 	}
 	r := &Runtime{cfg: cfg}
 	if err := r.prepareFiles(); err != nil {
@@ -107,10 +117,21 @@ func checkSharedMemory(path string) error {
 	return nil
 }
 
+// checkEagerCopy reports whether the runsc at path knows --cow-eager
+// (scripts/runsc-patches/0003-cow-eager.patch).
+func checkEagerCopy(path string) error {
+	out, err := exec.Command(path, "--cow-eager=false", "help").CombinedOutput()
+	if err != nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return fmt.Errorf("runsc at %s cannot copy hot pages at restore (%s): rebuild it with `make bin/runsc`, or start without eager copies", path, first)
+	}
+	return nil
+}
+
 // runscFor is the runsc command line for calls on sandbox id ("" for
 // calls on none), with its debug log when Debug is set.
 func (r *Runtime) runscFor(id string) Runsc {
-	rs := Runsc{Path: r.cfg.Runsc, Root: r.cfg.Root, SharedMemory: !r.cfg.PrivateMemory}
+	rs := Runsc{Path: r.cfg.Runsc, Root: r.cfg.Root, SharedMemory: !r.cfg.PrivateMemory, EagerCopy: r.cfg.EagerCopy}
 	if r.cfg.Debug && id != "" {
 		rs.DebugLog = filepath.Join(r.cfg.Bundles, id) + "/runsc.%COMMAND%.log"
 	}
@@ -508,6 +529,9 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	if inc {
 		if err := linkParents(bundle, dir); err != nil {
 			return err
+		}
+		if err := ownHot(dir); err != nil {
+			return fmt.Errorf("hot pages of %s: %w", dir, err)
 		}
 	}
 	cfg, err := os.ReadFile(filepath.Join(s.r.cfg.Bundles, s.id, "config.json"))

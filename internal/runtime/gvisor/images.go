@@ -105,6 +105,11 @@ func linkImage(src, dst string) error {
 			return err
 		}
 	}
+	// The image's hot pages, if it has a list (hot.go): restores from the
+	// images that carry it as a parent copy them too.
+	if err := os.Link(filepath.Join(src, hotFile), filepath.Join(dst, hotFile)); err != nil && !os.IsExist(err) && !os.IsNotExist(err) {
+		return err
+	}
 	return nil
 }
 

@@ -29,6 +29,10 @@ type Runsc struct {
 	// while a sandbox maps them; Cube writes each image once, under a
 	// new name, and renames it into place.
 	SharedMemory bool
+	// EagerCopy, with SharedMemory, copies the pages an image's pages.hot
+	// names into the sandbox's own memory at restore (runsc --cow-eager),
+	// so that its first writes to them do not each fault; see hot.go.
+	EagerCopy bool
 }
 
 // Flags are the global flags of a call for a container of spec; nil
@@ -58,6 +62,9 @@ func (r Runsc) Flags(spec *runtime.Spec) []string {
 		}
 		if r.SharedMemory {
 			f = append(f, "--cow-restore")
+			if r.EagerCopy {
+				f = append(f, "--cow-eager")
+			}
 		}
 	}
 	if r.DebugLog != "" {

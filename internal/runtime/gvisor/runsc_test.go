@@ -34,6 +34,14 @@ func TestRunscFlags(t *testing.T) {
 	if got := strings.Join(shared.Flags(nil), " "); strings.Contains(got, "cow") {
 		t.Errorf("flags of a call on a container = %q", got)
 	}
+	// Eager copies ride on shared memory, and only there.
+	eager := Runsc{Path: "/bin/runsc", Root: "/r", SharedMemory: true, EagerCopy: true}
+	if got := strings.Join(eager.Flags(&runtime.Spec{}), " "); !strings.HasSuffix(got, "--cow-restore --cow-eager") {
+		t.Errorf("flags with eager copies = %q", got)
+	}
+	if got := strings.Join(Runsc{Path: "/bin/runsc", Root: "/r", EagerCopy: true}.Flags(&runtime.Spec{}), " "); strings.Contains(got, "cow") {
+		t.Errorf("flags with eager copies and private memory = %q", got)
+	}
 	r.DebugLog = "/b/x/runsc.%COMMAND%.log"
 	cmd := r.Command(t.Context(), nil, "pause", "x")
 	if got := strings.Join(cmd.Args, " "); got != "/bin/runsc --root /r --platform systrap --allow-suid --debug --debug-log /b/x/runsc.%COMMAND%.log pause x" {
