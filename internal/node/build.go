@@ -78,13 +78,16 @@ func (n *Node) BuildSnapshot(ctx context.Context, tpl *store.Template, probe fun
 		if err := sb.Checkpoint(ctx, tmp, false); err != nil {
 			return err
 		}
+		// The hot list is a file of the image like the others: learnt
+		// first, so the manifest lists it and a copy on another node
+		// checks out.
+		n.learnHotPages(ctx, tpl, tmp)
 		at := time.Now()
 		files, err := writeTemplateManifest(tmp, tpl.Rootfs, tpl.Envd)
 		if err != nil {
 			return err
 		}
 		n.log.Info("template manifest written", "template", tpl.ID, "files", files, "took", time.Since(at).Round(time.Millisecond))
-		n.learnHotPages(ctx, tpl, tmp)
 		return nil
 	})
 	if err != nil {

@@ -40,6 +40,11 @@ func TestBuildLearnsHotPages(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tpl.Checkpoint, "pages.hot")); err != nil {
 		t.Errorf("the published template has no hot list: %v", err)
 	}
+	// ...and of its manifest, or a copy on another node would not check
+	// out against it.
+	if m, err := os.ReadFile(filepath.Join(tpl.Checkpoint, "image.manifest")); err != nil || !strings.Contains(string(m), "pages.hot") {
+		t.Errorf("the template's manifest does not list its hot list (%v):\n%s", err, m)
+	}
 	if _, err := os.Stat(c.probe); !os.IsNotExist(err) {
 		t.Errorf("the probe image is left: %v", err)
 	}
