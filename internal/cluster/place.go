@@ -54,7 +54,7 @@ const peerAge = time.Second
 
 // Peer returns a node's API base URL and whether it heartbeats, from the
 // node records read by changes (at most peerAge ago; read again for a
-// node they do not hold).
+// node they do not hold or show late).
 func (r *Registry) Peer(ctx context.Context, nodeID string) (string, bool, error) {
 	find := func(age time.Duration) (*store.Node, error) {
 		recs, err := r.nodes(ctx, age)
@@ -67,7 +67,9 @@ func (r *Registry) Peer(ctx context.Context, nodeID string) (string, bool, error
 		return nil, nil
 	}
 	rec, err := find(peerAge)
-	if err == nil && rec == nil {
+	if err == nil && (rec == nil || r.view(rec).Status == cube.NodeUnhealthy) {
+		// Not there, or late as last read: read again, so that a node
+		// back from a restart is answered as alive at once.
 		rec, err = find(0)
 	}
 	if err != nil {

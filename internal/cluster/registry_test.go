@@ -262,3 +262,23 @@ func TestClusterTotals(t *testing.T) {
 		}
 	}
 }
+
+// A peer seen late is read again before it is answered as such: a node
+// back from a restart is alive to its peers at its first heartbeat, not
+// when their copy of the node records next expires.
+func TestPeerBackFromSilenceIsAliveAtOnce(t *testing.T) {
+	ctx := context.Background()
+	st, c := open(t), &clock{time.Unix(1000, 0)}
+	a := registerRoomy(t, st, "a", c, 1000)
+	b := registerRoomy(t, st, "b", c, 1000)
+	c.t = c.t.Add(20 * time.Second) // b silent past the timeout
+	if _, alive, err := a.Peer(ctx, "b"); err != nil || alive {
+		t.Fatalf("b silent for 20 s: alive %v, %v", alive, err)
+	}
+	if err := b.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if addr, alive, err := a.Peer(ctx, "b"); err != nil || !alive || addr == "" {
+		t.Fatalf("b heartbeats again: %q alive %v, %v; want alive at once", addr, alive, err)
+	}
+}
