@@ -319,13 +319,7 @@ func ServeSandboxes(mux *http.ServeMux, local Local, maxBody int64) {
 			return
 		}
 		sb, err := local.CreateSandbox(r.Context(), req)
-		if err != nil {
-			httperr.Write(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		json.NewEncoder(w).Encode(sb)
+		answer(w, http.StatusCreated, sb, err)
 	})
 	mux.HandleFunc("POST "+sandboxCall, func(w http.ResponseWriter, r *http.Request) {
 		serve := sandboxCalls[r.PathValue("op")]
@@ -342,13 +336,21 @@ func ServeSandboxes(mux *http.ServeMux, local Local, maxBody int64) {
 			}
 			return nil
 		})
-		if err != nil {
-			httperr.Write(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(out)
+		answer(w, http.StatusOK, out, err)
 	})
+}
+
+// answer is a typed call's answer to its peer: out as JSON with status,
+// or err as the core's error, which the calling node reads back as the
+// same kind and words (peerError).
+func answer(w http.ResponseWriter, status int, out any, err error) {
+	if err != nil {
+		httperr.Write(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(out)
 }
 
 // sandboxCalls answer each typed call on a sandbox through a node's own

@@ -139,11 +139,6 @@ func serveTemplates(mux *http.ServeMux, local Local, maxBody int64) {
 			http.NotFound(w, r)
 			return
 		}
-		if err != nil {
-			httperr.Write(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(out)
+		answer(w, http.StatusOK, out, err)
 	})
 }

@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -65,11 +64,6 @@ func serveVolumes(mux *http.ServeMux, local Local, maxBody int64) {
 			http.NotFound(w, r)
 			return
 		}
-		if err != nil {
-			httperr.Write(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(out)
+		answer(w, http.StatusOK, out, err)
 	})
 }
