@@ -5,7 +5,6 @@ import (
 	"os"
 	"time"
 
-	"cube/internal/envd/protocol"
 	"cube/internal/id"
 	"cube/internal/runtime"
 	"cube/internal/store"
@@ -59,13 +58,14 @@ func (n *Node) probeHotPages(ctx context.Context, learner runtime.HotPageLearner
 		return 0, err
 	}
 	defer sb.Kill(context.Background())
-	token := id.Token(32)
-	user, workdir := defaultUser(tpl)
-	agent := n.agentAt(slot.HostAddr)
-	if err := agent.Init(ctx, protocol.Init{AccessToken: &token, DefaultUser: user, DefaultWorkdir: workdir}, tpl.EnvdToken); err != nil {
+	// The /init a create sends (ready), for a sandbox of this template
+	// with no settings of its own: the pages learnt are the ones a
+	// create's first request writes.
+	rec := &store.Sandbox{ID: cid, TemplateID: tpl.ID, EnvdToken: id.Token(32), Slot: slot.Index, Boot: tpl}
+	if err := n.ready(ctx, &container{sb: sb, slot: slot}, rec, tpl.EnvdToken); err != nil {
 		return 0, err
 	}
-	if _, err := agent.Metrics(ctx, token); err != nil {
+	if _, err := n.agentAt(slot.HostAddr).Metrics(ctx, rec.EnvdToken); err != nil {
 		return 0, err
 	}
 	probe := image + ".hot"
