@@ -56,21 +56,11 @@ const peerAge = time.Second
 // node records read by changes (at most peerAge ago; read again for a
 // node they do not hold or show late).
 func (r *Registry) Peer(ctx context.Context, nodeID string) (string, bool, error) {
-	find := func(age time.Duration) (*store.Node, error) {
-		recs, err := r.nodes(ctx, age)
-		if err != nil {
-			return nil, err
-		}
-		if i := slices.IndexFunc(recs, func(n *store.Node) bool { return n.ID == nodeID }); i >= 0 {
-			return recs[i], nil
-		}
-		return nil, nil
-	}
-	rec, err := find(peerAge)
+	rec, err := r.node(ctx, nodeID, peerAge)
 	if err == nil && (rec == nil || r.view(rec).Status == cube.NodeUnhealthy) {
 		// Not there, or late as last read: read again, so that a node
 		// back from a restart is answered as alive at once.
-		rec, err = find(0)
+		rec, err = r.node(ctx, nodeID, 0)
 	}
 	if err != nil {
 		return "", false, err

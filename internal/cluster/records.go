@@ -33,22 +33,8 @@ func (r *Registry) nodes(ctx context.Context, age time.Duration) ([]*store.Node,
 	rs := &r.records
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rs.byID == nil || (age == 0 && !rs.began.After(called)) || (age > 0 && time.Since(rs.began) >= age) {
-		began := time.Now()
-		ch, err := r.cfg.Store.NodeChanges(ctx, rs.cursor)
-		if err != nil {
-			return nil, err
-		}
-		if ch.Full || rs.byID == nil {
-			rs.byID = make(map[string]*store.Node, len(ch.Changed))
-		}
-		for _, id := range ch.Gone {
-			delete(rs.byID, id)
-		}
-		for _, n := range ch.Changed {
-			rs.byID[n.ID] = n
-		}
-		rs.cursor, rs.began = ch.Next, began
+	if err := r.readRecords(ctx, age, called); err != nil {
+		return nil, err
 	}
 	out := make([]*store.Node, 0, len(rs.byID))
 	for _, n := range rs.byID {
@@ -56,4 +42,41 @@ func (r *Registry) nodes(ctx context.Context, age time.Duration) ([]*store.Node,
 	}
 	slices.SortFunc(out, func(a, b *store.Node) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// node is one node's record as nodes reads them (nil: no such node).
+func (r *Registry) node(ctx context.Context, id string, age time.Duration) (*store.Node, error) {
+	called := time.Now()
+	rs := &r.records
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if err := r.readRecords(ctx, age, called); err != nil {
+		return nil, err
+	}
+	return rs.byID[id], nil
+}
+
+// readRecords brings the copy up to date as nodes says, for a call made
+// at called. The caller holds records.mu.
+func (r *Registry) readRecords(ctx context.Context, age time.Duration, called time.Time) error {
+	rs := &r.records
+	if rs.byID != nil && (age != 0 || rs.began.After(called)) && (age <= 0 || time.Since(rs.began) < age) {
+		return nil
+	}
+	began := time.Now()
+	ch, err := r.cfg.Store.NodeChanges(ctx, rs.cursor)
+	if err != nil {
+		return err
+	}
+	if ch.Full || rs.byID == nil {
+		rs.byID = make(map[string]*store.Node, len(ch.Changed))
+	}
+	for _, id := range ch.Gone {
+		delete(rs.byID, id)
+	}
+	for _, n := range ch.Changed {
+		rs.byID[n.ID] = n
+	}
+	rs.cursor, rs.began = ch.Next, began
+	return nil
 }

@@ -18,7 +18,7 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
-func open(t *testing.T) *store.Store {
+func open(t testing.TB) *store.Store {
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func register(t *testing.T, st *store.Store, id string, c *clock) *Registry {
 }
 
 // registerUsing registers a node whose heartbeats report usage.
-func registerUsing(t *testing.T, st *store.Store, id string, c *clock, usage store.NodeUsage) *Registry {
+func registerUsing(t testing.TB, st *store.Store, id string, c *clock, usage store.NodeUsage) *Registry {
 	t.Helper()
 	r, err := Register(context.Background(), Config{Store: st, ID: id, Address: "http://" + id, Version: "v1",
 		Interval: time.Second, Now: c.now,
@@ -139,7 +139,7 @@ func TestPeersAreUnhealthyWhenTheirHeartbeatIsLate(t *testing.T) {
 }
 
 // registerRoomy registers a node with free slots and memory.
-func registerRoomy(t *testing.T, st *store.Store, id string, c *clock, freeMB int64) *Registry {
+func registerRoomy(t testing.TB, st *store.Store, id string, c *clock, freeMB int64) *Registry {
 	t.Helper()
 	return registerUsing(t, st, id, c, store.NodeUsage{CPUCount: 2, SlotsTotal: 10, Sandboxes: 2, MemoryTotalBytes: uint64(freeMB) << 20})
 }
