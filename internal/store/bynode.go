@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -76,20 +75,7 @@ func inStates[S ~string](args []any, states []S) (string, []any) {
 // creation order.
 func (s *Store) NodeSandboxes(ctx context.Context, node string, states ...SandboxState) ([]*Sandbox, error) {
 	where, args := inStates([]any{node}, states)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT data FROM sandboxes WHERE `+s.nodeExpr()+` IN (?, '')`+where+` ORDER BY seq, id`), args...)
-	if err != nil {
-		return nil, s.outage(err)
-	}
-	defer rows.Close()
-	var out []*Sandbox
-	for rows.Next() {
-		rec, err := scanSandbox(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
-	}
-	return out, s.outage(rows.Err())
+	return queryRecords[Sandbox](ctx, s, "sandboxes", s.q(`SELECT data FROM sandboxes WHERE `+s.nodeExpr()+` IN (?, '')`+where+` ORDER BY seq, id`), args...)
 }
 
 // NodeLoad is what the sandbox records of one node hold, by state.
@@ -281,35 +267,28 @@ func (s *Store) TemplatesNamed(ctx context.Context, name string) ([]*Template, e
 		query = `SELECT data FROM templates WHERE id = $1 OR (data::jsonb->'aliases') @> jsonb_build_array($1::text) ORDER BY seq, id`
 		args = args[:1]
 	}
+	return queryRecords[Template](ctx, s, "templates", query, args...)
+}
+
+// queryRecords runs a query whose one column is the data of table's
+// records, and decodes them.
+func queryRecords[T any](ctx context.Context, s *Store, table, query string, args ...any) ([]*T, error) {
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, s.outage(err)
 	}
 	defer rows.Close()
-	var out []*Template
+	var out []*T
 	for rows.Next() {
 		var data string
 		if err := rows.Scan(&data); err != nil {
 			return nil, s.outage(err)
 		}
-		t := new(Template)
-		if err := json.Unmarshal([]byte(data), t); err != nil {
-			return nil, fmt.Errorf("decode templates: %w", err)
+		v := new(T)
+		if err := json.Unmarshal([]byte(data), v); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", table, err)
 		}
-		out = append(out, t)
+		out = append(out, v)
 	}
 	return out, s.outage(rows.Err())
-}
-
-// scanSandbox decodes the one data column of a row.
-func scanSandbox(rows *sql.Rows) (*Sandbox, error) {
-	var data string
-	if err := rows.Scan(&data); err != nil {
-		return nil, err
-	}
-	rec := new(Sandbox)
-	if err := json.Unmarshal([]byte(data), rec); err != nil {
-		return nil, fmt.Errorf("decode sandboxes: %w", err)
-	}
-	return rec, nil
 }
