@@ -36,14 +36,8 @@ func (c *creating) CreateSandbox(_ context.Context, req cube.CreateRequest) (*cu
 // and a failure comes back as the peer's kind, words and wait, so the
 // client is answered as that node would have answered it.
 func TestTypedCreateOnAPeer(t *testing.T) {
-	secret := []byte("0123456789abcdef0123")
 	own := &creating{}
-	internal := http.NewServeMux()
-	ServeSandboxes(internal, own, 1<<20)
-	b := httptest.NewServer(New(Config{Peers: onlyB{}, Secret: secret, Internal: internal,
-		Local:     http.NotFoundHandler(),
-		SandboxOf: func(*http.Request) (string, bool) { return "", false }}))
-	defer b.Close()
+	b, secret := peerB(t, own)
 	c := NewClient(ClientConfig{Peers: nodeB{b.URL}, Secret: secret})
 
 	req := cube.CreateRequest{Template: "base", Timeout: time.Minute, MemoryMB: 512, Metadata: map[string]string{"k": "v"},
@@ -73,6 +67,19 @@ func TestTypedCreateOnAPeer(t *testing.T) {
 	if cube.KindOf(err) != cube.Unavailable || !errors.Is(err, ErrNotDelivered) || !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("a create on a node that does not listen: %v; want unavailable, not delivered", err)
 	}
+}
+
+// peerB is node-b serving the typed calls of peers through own, and the
+// cluster secret its calls are signed with.
+func peerB(t *testing.T, own Local) (*httptest.Server, []byte) {
+	secret := []byte("0123456789abcdef0123")
+	internal := http.NewServeMux()
+	ServeSandboxes(internal, own, 1<<20)
+	b := httptest.NewServer(New(Config{Peers: onlyB{}, Secret: secret, Internal: internal,
+		Local:     http.NotFoundHandler(),
+		SandboxOf: func(*http.Request) (string, bool) { return "", false }}))
+	t.Cleanup(b.Close)
+	return b, secret
 }
 
 // During a rolling upgrade a node of an earlier version takes no typed
@@ -180,14 +187,8 @@ func (v *volumesOfB) DeleteVolume(_ context.Context, id string) error {
 // its files, through typed calls: the volume as that node sees it (what
 // its files use among it), a failure as its kind and words.
 func TestTypedVolumeCallsOnAPeer(t *testing.T) {
-	secret := []byte("0123456789abcdef0123")
 	own := &volumesOfB{}
-	internal := http.NewServeMux()
-	ServeSandboxes(internal, own, 1<<20)
-	b := httptest.NewServer(New(Config{Peers: onlyB{}, Secret: secret, Internal: internal,
-		Local:     http.NotFoundHandler(),
-		SandboxOf: func(*http.Request) (string, bool) { return "", false }}))
-	defer b.Close()
+	b, secret := peerB(t, own)
 	c := NewClient(ClientConfig{Peers: nodeB{b.URL}, Secret: secret})
 	ctx := context.Background()
 	v, err := c.GetVolume(ctx, "node-b", "vol1")
@@ -234,14 +235,8 @@ func (tb *templatesOfB) BuildStatus(_ context.Context, team, templateID, buildID
 // the template through typed calls: the spec as the first node decoded
 // it, the status as that node has it, a failure as its kind and words.
 func TestTypedTemplateCallsOnAPeer(t *testing.T) {
-	secret := []byte("0123456789abcdef0123")
 	own := &templatesOfB{}
-	internal := http.NewServeMux()
-	ServeSandboxes(internal, own, 1<<20)
-	b := httptest.NewServer(New(Config{Peers: onlyB{}, Secret: secret, Internal: internal,
-		Local:     http.NotFoundHandler(),
-		SandboxOf: func(*http.Request) (string, bool) { return "", false }}))
-	defer b.Close()
+	b, secret := peerB(t, own)
 	c := NewClient(ClientConfig{Peers: nodeB{b.URL}, Secret: secret})
 	ctx := context.Background()
 	spec := cube.BuildSpec{FromImage: "alpine:3", Steps: []cube.BuildStep{{Type: "RUN", Args: []string{"echo hi"}}}, StartCmd: "sleep 1"}
