@@ -184,3 +184,40 @@ func TestFakeDeletingATemplateDiscardsItsPreparedContainers(t *testing.T) {
 	}
 	wantHeld(t, n, nil, nil)
 }
+
+func TestFakeDeletingASnapshotKeepsThePreparedContainersOfItsKind(t *testing.T) {
+	n := newFake(t, nodefake.Options{PreparedPerKey: 1})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	// Round after round, a sandbox snapshots, rolls back to the snapshot
+	// and deletes it. The container prepared for the kind outlives each
+	// snapshot, so every rollback after the first restores into one.
+	for round := range 3 {
+		snap, err := n.CreateSnapshot(fctx(t), a.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a container is prepared", func() bool { return len(created(n)) == 1 })
+		waiting := created(n)
+		if _, err := n.RollbackSandbox(fctx(t), a.ID, snap.ID); err != nil {
+			t.Fatalf("round %d: rollback: %v", round, err)
+		}
+		c, _ := served(t, n, a.ID)
+		if !slices.Contains(waiting, c) {
+			t.Fatalf("round %d: the rollback runs in %s, not in the prepared container %v", round, c, waiting)
+		}
+		if err := n.DeleteTemplate(fctx(t), "", snap.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Deleting the template still discards them.
+	eventually(t, "a container is prepared", func() bool { return len(created(n)) == 1 })
+	if err := n.KillSandbox(fctx(t), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteTemplate(fctx(t), "", "tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if left := created(n); len(left) != 0 {
+		t.Fatalf("prepared containers of a deleted template: %v", left)
+	}
+}

@@ -67,7 +67,7 @@ func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image 
 	p.mu.Lock()
 	// Prepare from an image that lasts: a template's or snapshot's own
 	// checkpoint rather than a clone's or a pause's, which go soon.
-	if w := p.wants[key]; w != nil && image != tpl.Checkpoint {
+	if w := p.wants[key]; w != nil && image != tpl.Checkpoint && w.image != "" {
 		w.last = time.Now()
 	} else {
 		p.wants[key] = &preparedWant{image: image, tpl: *tpl, last: time.Now()}
@@ -110,6 +110,9 @@ func (p *pools) prepareOne(ctx context.Context) bool {
 	var want *preparedWant
 	best := p.h.cfg.PreparedPerKey
 	for k, w := range p.wants {
+		if w.image == "" {
+			continue // its image was deleted; the next restore of the kind names another
+		}
 		if have := len(p.prepared[k]); have < best {
 			key, want, best = k, w, have
 		}
@@ -185,7 +188,24 @@ func (p *pools) forgetKinds(match func(*preparedWant) bool) {
 // discards their containers: a template's files go with it, and its
 // prepared containers hold them open. A prepare under way finds its kind
 // gone and discards what it made; this waits (a while) for it.
+//
+// A snapshot's kinds keep their containers. They hold only the files of
+// the template the snapshot was taken on, and serve every restore of the
+// same kind: the template's, its other snapshots', rollbacks and clones.
+// (A sandbox that snapshots, rolls back and deletes the snapshot, round
+// after round, would otherwise restore cold every time.) Only the image
+// to prepare more from is forgotten, until a restore names another.
 func (p *pools) dropPreparedOf(tpl *store.Template) {
+	if tpl.SourceSandbox != "" {
+		p.mu.Lock()
+		for _, w := range p.wants {
+			if w.tpl.ID == tpl.ID {
+				w.image = ""
+			}
+		}
+		p.mu.Unlock()
+		return
+	}
 	p.forgetKinds(func(w *preparedWant) bool {
 		return w.tpl.ID == tpl.ID || (tpl.SourceSandbox == "" && w.tpl.Rootfs == tpl.Rootfs)
 	})
