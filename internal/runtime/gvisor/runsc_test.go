@@ -18,7 +18,8 @@ func TestRunscFlags(t *testing.T) {
 	}{
 		{nil, "--root /r --platform systrap --allow-suid"},
 		{&runtime.Spec{}, "--root /r --platform systrap --allow-suid --overlay2 root:memory --allow-rootfs-tar-annotation --network none"},
-		{&runtime.Spec{WritableMB: 64, NetNS: "/run/netns/x"}, "--root /r --platform systrap --allow-suid --overlay2 root:memory,size=64m --allow-rootfs-tar-annotation --network sandbox"},
+		{&runtime.Spec{WritableMB: 64, NetNS: "/run/netns/x"}, "--root /r --platform systrap --allow-suid --overlay2 root:memory,size=64m --allow-rootfs-tar-annotation --network sandbox --network-processors-per-channel 1"},
+		{&runtime.Spec{CPUCount: 2, NetNS: "/run/netns/x"}, "--root /r --platform systrap --allow-suid --overlay2 root:memory --allow-rootfs-tar-annotation --network sandbox --network-processors-per-channel 2"},
 		{&runtime.Spec{WritableRoot: true, WritableMB: 64}, "--root /r --platform systrap --allow-suid --overlay2 none --allow-rootfs-tar-annotation --network none"},
 	} {
 		if got := strings.Join(r.Flags(c.spec), " "); got != c.want {
