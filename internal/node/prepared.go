@@ -38,6 +38,9 @@ type preparedWant struct {
 	image string
 	tpl   store.Template
 	last  time.Time
+	// older is the image the kind was asked for before image, if another:
+	// what to prepare from once image is deleted. It has no older.
+	older *preparedWant
 }
 
 // preparer is the runtime's Preparer, or nil when it has none or the
@@ -70,7 +73,11 @@ func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image 
 	if w := p.wants[key]; w != nil && image != tpl.Checkpoint && w.image != "" {
 		w.last = time.Now()
 	} else {
-		p.wants[key] = &preparedWant{image: image, tpl: *tpl, last: time.Now()}
+		nw := &preparedWant{image: image, tpl: *tpl, last: time.Now()}
+		if w != nil && w.image != "" && w.image != image {
+			nw.older = &preparedWant{image: w.image, tpl: w.tpl}
+		}
+		p.wants[key] = nw
 	}
 	var pb *preparedBox
 	if list := p.prepared[key]; len(list) > 0 {
@@ -193,14 +200,26 @@ func (p *pools) forgetKinds(match func(*preparedWant) bool) {
 // the template the snapshot was taken on, and serve every restore of the
 // same kind: the template's, its other snapshots', rollbacks and clones.
 // (A sandbox that snapshots, rolls back and deletes the snapshot, round
-// after round, would otherwise restore cold every time.) Only the image
-// to prepare more from is forgotten, until a restore names another.
+// after round, would otherwise restore cold every time.) More are
+// prepared from the image the kind was asked for before, if any, or from
+// the next one a restore names.
 func (p *pools) dropPreparedOf(tpl *store.Template) {
 	if tpl.SourceSandbox != "" {
 		p.mu.Lock()
-		for _, w := range p.wants {
-			if w.tpl.ID == tpl.ID {
-				w.image = ""
+		for k, w := range p.wants {
+			// A want is replaced, never changed: prepareOne reads its
+			// image and template unlocked.
+			older := w.older
+			if older != nil && older.tpl.ID == tpl.ID {
+				older = nil
+			}
+			switch {
+			case w.tpl.ID == tpl.ID && older != nil:
+				p.wants[k] = &preparedWant{image: older.image, tpl: older.tpl, last: w.last}
+			case w.tpl.ID == tpl.ID:
+				p.wants[k] = &preparedWant{tpl: w.tpl, last: w.last}
+			case older != w.older:
+				p.wants[k] = &preparedWant{image: w.image, tpl: w.tpl, last: w.last}
 			}
 		}
 		p.mu.Unlock()
