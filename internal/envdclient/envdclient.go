@@ -60,6 +60,8 @@ func At(hc *http.Client, host netip.Addr) *Client {
 // attempt carries the current time as in.Timestamp, which envd requires
 // to be newer than the last /init it applied.
 func (c *Client) Init(ctx context.Context, in protocol.Init, oldToken string) error {
+	c, done := c.session()
+	defer done()
 	var token string
 	if in.AccessToken != nil {
 		token = *in.AccessToken
@@ -103,6 +105,25 @@ func (c *Client) Init(ctx context.Context, in protocol.Init, oldToken string) er
 		}
 	}
 	return fmt.Errorf("sandbox agent did not answer: %w", last)
+}
+
+// session returns a client like c whose requests share one connection,
+// and a function that closes it. /init and the token checks after it are
+// three requests; on one connection, they pay for one TCP handshake with
+// the restored sandbox's network stack instead of three. Once done, no
+// connection is left for the slot's next sandbox to be reached through.
+// A client whose transport is not net/http's own is returned as it is.
+func (c *Client) session() (*Client, func()) {
+	tr, ok := c.hc.Transport.(*http.Transport)
+	if !ok || !tr.DisableKeepAlives {
+		return c, func() {}
+	}
+	kept := tr.Clone()
+	kept.DisableKeepAlives = false
+	kept.MaxIdleConnsPerHost = 1
+	s := *c
+	s.hc = &http.Client{Transport: kept, Timeout: c.hc.Timeout}
+	return &s, kept.CloseIdleConnections
 }
 
 // confirmToken checks that envd serves requests with the sandbox's new

@@ -269,3 +269,52 @@ func TestMetricsAnswerIsBounded(t *testing.T) {
 		t.Fatalf("reading an endless /metrics answer allocated %d MB", grew>>20)
 	}
 }
+
+// The node reaches envds without keeping connections, yet one Init (the
+// /init and both token checks) goes over one connection, closed after it.
+func TestInitUsesOneConnectionAndClosesIt(t *testing.T) {
+	f := &fakeEnvd{token: "old"}
+	srv := httptest.NewUnstartedServer(f)
+	var mu sync.Mutex
+	states := map[http.ConnState]int{}
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		mu.Lock()
+		states[st]++
+		mu.Unlock()
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(NoKeepAlive, netip.MustParseAddrPort(u.Host))
+	if err := c.Init(context.Background(), initFor("new"), "old"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		opened, closed := states[http.StateNew], states[http.StateClosed]
+		mu.Unlock()
+		if closed == opened || time.Now().After(deadline) {
+			if opened != 1 || closed != 1 {
+				t.Fatalf("Init opened %d connections and closed %d; want one, closed", opened, closed)
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Other calls still open a connection each, kept by nobody.
+	if err := c.Health(context.Background()); err == nil {
+		t.Fatal("the fake has no health route, yet Health succeeded")
+	}
+	if _, err := c.Metrics(context.Background(), "new"); err == nil {
+		t.Fatal("the fake has no metrics route, yet Metrics succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if states[http.StateNew] != 3 {
+		t.Fatalf("%d connections after two more calls, want 3", states[http.StateNew])
+	}
+}
