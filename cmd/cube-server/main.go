@@ -49,7 +49,7 @@ func main() {
 	flag.IntVar(&o.MaxSandboxes, "max-sandboxes", 200, "most sandboxes (running and paused) at once")
 	flag.IntVar(&o.DiskReserveMB, "disk-reserve-mb", node.DefaultDiskReserveMB, "free space (MB) in the data directory that snapshots leave for pauses to be written to disk; -1 keeps none")
 	flag.IntVar(&o.PoolSize, "pool-size", 2, "warm sandboxes kept ready per template (0: none)")
-	flag.IntVar(&o.PreparedPerKey, "prepared-pool", 2, "containers made ahead of cold restores, per kind of restore asked for in the last 10 minutes (0: none)")
+	flag.IntVar(&o.PreparedPerKey, "prepared-pool", 2, "containers made ahead of cold restores, per kind of restore asked for in the last 10 minutes, deepened up to 4 times by restores that find none (0: none)")
 	flag.Int64Var(&o.VolumeMB, "volume-size", 1024, "size in MiB of a persistent volume created without sizeMB")
 	flag.Int64Var(&o.MaxVolumeMB, "max-volume-size", 100<<10, "largest persistent volume in MiB a create may ask for")
 	flag.DurationVar(&o.AuditMaxAge, "audit-max-age", audit.DefaultMaxAge, "how long audit entries are kept")

@@ -196,7 +196,7 @@ func TestFakeDeletingASnapshotKeepsThePreparedContainersOfItsKind(t *testing.T) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "a container is prepared", func() bool { return len(created(n)) == 1 })
+		eventually(t, "a container is prepared", func() bool { return len(created(n)) >= 1 })
 		waiting := created(n)
 		if _, err := n.RollbackSandbox(fctx(t), a.ID, snap.ID); err != nil {
 			t.Fatalf("round %d: rollback: %v", round, err)
@@ -210,7 +210,7 @@ func TestFakeDeletingASnapshotKeepsThePreparedContainersOfItsKind(t *testing.T) 
 		}
 	}
 	// Deleting the template still discards them.
-	eventually(t, "a container is prepared", func() bool { return len(created(n)) == 1 })
+	eventually(t, "a container is prepared", func() bool { return len(created(n)) >= 1 })
 	if err := n.KillSandbox(fctx(t), a.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -219,5 +219,37 @@ func TestFakeDeletingASnapshotKeepsThePreparedContainersOfItsKind(t *testing.T) 
 	}
 	if left := created(n); len(left) != 0 {
 		t.Fatalf("prepared containers of a deleted template: %v", left)
+	}
+}
+
+func TestFakePreparedContainersDeepenWithDemand(t *testing.T) {
+	n := newFake(t, nodefake.Options{PreparedPerKey: 1, Slots: 32})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	if _, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a container is prepared", func() bool { return len(created(n)) == 1 })
+	// A burst: prepares cannot keep up. The first create takes the one
+	// waiting; each of the next finds none and deepens the kind, up to four
+	// times PreparedPerKey.
+	release := n.Runtime.HoldPrepares()
+	defer release()
+	for range 5 {
+		fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	}
+	release()
+	eventually(t, "four containers are prepared", func() bool { return len(created(n)) == 4 })
+	time.Sleep(50 * time.Millisecond)
+	if got := len(created(n)); got != 4 {
+		t.Fatalf("%d containers prepared, more than four times PreparedPerKey", got)
+	}
+
+	// Without restores that miss, the extra ones go again, slots and all.
+	defer node.SetPoolShrinkAfter(10 * time.Millisecond)()
+	time.Sleep(50 * time.Millisecond)
+	fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	eventually(t, "the kind is back to one prepared container", func() bool { return len(created(n)) == 1 })
+	if held := n.Slots.Held(); len(held) != 7+1 {
+		t.Fatalf("slots held = %v, want the seven sandboxes' and one prepared", held)
 	}
 }

@@ -65,7 +65,9 @@ type pools struct {
 	// wants the kinds of restore asked for recently.
 	prepared map[string][]*preparedBox
 	wants    map[string]*preparedWant
-	prepare  chan struct{}
+	// needed grows a kind's prepared containers past PreparedPerKey.
+	needed  map[string]*poolDemand
+	prepare chan struct{}
 	// preparing counts the prepares under way (at most one: the
 	// preparer makes one container at a time).
 	preparing int
@@ -76,7 +78,8 @@ func newPools(h *host) *pools {
 		h:    h,
 		warm: map[string][]*container{}, refill: make(chan struct{}, 1),
 		demand: map[string]*poolDemand{}, filling: map[string]int{},
-		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, prepare: make(chan struct{}, 1),
+		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, needed: map[string]*poolDemand{},
+		prepare: make(chan struct{}, 1),
 	}
 }
 
@@ -103,29 +106,41 @@ func (p *pools) takeWarm(tplID string) *container {
 // growPool adds one to tplID's pool target, up to poolGrowth times
 // PoolSize; p.mu held.
 func (p *pools) growPool(tplID string) {
-	d := p.demand[tplID]
-	if d == nil {
-		d = &poolDemand{}
-		p.demand[tplID] = d
-	}
-	d.lastMiss = time.Now()
-	if d.extra < (poolGrowth-1)*p.h.cfg.PoolSize {
-		d.extra++
-	}
+	grow(p.demand, tplID, p.h.cfg.PoolSize)
 }
 
 // poolTarget is how many warm sandboxes tplID should have now; p.mu held.
 func (p *pools) poolTarget(tplID string, now time.Time) int {
-	d := p.demand[tplID]
+	return target(p.demand, tplID, p.h.cfg.PoolSize, now)
+}
+
+// grow adds one to the depth of key's pool in demand, whose base depth is
+// base, up to poolGrowth times base.
+func grow(demand map[string]*poolDemand, key string, base int) {
+	d := demand[key]
 	if d == nil {
-		return p.h.cfg.PoolSize
+		d = &poolDemand{}
+		demand[key] = d
+	}
+	d.lastMiss = time.Now()
+	if d.extra < (poolGrowth-1)*base {
+		d.extra++
+	}
+}
+
+// target is the depth key's pool should have now: base, plus what demand
+// added and poolShrinkAfter has not yet taken back.
+func target(demand map[string]*poolDemand, key string, base int, now time.Time) int {
+	d := demand[key]
+	if d == nil {
+		return base
 	}
 	shrink := time.Duration(poolShrinkAfter.Load())
 	for d.extra > 0 && now.Sub(d.lastMiss) > shrink {
 		d.extra--
 		d.lastMiss = d.lastMiss.Add(shrink)
 	}
-	return p.h.cfg.PoolSize + d.extra
+	return base + d.extra
 }
 
 // refiller keeps every pool at its target until ctx is cancelled. Each of

@@ -18,7 +18,11 @@ import (
 // for every kind of restore asked for recently (a PrepareKey: same
 // rootfs, agent, limits and flags), a few containers already made by the
 // runtime, each in its own network slot, and restores into one of them.
-// A kind not asked for in preparedTTL has its containers discarded.
+// A kind not asked for in preparedTTL has its containers discarded. Like
+// the warm pool, a kind's depth follows demand: a restore of a kind
+// already in demand that finds none waiting adds one, up to poolGrowth
+// times PreparedPerKey (a clone of ten children at once restores ten),
+// and each poolShrinkAfter without such a restore takes one back.
 // Prepared containers have no store record: after a crash the reconciler
 // removes them like any unknown container.
 
@@ -68,6 +72,7 @@ func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image 
 		return nil
 	}
 	p.mu.Lock()
+	known := p.wants[key] != nil
 	// Prepare from an image that lasts: a template's or snapshot's own
 	// checkpoint rather than a clone's or a pause's, which go soon.
 	if w := p.wants[key]; w != nil && image != tpl.Checkpoint && w.image != "" {
@@ -83,6 +88,8 @@ func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image 
 	if list := p.prepared[key]; len(list) > 0 {
 		pb = list[len(list)-1]
 		p.prepared[key] = list[:len(list)-1]
+	} else if known {
+		grow(p.needed, key, p.h.cfg.PreparedPerKey)
 	}
 	p.mu.Unlock()
 	nudge(p.prepare)
@@ -103,25 +110,26 @@ func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image 
 func (p *pools) prepareLoop(ctx context.Context) {
 	every(ctx, 5*time.Second, p.prepare, func(ctx context.Context) {
 		p.dropStalePrepared(time.Now())
+		p.trimPrepared(time.Now())
 		for ctx.Err() == nil && p.prepareOne(ctx) {
 		}
 	})
 }
 
-// prepareOne makes one container for the wanted kind that has the fewest
-// and reports whether it did anything.
+// prepareOne makes one container for the wanted kind furthest below its
+// depth and reports whether it did anything.
 func (p *pools) prepareOne(ctx context.Context) bool {
 	pr := p.preparer()
 	p.mu.Lock()
 	var key string
 	var want *preparedWant
-	best := p.h.cfg.PreparedPerKey
+	now, most := time.Now(), 0
 	for k, w := range p.wants {
 		if w.image == "" {
 			continue // its image was deleted; the next restore of the kind names another
 		}
-		if have := len(p.prepared[k]); have < best {
-			key, want, best = k, w, have
+		if short := target(p.needed, k, p.h.cfg.PreparedPerKey, now) - len(p.prepared[k]); short > most {
+			key, want, most = k, w, short
 		}
 	}
 	p.mu.Unlock()
@@ -166,6 +174,24 @@ func (p *pools) prepareOne(ctx context.Context) bool {
 	return true
 }
 
+// trimPrepared discards the prepared containers of kinds deeper than
+// their depth now: a kind deepened by a burst gives its containers
+// (memory, slots) back as demand falls.
+func (p *pools) trimPrepared(now time.Time) {
+	p.mu.Lock()
+	var out []*preparedBox
+	for k, list := range p.prepared {
+		if keep := target(p.needed, k, p.h.cfg.PreparedPerKey, now); len(list) > keep {
+			out = append(out, list[keep:]...)
+			p.prepared[k] = list[:keep]
+		}
+	}
+	p.mu.Unlock()
+	for _, pb := range out {
+		p.killPrepared(pb)
+	}
+}
+
 // dropStalePrepared forgets kinds not asked for since preparedTTL before
 // now and discards their containers.
 func (p *pools) dropStalePrepared(now time.Time) {
@@ -180,6 +206,7 @@ func (p *pools) forgetKinds(match func(*preparedWant) bool) {
 	for k, w := range p.wants {
 		if match(w) {
 			delete(p.wants, k)
+			delete(p.needed, k)
 			out = append(out, p.prepared[k]...)
 			delete(p.prepared, k)
 		}

@@ -58,6 +58,8 @@ type Runtime struct {
 	containers map[string]*Sandbox
 	fail       map[Op]error
 	restores   []Restore
+	// held, while not nil, is closed when held prepares may go on.
+	held chan struct{}
 }
 
 // Restore is one call of Runtime.Restore that succeeded.
@@ -335,8 +337,33 @@ func (r *Runtime) PrepareKey(image string, spec runtime.Spec) (string, error) {
 	return fmt.Sprintf("%s|%s|%d|%d|%d", spec.Rootfs, spec.AgentDir, spec.WritableMB, spec.CPUCount, spec.MemoryMB), nil
 }
 
+// HoldPrepares makes Prepare wait, as a slow runsc create would, until
+// the returned function is called.
+func (r *Runtime) HoldPrepares() (release func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := make(chan struct{})
+	r.held = held
+	return sync.OnceFunc(func() {
+		r.mu.Lock()
+		r.held = nil
+		r.mu.Unlock()
+		close(held)
+	})
+}
+
 // Prepare adds a container in state Created.
 func (r *Runtime) Prepare(ctx context.Context, image string, spec runtime.Spec) (runtime.Prepared, error) {
+	r.mu.Lock()
+	held := r.held
+	r.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failing(OpPrepare); err != nil {
