@@ -173,7 +173,15 @@ func TestFakeDeletingATemplateDiscardsItsPreparedContainers(t *testing.T) {
 	n := newFake(t, nodefake.Options{PreparedPerKey: 2})
 	a := fakeCreate(t, n, cube.CreateRequest{})
 	eventually(t, "two containers are prepared", func() bool { return len(created(n)) == 2 })
-	if err := n.KillSandbox(fctx(t), a.ID); err != nil {
+	deleteTheTemplate(t, n, a.ID)
+	wantHeld(t, n, nil, nil)
+}
+
+// deleteTheTemplate kills sandbox id, deletes the template "tiny" and
+// checks that no prepared container of it is left.
+func deleteTheTemplate(t *testing.T, n *nodefake.Node, id string) {
+	t.Helper()
+	if err := n.KillSandbox(fctx(t), id); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.DeleteTemplate(fctx(t), "", "tiny"); err != nil {
@@ -182,7 +190,6 @@ func TestFakeDeletingATemplateDiscardsItsPreparedContainers(t *testing.T) {
 	if left := created(n); len(left) != 0 {
 		t.Fatalf("prepared containers of a deleted template: %v", left)
 	}
-	wantHeld(t, n, nil, nil)
 }
 
 func TestFakeDeletingASnapshotKeepsThePreparedContainersOfItsKind(t *testing.T) {
@@ -211,15 +218,7 @@ func TestFakeDeletingASnapshotKeepsThePreparedContainersOfItsKind(t *testing.T) 
 	}
 	// Deleting the template still discards them.
 	eventually(t, "a container is prepared", func() bool { return len(created(n)) >= 1 })
-	if err := n.KillSandbox(fctx(t), a.ID); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.DeleteTemplate(fctx(t), "", "tiny"); err != nil {
-		t.Fatal(err)
-	}
-	if left := created(n); len(left) != 0 {
-		t.Fatalf("prepared containers of a deleted template: %v", left)
-	}
+	deleteTheTemplate(t, n, a.ID)
 }
 
 func TestFakePreparedContainersDeepenWithDemand(t *testing.T) {
