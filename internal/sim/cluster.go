@@ -30,6 +30,7 @@ import (
 	"cube/internal/envd/protocol"
 	"cube/internal/node"
 	"cube/internal/node/nodefake"
+	"cube/internal/pgbouncer"
 	"cube/internal/server"
 	"cube/internal/store"
 	"cube/internal/teams"
@@ -69,7 +70,7 @@ type Cluster struct {
 	HTTP *http.Client
 
 	opts    ClusterOptions
-	bouncer *PgBouncer
+	bouncer *pgbouncer.Pooler
 	dir     string
 	secret  string
 	envd    string
@@ -173,7 +174,7 @@ func StartCluster(ctx context.Context, pg *Postgres, dir string, o ClusterOption
 		for i, n := range c.Nodes {
 			roles[i] = n.ID
 		}
-		if c.bouncer, err = StartPgBouncer(ctx, pg, filepath.Join(dir, "pgbouncer"), roles, o.PgBouncerPool); err != nil {
+		if c.bouncer, err = startPgBouncer(ctx, pg, filepath.Join(dir, "pgbouncer"), roles, o.PgBouncerPool); err != nil {
 			c.Stop()
 			return nil, err
 		}

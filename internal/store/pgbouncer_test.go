@@ -3,33 +3,26 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"cube/internal/pgbouncer"
 	"cube/internal/testenv"
 )
 
-// pgbouncer starts a PgBouncer in transaction mode in front of the
+// throughPgBouncer starts a PgBouncer in transaction mode in front of the
 // PostgreSQL server at dsn, with at most pool server connections, and
 // returns dsn through it. The test is skipped where PgBouncer is not
 // installed (Debian's pgbouncer package).
-func pgbouncer(t *testing.T, dsn string, pool int) string {
+func throughPgBouncer(t *testing.T, dsn string, pool int) string {
 	t.Helper()
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
-		if bin, err = exec.LookPath("/usr/sbin/pgbouncer"); err != nil {
-			t.Skip("no pgbouncer: apt-get install pgbouncer")
-		}
-	}
 	pg, err := user.Lookup("postgres")
 	if err != nil {
 		t.Skip("no system user postgres")
@@ -38,12 +31,6 @@ func pgbouncer(t *testing.T, dsn string, pool int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	// A folder the user postgres reaches (t.TempDir's parent is root's).
 	dir, err := os.MkdirTemp("", "cube-pgbouncer-")
 	if err != nil {
@@ -53,49 +40,21 @@ func pgbouncer(t *testing.T, dsn string, pool int) string {
 	uid, _ := strconv.Atoi(pg.Uid)
 	gid, _ := strconv.Atoi(pg.Gid)
 	os.Chown(dir, uid, gid)
-	users := filepath.Join(dir, "users.txt")
-	os.WriteFile(users, []byte(`"postgres" ""`+"\n"), 0o644)
-	conf := filepath.Join(dir, "pgbouncer.ini")
-	os.WriteFile(conf, []byte(fmt.Sprintf(`[databases]
-* = host=%s port=%s
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = %d
-unix_socket_dir =
-auth_type = trust
-auth_file = %s
-pool_mode = transaction
-default_pool_size = %d
-max_client_conn = 900
-server_reset_query =
-ignore_startup_parameters = extra_float_digits,application_name
-logfile = %s
-pidfile = %s
-`, u.Hostname(), u.Port(), port, users, pool, filepath.Join(dir, "log"), filepath.Join(dir, "pid"))), 0o644)
-	cmd := exec.Command("runuser", "-u", "postgres", "--", bin, conf)
-	if err := cmd.Start(); err != nil {
+	b, err := pgbouncer.Start(context.Background(), pgbouncer.Options{
+		Upstream: u.Host, Dir: dir, AsUser: "postgres", Pool: pool, MaxClients: 900,
+	})
+	if errors.Is(err, pgbouncer.ErrNotInstalled) {
+		t.Skip(err)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for i := 0; ; i++ {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			break
-		}
-		if i == 100 {
-			log, _ := os.ReadFile(filepath.Join(dir, "log"))
-			t.Fatalf("pgbouncer does not listen: %s", log)
-		}
-		time.Sleep(50 * time.Millisecond)
+	t.Cleanup(b.Stop)
+	through, err := b.Through(dsn)
+	if err != nil {
+		t.Fatal(err)
 	}
-	u.Host = fmt.Sprintf("127.0.0.1:%d", port)
-	q := u.Query()
-	// Unnamed statements only: PgBouncer before 1.21 keeps no prepared
-	// statements across the server connections it hands out.
-	q.Set("default_query_exec_mode", "exec")
-	u.RawQuery = q.Encode()
-	return u.String()
+	return through
 }
 
 // A hundred nodes fit PostgreSQL's default max_connections through
@@ -105,7 +64,7 @@ pidfile = %s
 func TestPostgresHundredNodesThroughPgBouncer(t *testing.T) {
 	direct := testenv.Postgres(t)
 	const pool = 40
-	dsn := pgbouncer(t, direct, pool)
+	dsn := throughPgBouncer(t, direct, pool)
 	ctx := context.Background()
 	admin, err := sql.Open("pgx", direct)
 	if err != nil {
