@@ -81,13 +81,12 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	if !cfg.PrivateMemory {
-		if err := checkSharedMemory(cfg.Runsc); err != nil {
-			return nil, err
-		}
+		need := []patchFlag{sharedMemory}
 		if cfg.EagerCopy {
-			if err := checkEagerCopy(cfg.Runsc); err != nil {
-				return nil, err
-			}
+			need = append(need, eagerCopy)
+		}
+		if err := checkPatched(cfg.Runsc, need...); err != nil {
+			return nil, err
 		}
 	}
 	r := &Runtime{cfg: cfg}
@@ -105,27 +104,39 @@ func (r *Runtime) keeperBin() string {
 	return "/proc/self/exe"
 }
 
-// checkSharedMemory reports whether the runsc at path knows --cow-restore,
-// the flag scripts/runsc-patches adds: a stock runsc refuses to start a
-// sandbox with it, which is better said once, at start.
-func checkSharedMemory(path string) error {
-	out, err := exec.Command(path, "--cow-restore=false", "help").CombinedOutput()
-	if err != nil {
-		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-		return fmt.Errorf("runsc at %s cannot share template memory (%s): rebuild it with `make bin/runsc`, which applies scripts/runsc-patches, or start with --private-memory", path, first)
-	}
-	return nil
+// patchFlag is a flag scripts/runsc-patches add to runsc: a stock runsc
+// refuses to start a sandbox with it, which is better said once, at start.
+type patchFlag struct {
+	name string // without dashes
+	says string // the error, with the path and runsc's words
 }
 
-// checkEagerCopy reports whether the runsc at path knows --cow-eager
-// (scripts/runsc-patches/0003-cow-eager.patch).
-func checkEagerCopy(path string) error {
-	out, err := exec.Command(path, "--cow-eager=false", "help").CombinedOutput()
-	if err != nil {
-		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-		return fmt.Errorf("runsc at %s cannot copy hot pages at restore (%s): rebuild it with `make bin/runsc`, or start without eager copies", path, first)
+var (
+	sharedMemory = patchFlag{"cow-restore", "runsc at %s cannot share template memory (%s): rebuild it with `make bin/runsc`, which applies scripts/runsc-patches, or start with --private-memory"}
+	eagerCopy    = patchFlag{"cow-eager", "runsc at %s cannot copy hot pages at restore (%s): rebuild it with `make bin/runsc`, or start without eager copies"}
+)
+
+// checkPatched reports whether the runsc at path knows every flag of
+// flags, with one run of it; a failure names the first flag runsc did
+// not know (the first of flags when it cannot tell).
+func checkPatched(path string, flags ...patchFlag) error {
+	args := make([]string, 0, len(flags)+1)
+	for _, f := range flags {
+		args = append(args, "--"+f.name+"=false")
 	}
-	return nil
+	out, err := exec.Command(path, append(args, "help")...).CombinedOutput()
+	if err == nil || len(flags) == 0 {
+		return nil
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	missing := flags[0]
+	for _, f := range flags {
+		if strings.HasSuffix(first, "-"+f.name) {
+			missing = f
+			break
+		}
+	}
+	return fmt.Errorf(missing.says, path, first)
 }
 
 // runscFor is the runsc command line for calls on sandbox id ("" for
