@@ -72,10 +72,10 @@ func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image 
 		return nil
 	}
 	p.mu.Lock()
-	known := p.wants[key] != nil
+	w := p.wants[key]
 	// Prepare from an image that lasts: a template's or snapshot's own
 	// checkpoint rather than a clone's or a pause's, which go soon.
-	if w := p.wants[key]; w != nil && image != tpl.Checkpoint && w.image != "" {
+	if w != nil && image != tpl.Checkpoint && w.image != "" {
 		w.last = time.Now()
 	} else {
 		nw := &preparedWant{image: image, tpl: *tpl, last: time.Now()}
@@ -88,7 +88,8 @@ func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image 
 	if list := p.prepared[key]; len(list) > 0 {
 		pb = list[len(list)-1]
 		p.prepared[key] = list[:len(list)-1]
-	} else if known {
+	} else if w != nil {
+		// A kind already in demand found none waiting.
 		grow(p.needed, key, p.h.cfg.PreparedPerKey)
 	}
 	p.mu.Unlock()
