@@ -134,13 +134,13 @@ func mergeRanges(rs []pageRange) []pageRange {
 	return out
 }
 
-// writeHot writes dir's pages.hot for image id with ranges rs, replacing
-// any: under a temporary name, then renamed, so a restore reads a whole
-// list or the one before.
+// writeHot writes dir's pages.hot for image id with ranges rs (sorted and
+// disjoint, as mergeRanges leaves them), replacing any: under a temporary
+// name, then renamed, so a restore reads a whole list or the one before.
 func writeHot(dir, id string, rs []pageRange) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "id %s\n", id)
-	for _, r := range mergeRanges(rs) {
+	for _, r := range rs {
 		fmt.Fprintf(&b, "%d %d\n", r.Off, r.Len)
 	}
 	tmp := filepath.Join(dir, hotFile+".tmp")
@@ -175,10 +175,11 @@ func (r *Runtime) LearnHotPages(image, probe string) (int64, error) {
 	if len(rs) == 0 {
 		return 0, nil
 	}
+	rs = mergeRanges(rs)
 	if err := writeHot(image, id, rs); err != nil {
 		return 0, err
 	}
-	return hotBytes(mergeRanges(rs)), nil
+	return hotBytes(rs), nil
 }
 
 // ownHot makes all of an incremental image's own pages.img hot when it is
