@@ -16,6 +16,7 @@ import (
 	"cube/internal/id"
 	"cube/internal/netslot"
 	"cube/internal/quota"
+	"cube/internal/runtime"
 	"cube/internal/store"
 )
 
@@ -157,8 +158,8 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	// restored on demand.
 	if h.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && tpl.SourceSandbox == "" {
 		if box := h.pools.takeWarm(tpl.ID); box != nil {
-			if err := h.ready(ctx, box, rec, oldToken); err != nil {
-				h.log.Warn("warm sandbox did not take /init; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
+			if err := h.readyWarm(ctx, box, rec, oldToken); err != nil {
+				h.log.Warn("warm sandbox could not be handed out; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
 				h.discard(box, rec.ID)
 			} else {
 				h.tel.phase("launch", "warm-init", start)
@@ -180,6 +181,17 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	c.Release()
 	h.tel.phase("launch", "init", restored)
 	return box, nil
+}
+
+// readyWarm readies a sandbox taken from a warm pool, which was restored
+// in the background: it first gets a request's CPU priority back.
+func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox, oldToken string) error {
+	if p, ok := box.sb.(runtime.Promoter); ok {
+		if err := p.Promote(); err != nil {
+			return err
+		}
+	}
+	return h.ready(ctx, box, rec, oldToken)
 }
 
 // ready puts rec's egress policy on a restored sandbox and hands its envd

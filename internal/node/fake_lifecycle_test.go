@@ -237,12 +237,20 @@ func TestFakeWarmPoolHandsOutAndRefills(t *testing.T) {
 	if asked := n.Agents.MetricsAsked(); len(asked) == 0 {
 		t.Fatal("the warm sandbox's agent was not warmed up")
 	}
+	// It was restored in the background, below requests' priority.
+	if !n.Runtime.Container(warm[0]).Background() {
+		t.Fatal("the warm sandbox runs at a request's priority before it is handed out")
+	}
 
-	// The warm sandbox is handed out, and gets its token only now.
+	// The warm sandbox is handed out at a request's priority, and gets
+	// its token only now.
 	a := fakeCreate(t, n, cube.CreateRequest{})
 	cid, host := served(t, n, a.ID)
 	if cid != warm[0] {
 		t.Fatalf("created in %s, not the warm %s", cid, warm[0])
+	}
+	if n.Runtime.Container(cid).Background() {
+		t.Fatal("the handed-out sandbox still runs at background priority")
 	}
 	if inits := n.Agents.Inits(); len(inits) != 1 || inits[0].Host != host || inits[0].Token != a.EnvdAccessToken {
 		t.Fatalf("inits = %+v", inits)
@@ -276,6 +284,20 @@ func TestFakeWarmPoolHandsOutAndRefills(t *testing.T) {
 	inits := n.Agents.Inits()
 	if len(inits) != 3 || inits[1].Err == nil || inits[2].Host != bHost || inits[2].Err != nil || inits[2].Token != b.EnvdAccessToken {
 		t.Fatalf("inits = %+v", inits)
+	}
+
+	// A warm sandbox that cannot be promoted is thrown away too: a create
+	// never runs at background priority.
+	eventually(t, "the pool is refilled", func() bool { return n.Warm("tiny") == 2 })
+	n.Runtime.Fail(nodefake.OpPromote, errors.New("no cgroup"))
+	d := fakeCreate(t, n, cube.CreateRequest{})
+	n.Runtime.Fail(nodefake.OpPromote, nil)
+	dc, _ := served(t, n, d.ID)
+	if n.Runtime.Container(dc).Background() {
+		t.Fatalf("%s serves a create at background priority", dc)
+	}
+	if err := n.KillSandbox(fctx(t), d.ID); err != nil {
+		t.Fatal(err)
 	}
 
 	// Closing drains the pool; sandboxes keep running.

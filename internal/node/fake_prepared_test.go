@@ -33,10 +33,16 @@ func TestFakePreparedContainersServeColdRestores(t *testing.T) {
 	// first create restored cold, and asked for the template's kind.
 	eventually(t, "two containers are prepared", func() bool { return len(created(n)) == 2 && n.Prepared() == 2 })
 	waiting := created(n)
+	// They are made in the background, below requests' priority.
+	for _, id := range waiting {
+		if !n.Runtime.Container(id).Background() {
+			t.Fatalf("prepared container %s runs at a request's priority", id)
+		}
+	}
 
 	// A create from the snapshot (same rootfs, agent and limits) restores
-	// into one of them: its container is a prepared one, now running, and
-	// the pool is made up again.
+	// into one of them: its container is a prepared one, now running at a
+	// request's priority, and the pool is made up again.
 	b := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
 	bC, bHost := served(t, n, b.ID)
 	if !slices.Contains(waiting, bC) {
@@ -44,6 +50,9 @@ func TestFakePreparedContainersServeColdRestores(t *testing.T) {
 	}
 	if st := n.Runtime.Container(bC).State(); st != nodefake.Running {
 		t.Fatalf("b's container is %s", st)
+	}
+	if n.Runtime.Container(bC).Background() {
+		t.Fatalf("b's container %s still runs at background priority", bC)
 	}
 	inits := n.Agents.Inits()
 	if in := inits[len(inits)-1]; in.Host != bHost || in.Token != b.EnvdAccessToken || in.OldToken != a.EnvdAccessToken {

@@ -8,6 +8,7 @@ import (
 
 	"cube/internal/cube"
 	"cube/internal/id"
+	"cube/internal/runtime"
 	"cube/internal/store"
 )
 
@@ -146,6 +147,7 @@ func target(demand map[string]*poolDemand, key string, base int, now time.Time) 
 // refiller keeps every pool at its target until ctx is cancelled. Each of
 // the refillWorkers runs one restore at a time.
 func (p *pools) refiller(ctx context.Context) {
+	ctx = runtime.Background(ctx)
 	var wg sync.WaitGroup
 	for range refillWorkers {
 		wg.Go(func() { every(ctx, 2*time.Second, p.refill, p.refillPools) })

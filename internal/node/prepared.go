@@ -109,6 +109,7 @@ func (p *pools) restorePrepared(ctx context.Context, tpl *store.Template, image 
 // prepareLoop keeps PreparedPerKey containers ready for every wanted kind
 // until ctx is cancelled, one at a time, and drops kinds gone stale.
 func (p *pools) prepareLoop(ctx context.Context) {
+	ctx = runtime.Background(ctx)
 	every(ctx, 5*time.Second, p.prepare, func(ctx context.Context) {
 		p.dropStalePrepared(time.Now())
 		p.trimPrepared(time.Now())

@@ -37,6 +37,7 @@ const (
 	OpResume     Op = "resume"
 	OpKill       Op = "kill"
 	OpStats      Op = "stats"
+	OpPromote    Op = "promote"
 )
 
 // State is where a fake container is.
@@ -126,12 +127,13 @@ func (r *Runtime) Lose(id string) {
 	delete(r.containers, id)
 }
 
-// start adds a running container; r.mu is held.
-func (r *Runtime) start(spec runtime.Spec, image string) (*Sandbox, error) {
+// start adds a running container, in the background if ctx is marked
+// so; r.mu is held.
+func (r *Runtime) start(ctx context.Context, spec runtime.Spec, image string) (*Sandbox, error) {
 	if _, ok := r.containers[spec.ID]; ok {
 		return nil, fmt.Errorf("fake runtime: container %q exists already", spec.ID)
 	}
-	sb := &Sandbox{rt: r, id: spec.ID, spec: spec, image: image, state: Running}
+	sb := &Sandbox{rt: r, id: spec.ID, spec: spec, image: image, state: Running, background: runtime.InBackground(ctx)}
 	r.containers[spec.ID] = sb
 	return sb, nil
 }
@@ -147,7 +149,7 @@ func (r *Runtime) Boot(ctx context.Context, spec runtime.Spec) (runtime.Sandbox,
 			return nil, fmt.Errorf("fake runtime: boot with files: %w", err)
 		}
 	}
-	return r.start(spec, spec.Files)
+	return r.start(ctx, spec, spec.Files)
 }
 
 func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) (runtime.Sandbox, error) {
@@ -159,7 +161,7 @@ func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) 
 	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
 		return nil, fmt.Errorf("fake runtime: restore: %w", err)
 	}
-	sb, err := r.start(spec, image)
+	sb, err := r.start(ctx, spec, image)
 	if err != nil {
 		return nil, err
 	}
@@ -208,8 +210,27 @@ type Sandbox struct {
 	spec  runtime.Spec
 	image string // restored from; "" when booted
 
-	// state is guarded by rt.mu.
+	// state and background are guarded by rt.mu.
 	state State
+	// background is set while the container runs at the priority of
+	// background work: made by a Background context, not promoted since.
+	background bool
+}
+
+// Background reports whether the container runs at the priority of
+// background work.
+func (s *Sandbox) Background() bool {
+	s.rt.mu.Lock()
+	defer s.rt.mu.Unlock()
+	return s.background
+}
+
+// Promote gives the container a request's priority.
+func (s *Sandbox) Promote() error {
+	return s.do(OpPromote, func() error {
+		s.background = false
+		return nil
+	})
 }
 
 // Spec is what the container was booted or restored with.
@@ -369,7 +390,7 @@ func (r *Runtime) Prepare(ctx context.Context, image string, spec runtime.Spec) 
 	if err := r.failing(OpPrepare); err != nil {
 		return nil, err
 	}
-	sb, err := r.start(spec, "")
+	sb, err := r.start(ctx, spec, "")
 	if err != nil {
 		return nil, err
 	}
@@ -402,6 +423,9 @@ func (p prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, e
 		return nil, err
 	}
 	p.sb.state, p.sb.image = Running, image
+	if !runtime.InBackground(ctx) {
+		p.sb.background = false
+	}
 	r.restores = append(r.restores, Restore{Image: image, Spec: p.sb.spec})
 	return p.sb, nil
 }

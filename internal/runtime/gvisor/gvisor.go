@@ -61,6 +61,9 @@ type Runtime struct {
 	cfg Config
 	// filesMu serialises boots with files: they share filesLink.
 	filesMu sync.Mutex
+	// threads names the file listing a container's threads (see
+	// priority.go); nil when the host has no cgroups to find them in.
+	threads func(id string) string
 }
 
 // New checks the configuration and returns a Runtime.
@@ -89,7 +92,7 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	r := &Runtime{cfg: cfg}
+	r := &Runtime{cfg: cfg, threads: threadsFile(cgroupRoot)}
 	if err := r.prepareFiles(); err != nil {
 		return nil, err
 	}
@@ -247,7 +250,7 @@ func (r *Runtime) runDetached(ctx context.Context, spec runtime.Spec, dir string
 	full := append(append([]string(nil), args...), "--bundle", dir, spec.ID)
 	cmd := r.runscFor(spec.ID).Command(ctx, &spec, full...)
 	cmd.Stdout, cmd.Stderr = w, w
-	return cmd.Run()
+	return r.run(ctx, cmd)
 }
 
 // failed removes what a failed run, restore or create may have left
@@ -372,6 +375,14 @@ func (p *prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, 
 	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
 		p.Kill(context.Background())
 		return nil, fmt.Errorf("checkpoint image %s is incomplete: %w", image, err)
+	}
+	// Prepared in the background, the container serves a request now
+	// unless it is restored for a pool.
+	if !runtime.InBackground(ctx) {
+		if err := p.r.promote(p.id); err != nil {
+			p.Kill(context.Background())
+			return nil, err
+		}
 	}
 	w, err := os.OpenFile(filepath.Join(dir, consoleFIFO), os.O_RDWR, 0)
 	if err != nil {
@@ -579,6 +590,10 @@ func (s *sandbox) Resume(ctx context.Context) error {
 	_, err := s.r.runsc(ctx, s.id, nil, "resume", s.id)
 	return err
 }
+
+// Promote gives a sandbox restored in the background (a warm pool's)
+// the normal CPU priority.
+func (s *sandbox) Promote() error { return s.r.promote(s.id) }
 
 func (s *sandbox) Kill(ctx context.Context) error {
 	return s.r.Remove(ctx, s.id)
