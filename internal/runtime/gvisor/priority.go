@@ -78,10 +78,9 @@ func startWith(cmd *exec.Cmd, sched unix.SchedAttr) error {
 
 // promote schedules every thread of container id normally (SCHED_NORMAL,
 // its niceness kept), undoing backgroundSched before the container serves
-// a request. It reads
-// the container's threads twice: a thread started during the first pass
-// by one not promoted yet is promoted in the second, and those started
-// later start from promoted ones.
+// a request. It reads the container's threads twice: a thread started
+// during the first pass by one not promoted yet is promoted in the
+// second, and those started later start from promoted ones.
 func (r *Runtime) promote(id string) error {
 	if r.threads == nil {
 		return nil // nothing was run in the background
