@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"cube/internal/loopback"
 )
 
 // ErrNotInstalled is Start's error where PgBouncer is not installed.
@@ -70,7 +72,7 @@ func Start(ctx context.Context, o Options) (*Pooler, error) {
 		return nil, fmt.Errorf("upstream %q: %w", o.Upstream, err)
 	}
 	b := &Pooler{}
-	if b.port, err = freePort(); err != nil {
+	if b.port, err = loopback.FreePort(); err != nil {
 		return nil, err
 	}
 	var users strings.Builder
@@ -161,13 +163,4 @@ func (b *Pooler) Stop() {
 		b.cmd.Process.Kill()
 		<-done
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"cube/internal/loopback"
 )
 
 // Postgres is the simulation's own PostgreSQL server: a data directory
@@ -64,7 +65,7 @@ func StartPostgres(ctx context.Context, dir string, o PostgresOptions) (*Postgre
 	if out, err := pg.run(ctx, "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	if pg.port, err = freePort(); err != nil {
+	if pg.port, err = loopback.FreePort(); err != nil {
 		return nil, err
 	}
 	settings := []string{
@@ -201,15 +202,6 @@ func postgresBin(dir string) (string, error) {
 		return "", errors.New("PostgreSQL is not installed (no pg_ctl on PATH or in /usr/lib/postgresql/*/bin)")
 	}
 	return filepath.Dir(found[len(found)-1]), nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // postmaster is the PID of the server's main process.

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"cube/internal/loopback"
 )
 
 // Postgres starts a PostgreSQL server of its own for the test, from
@@ -150,10 +152,9 @@ func postgresBin(t testing.TB) string {
 // freePort is a loopback TCP port nothing listens on now.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := loopback.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
