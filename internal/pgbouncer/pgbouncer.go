@@ -47,6 +47,7 @@ type Options struct {
 // Pooler is a running PgBouncer.
 type Pooler struct {
 	cmd  *exec.Cmd
+	stop context.CancelFunc
 	port int
 }
 
@@ -109,13 +110,20 @@ pidfile = %s
 	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
+	args := []string{path, confFile}
 	if o.AsUser != "" {
-		b.cmd = exec.Command("runuser", "-u", o.AsUser, "--", path, confFile)
-	} else {
-		b.cmd = exec.Command(path, confFile)
+		args = append([]string{"runuser", "-u", o.AsUser, "--"}, args...)
 	}
+	// The pooler lives until Stop, not until ctx (which bounds the start):
+	// Stop cancels its own context, and exec sends SIGTERM, then SIGKILL
+	// if it has not exited 5 s later.
+	life, stop := context.WithCancel(context.Background())
+	b.cmd, b.stop = exec.CommandContext(life, args[0], args[1:]...), stop
+	b.cmd.Cancel = func() error { return b.cmd.Process.Signal(syscall.SIGTERM) }
+	b.cmd.WaitDelay = 5 * time.Second
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := b.cmd.Start(); err != nil {
+		stop()
 		return nil, err
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -151,16 +159,6 @@ func (b *Pooler) Through(dsn string) (string, error) {
 
 // Stop ends the pooler: SIGTERM, then SIGKILL after 5 s.
 func (b *Pooler) Stop() {
-	if b.cmd == nil || b.cmd.Process == nil {
-		return
-	}
-	b.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { b.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		b.cmd.Process.Kill()
-		<-done
-	}
+	b.stop()
+	b.cmd.Wait()
 }
