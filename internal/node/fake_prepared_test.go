@@ -23,12 +23,20 @@ func created(n *nodefake.Node) []string {
 	return out
 }
 
-func TestFakePreparedContainersServeColdRestores(t *testing.T) {
-	n := newFake(t, nodefake.Options{PreparedPerKey: 2})
+// snapshotted creates a sandbox of the template and snapshots it as
+// "a-snap": restores from the snapshot ask for the template's kind.
+func snapshotted(t *testing.T, n *nodefake.Node) *cube.Sandbox {
+	t.Helper()
 	a := fakeCreate(t, n, cube.CreateRequest{})
 	if _, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap"); err != nil {
 		t.Fatal(err)
 	}
+	return a
+}
+
+func TestFakePreparedContainersServeColdRestores(t *testing.T) {
+	n := newFake(t, nodefake.Options{PreparedPerKey: 2})
+	a := snapshotted(t, n)
 	// Nothing is prepared before a kind of restore is asked for: the
 	// first create restored cold, and asked for the template's kind.
 	eventually(t, "two containers are prepared", func() bool { return len(created(n)) == 2 && n.Prepared() == 2 })
@@ -83,10 +91,7 @@ func TestFakePreparedContainersServeColdRestores(t *testing.T) {
 
 func TestFakePreparedRestoreFailureFallsBackCold(t *testing.T) {
 	n := newFake(t, nodefake.Options{PreparedPerKey: 1})
-	a := fakeCreate(t, n, cube.CreateRequest{})
-	if _, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap"); err != nil {
-		t.Fatal(err)
-	}
+	snapshotted(t, n)
 	eventually(t, "a container is prepared", func() bool { return len(created(n)) == 1 })
 	spare := created(n)[0]
 	// The prepared container is lost behind the node's back: the restore
@@ -118,10 +123,7 @@ func TestFakePreparedContainersGiveWaySlotsToSandboxes(t *testing.T) {
 	// one free. Creates still get slots: prepared containers give theirs
 	// up before a create fails for want of one.
 	n := newFake(t, nodefake.Options{PreparedPerKey: 2, Slots: 4})
-	a := fakeCreate(t, n, cube.CreateRequest{})
-	if _, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap"); err != nil {
-		t.Fatal(err)
-	}
+	snapshotted(t, n)
 	eventually(t, "two containers are prepared", func() bool { return len(created(n)) == 2 })
 	var ids []string
 	for range 3 {
@@ -232,10 +234,7 @@ func TestFakeDeletingASnapshotKeepsThePreparedContainersOfItsKind(t *testing.T) 
 
 func TestFakePreparedContainersDeepenWithDemand(t *testing.T) {
 	n := newFake(t, nodefake.Options{PreparedPerKey: 1, Slots: 32})
-	a := fakeCreate(t, n, cube.CreateRequest{})
-	if _, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap"); err != nil {
-		t.Fatal(err)
-	}
+	snapshotted(t, n)
 	eventually(t, "a container is prepared", func() bool { return len(created(n)) == 1 })
 	// A burst: prepares cannot keep up. The first create takes the one
 	// waiting; each of the next finds none and deepens the kind, up to four
