@@ -255,7 +255,7 @@ func (p *pools) dropPreparedOf(tpl *store.Template) {
 		return
 	}
 	p.forgetKinds(func(w *preparedWant) bool {
-		return w.tpl.ID == tpl.ID || (tpl.SourceSandbox == "" && w.tpl.Rootfs == tpl.Rootfs)
+		return w.tpl.ID == tpl.ID || w.tpl.Rootfs == tpl.Rootfs
 	})
 	p.waitBackground(func() bool { return p.preparing == 0 }, time.Minute)
 }

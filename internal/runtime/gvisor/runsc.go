@@ -59,9 +59,10 @@ func (r Runsc) Flags(spec *runtime.Spec) []string {
 			f = append(f, "--network", "sandbox")
 			// One packet processor per vCPU. Left to runsc, the number
 			// follows GOMAXPROCS when the link is made, which a restore
-			// raises for its own work: restored sandboxes got about 130,
-			// each with its GRO buckets, a third of every checkpoint's
-			// objects (saved and loaded at every snapshot and restore).
+			// raises for its own work (by one per pages file reader):
+			// restored sandboxes got up to 130, each with its GRO
+			// buckets, a third of every checkpoint's objects (saved and
+			// loaded at every snapshot and restore).
 			f = append(f, "--network-processors-per-channel", strconv.Itoa(max(spec.CPUCount, 1)))
 		} else {
 			f = append(f, "--network", "none")
