@@ -154,11 +154,10 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	own := *tpl
 	own.CPUCount, own.MemoryMB = rec.CPUCount, rec.MemoryMB
 	sameLimits := own.CPUCount == tpl.CPUCount && own.MemoryMB == tpl.MemoryMB
-	// Only templates built from images have warm pools; snapshots are
-	// restored on demand.
-	if h.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && tpl.SourceSandbox == "" {
-		if box := h.pools.takeWarm(tpl.ID); box != nil {
-			if err := h.readyWarm(ctx, box, rec, oldToken); err != nil {
+	// A snapshot's pool, once it is in demand, holds paused sandboxes.
+	if h.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && pooled(tpl) {
+		if box := h.pools.takeWarm(tpl); box != nil {
+			if err := h.readyWarm(ctx, box, rec, oldToken, tpl.SourceSandbox != ""); err != nil {
 				h.log.Warn("warm sandbox could not be handed out; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
 				h.discard(box, rec.ID)
 			} else {
@@ -184,10 +183,16 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 }
 
 // readyWarm readies a sandbox taken from a warm pool, which was restored
-// in the background: it first gets a request's CPU priority back.
-func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox, oldToken string) error {
+// in the background: it first gets a request's CPU priority back, then,
+// when it is a snapshot's (paused), its processes resume.
+func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox, oldToken string, paused bool) error {
 	if p, ok := box.sb.(runtime.Promoter); ok {
 		if err := p.Promote(); err != nil {
+			return err
+		}
+	}
+	if paused {
+		if err := box.sb.Resume(ctx); err != nil {
 			return err
 		}
 	}

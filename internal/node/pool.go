@@ -26,6 +26,20 @@ import (
 // create takes one back. A stream of creates faster than the refill thus
 // deepens the pool until it lasts, a burst drains it once and finds it
 // deeper the next time, and an idle template holds only PoolSize.
+//
+// A snapshot has no pool until it is in demand: its second create within
+// poolShrinkAfter of the one before gives it one warm sandbox, and every
+// later miss one more, up to poolGrowth times PoolSize; each
+// poolShrinkAfter without a miss takes one back, down to none. A snapshot
+// created from once (a tree search that forks each state once) thus
+// costs no restore beyond its own, and one that seeds a stream of
+// sandboxes (rollouts from one state) serves them warm. A warm sandbox of
+// a snapshot is paused as soon as its agent has answered its warm-up
+// request, so the snapshot's processes run only for that moment before
+// the create that takes it resumes them, much as after a restore on
+// demand, whose processes run while its agent is initialised. A snapshot
+// with volume mounts is always restored on demand, since a pooled
+// sandbox would hold its volumes.
 const (
 	refillWorkers = 2
 	poolGrowth    = 4
@@ -58,10 +72,12 @@ type pools struct {
 	// warm holds restored, not yet handed out sandboxes per template.
 	warm   map[string][]*container
 	refill chan struct{}
-	// demand grows a template's pool past PoolSize; filling counts the
-	// refills under way per template.
-	demand  map[string]*poolDemand
-	filling map[string]int
+	// demand grows a template's pool past PoolSize, snapshotDemand a
+	// snapshot's past none (a snapshot's pool exists while it has an
+	// entry there); filling counts the refills under way per template.
+	demand         map[string]*poolDemand
+	snapshotDemand map[string]*poolDemand
+	filling        map[string]int
 	// prepared holds containers made ahead of restores, per PrepareKey;
 	// wants the kinds of restore asked for recently.
 	prepared map[string][]*preparedBox
@@ -78,40 +94,70 @@ func newPools(h *host) *pools {
 	return &pools{
 		h:    h,
 		warm: map[string][]*container{}, refill: make(chan struct{}, 1),
-		demand: map[string]*poolDemand{}, filling: map[string]int{},
+		demand: map[string]*poolDemand{}, snapshotDemand: map[string]*poolDemand{}, filling: map[string]int{},
 		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, needed: map[string]*poolDemand{},
 		prepare: make(chan struct{}, 1),
 	}
 }
 
-// takeWarm claims a warm sandbox of a template, if one is ready. A create
-// that finds the pool empty (a miss), or empties it, grows the pool.
-func (p *pools) takeWarm(tplID string) *container {
+// pooled reports whether sandboxes of tpl may come from a warm pool: a
+// template's always, a snapshot's unless it has volume mounts.
+func pooled(tpl *store.Template) bool {
+	return tpl.SourceSandbox == "" || len(tpl.Mounts) == 0
+}
+
+// takeWarm claims a warm sandbox of a template or snapshot, if one is
+// ready. A create that finds the pool empty (a miss), or empties it,
+// grows the pool. Misses are counted for templates only: a snapshot's
+// first creates miss by design, and a series per snapshot would grow
+// without bound.
+func (p *pools) takeWarm(tpl *store.Template) *container {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer nudge(p.refill)
-	list := p.warm[tplID]
+	list := p.warm[tpl.ID]
 	if len(list) == 0 {
-		p.h.tel.poolMisses.WithLabelValues(tplID).Inc()
-		p.growPool(tplID)
+		if tpl.SourceSandbox == "" {
+			p.h.tel.poolMisses.WithLabelValues(tpl.ID).Inc()
+		}
+		p.growPool(tpl)
 		return nil
 	}
 	box := list[len(list)-1]
-	p.warm[tplID] = list[:len(list)-1]
+	p.warm[tpl.ID] = list[:len(list)-1]
 	if len(list) == 1 {
-		p.growPool(tplID)
+		p.growPool(tpl)
 	}
 	return box
 }
 
-// growPool adds one to tplID's pool target, up to poolGrowth times
-// PoolSize; p.mu held.
-func (p *pools) growPool(tplID string) {
-	grow(p.demand, tplID, p.h.cfg.PoolSize)
+// growPool deepens tpl's pool by one after a create found it empty or
+// emptied it; p.mu held. A template's pool grows up to poolGrowth times
+// PoolSize; a snapshot's first such create only records the demand, and
+// a repeat within poolShrinkAfter grows it up to the same bound.
+func (p *pools) growPool(tpl *store.Template) {
+	if tpl.SourceSandbox == "" {
+		grow(p.demand, tpl.ID, p.h.cfg.PoolSize)
+		return
+	}
+	now := time.Now()
+	d := p.snapshotDemand[tpl.ID]
+	if d == nil {
+		p.snapshotDemand[tpl.ID] = &poolDemand{lastMiss: now}
+		return
+	}
+	if now.Sub(d.lastMiss) <= time.Duration(poolShrinkAfter.Load()) && d.extra < poolGrowth*p.h.cfg.PoolSize {
+		d.extra++
+	}
+	d.lastMiss = now
 }
 
-// poolTarget is how many warm sandboxes tplID should have now; p.mu held.
+// poolTarget is how many warm sandboxes the template or snapshot tplID
+// should have now; p.mu held.
 func (p *pools) poolTarget(tplID string, now time.Time) int {
+	if _, ok := p.snapshotDemand[tplID]; ok {
+		return target(p.snapshotDemand, tplID, 0, now)
+	}
 	return target(p.demand, tplID, p.h.cfg.PoolSize, now)
 }
 
@@ -179,8 +225,11 @@ func (p *pools) fillOne(ctx context.Context) bool {
 	now := time.Now()
 	p.mu.Lock()
 	for _, t := range tpls {
-		if t.SourceSandbox != "" || t.Checkpoint == "" || !t.HeldBy(p.h.cfg.NodeID) {
-			continue // snapshots are restored on demand; other nodes' templates warm there
+		if t.Checkpoint == "" || !t.HeldBy(p.h.cfg.NodeID) {
+			continue // other nodes' templates warm there
+		}
+		if _, inDemand := p.snapshotDemand[t.ID]; t.SourceSandbox != "" && !inDemand {
+			continue // snapshots not in demand are restored on demand
 		}
 		have := len(p.warm[t.ID]) + p.filling[t.ID]
 		if gap := p.poolTarget(t.ID, now) - have; gap > short {
@@ -212,6 +261,14 @@ func (p *pools) fillOne(ctx context.Context) bool {
 		return false
 	}
 	p.warmUp(ctx, box, target.EnvdToken)
+	if target.SourceSandbox != "" {
+		// The snapshot's processes wait for the create that takes it.
+		if err := box.sb.Pause(ctx); err != nil {
+			p.h.log.Warn("warm pool: pause a restored snapshot", "snapshot", target.ID, "err", err)
+			p.h.discard(box, "")
+			return false
+		}
+	}
 	// A template deleted after this read is drained by drainWarm, which
 	// waits for this refill; the store is read outside p.mu.
 	t, err := p.h.store.Templates().Get(context.WithoutCancel(ctx), target.ID)
@@ -253,9 +310,17 @@ const warmUpTimeout = 2 * time.Second
 
 // trimOne discards one warm sandbox of a pool deeper than its target now,
 // if any: a pool deepened by a burst gives its sandboxes (memory, slots)
-// back one at a time as demand falls, one per refiller tick.
+// back one at a time as demand falls, one per refiller tick. A snapshot
+// whose demand has lapsed and whose pool is empty is forgotten.
 func (p *pools) trimOne(now time.Time) {
 	p.mu.Lock()
+	shrink := time.Duration(poolShrinkAfter.Load())
+	for id, d := range p.snapshotDemand {
+		if p.poolTarget(id, now) == 0 && len(p.warm[id]) == 0 && p.filling[id] == 0 && now.Sub(d.lastMiss) > shrink {
+			delete(p.snapshotDemand, id)
+			delete(p.warm, id)
+		}
+	}
 	var box *container
 	for t, list := range p.warm {
 		if len(list) > p.poolTarget(t, now) {
@@ -297,6 +362,11 @@ func (p *pools) takeOutWarm(tplID string) {
 			delete(p.warm, t)
 			delete(p.demand, t)
 		}
+	}
+	if tplID == "" {
+		clear(p.snapshotDemand)
+	} else {
+		delete(p.snapshotDemand, tplID)
 	}
 	p.mu.Unlock()
 	for _, box := range out {

@@ -1,0 +1,136 @@
+package node_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"cube/internal/cube"
+	"cube/internal/node"
+	"cube/internal/node/nodefake"
+)
+
+// pooledOf lists the containers restored from image that serve none of
+// the sandboxes given: the pool's.
+func pooledOf(t *testing.T, n *nodefake.Node, image string, sandboxes ...*cube.Sandbox) []string {
+	t.Helper()
+	var serving []string
+	for _, sb := range sandboxes {
+		c, _ := served(t, n, sb.ID)
+		serving = append(serving, c)
+	}
+	var out []string
+	for _, c := range n.Runtime.Containers() {
+		if n.Runtime.Container(c).Image() == image && !slices.Contains(serving, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func TestFakeSnapshotInDemandServesCreatesWarm(t *testing.T) {
+	n := newFake(t, nodefake.Options{PoolSize: 1})
+	eventually(t, "the template's pool is filled", func() bool { return n.Warm("tiny") == 1 })
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	snap, err := n.CreateSnapshot(fctx(t), a.ID, "a-snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := n.Template(fctx(t), snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A snapshot created from once keeps nothing warm.
+	b := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	eventually(t, "the template's pool is refilled (taking a's sandbox deepened it to two)", func() bool { return n.Warm("tiny") == 2 })
+	time.Sleep(100 * time.Millisecond)
+	if w := pooledOf(t, n, tpl.Checkpoint, b); len(w) != 0 || n.Warm(snap.ID) != 0 {
+		t.Fatalf("one create from the snapshot left warm sandboxes of it: %v", w)
+	}
+
+	// A second create soon after puts it in demand: one sandbox is
+	// restored ahead, at background priority, and paused.
+	c := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	inited := len(n.Agents.Inits())
+	eventually(t, "the snapshot's pool is filled", func() bool { return n.Warm(snap.ID) == 1 })
+	warm := pooledOf(t, n, tpl.Checkpoint, b, c)
+	if len(warm) != 1 {
+		t.Fatalf("warm sandboxes of the snapshot: %v", warm)
+	}
+	pooled := n.Runtime.Container(warm[0])
+	if pooled.State() != nodefake.Paused || !pooled.Background() {
+		t.Fatalf("the snapshot's warm sandbox is %s (background %t), want paused in the background", pooled.State(), pooled.Background())
+	}
+	if inits := n.Agents.Inits(); len(inits) != inited {
+		t.Fatalf("the pooled sandbox got /init before a create took it: %+v", inits[inited:])
+	}
+
+	// The next create takes it: running, at a request's priority, with
+	// its own token over the one the snapshot's agent held.
+	d := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	dC, _ := served(t, n, d.ID)
+	if dC != warm[0] {
+		t.Fatalf("created in %s, not the warm %s", dC, warm[0])
+	}
+	if got := n.Runtime.Container(dC); got.State() != nodefake.Running || got.Background() {
+		t.Fatalf("the handed-out sandbox is %s (background %t)", got.State(), got.Background())
+	}
+	inits := n.Agents.Inits()
+	if in := inits[len(inits)-1]; in.Token != d.EnvdAccessToken || in.OldToken != a.EnvdAccessToken {
+		t.Fatalf("init of the warm sandbox = %+v", in)
+	}
+
+	// A warm sandbox that cannot be resumed is replaced by a fresh restore.
+	eventually(t, "the snapshot's pool is refilled", func() bool { return n.Warm(snap.ID) >= 1 })
+	spares := pooledOf(t, n, tpl.Checkpoint, b, c, d)
+	n.Runtime.Fail(nodefake.OpResume, errors.New("cannot resume"))
+	e := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
+	n.Runtime.Fail(nodefake.OpResume, nil)
+	eC, _ := served(t, n, e.ID)
+	restored := slices.ContainsFunc(n.Runtime.Restores(), func(r nodefake.Restore) bool { return r.Spec.ID == eC })
+	if slices.Contains(spares, eC) || !restored || n.Runtime.Container(eC).State() != nodefake.Running {
+		t.Fatalf("create after a failed resume served by %s (%s), restored afresh %t; the pool had %v", eC, n.Runtime.Container(eC).State(), restored, spares)
+	}
+
+	// Deleting the snapshot discards its warm sandboxes; the sandboxes
+	// made from it keep running.
+	eventually(t, "the snapshot's pool is refilled", func() bool { return n.Warm(snap.ID) >= 1 })
+	if err := n.DeleteTemplate(fctx(t), "", "a-snap"); err != nil {
+		t.Fatal(err)
+	}
+	if w := pooledOf(t, n, tpl.Checkpoint, b, c, d, e); len(w) != 0 {
+		t.Fatalf("warm sandboxes of a deleted snapshot: %v", w)
+	}
+	for _, sb := range []*cube.Sandbox{b, c, d, e} {
+		if _, err := n.GetSandbox(fctx(t), sb.ID); err != nil {
+			t.Fatalf("sandbox %s from the deleted snapshot: %v", sb.ID, err)
+		}
+	}
+}
+
+func TestFakeSnapshotPoolLapsesWithoutDemand(t *testing.T) {
+	n := newFake(t, nodefake.Options{PoolSize: 1})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	snap, err := n.CreateSnapshot(fctx(t), a.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made []*cube.Sandbox
+	for range 2 {
+		made = append(made, fakeCreate(t, n, cube.CreateRequest{Template: snap.ID}))
+	}
+	eventually(t, "the snapshot's pool is filled", func() bool { return n.Warm(snap.ID) == 1 })
+
+	// Without creates, its sandbox goes, container and slot.
+	defer node.SetPoolShrinkAfter(10 * time.Millisecond)()
+	tpl, err := n.Template(fctx(t), snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the snapshot's pool is gone", func() bool { return len(pooledOf(t, n, tpl.Checkpoint, made...)) == 0 })
+	if got, want := len(n.Slots.Held()), 4; got != want {
+		t.Fatalf("slots held after the pool lapsed: %v (want %d: three sandboxes, the template's warm one)", n.Slots.Held(), want)
+	}
+}
