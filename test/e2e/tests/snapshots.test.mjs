@@ -3,7 +3,7 @@
 import { describe, test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
-import { Tracker, api, rejection, runTag } from './helpers.mjs'
+import { Tracker, api, eventually, rejection, runTag } from './helpers.mjs'
 
 const tracker = new Tracker()
 after(() => tracker.killAll(Sandbox))
@@ -73,6 +73,50 @@ describe('snapshots', () => {
     assert.deepEqual(await state(child), expect('named'))
     await Promise.all([src.kill(), child.kill()])
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+  })
+})
+
+// The number of warm sandboxes the server keeps for a template or snapshot
+// (its Prometheus gauge, labelled by template for a caller with a key).
+async function warmFor(id) {
+  const { text } = await api('GET', '/metrics')
+  const line = text.split('\n').find((l) => l.startsWith(`cube_warm_pool_sandboxes{template="${id}"}`))
+  return line ? Number(line.split(' ').pop()) : 0
+}
+
+// Lines a counting process appended since it started.
+const ticks = async (sbx) => Number((await sbx.commands.run('wc -l < /home/user/ticks')).stdout)
+
+describe('a snapshot in demand', () => {
+  test('serves its sandboxes from a pool of its own, each at the snapshot state, held while it waited', async () => {
+    const src = tracker.add(await Sandbox.create())
+    await seed(src, 'stream')
+    // A process that counts ten times a second while it runs.
+    await src.commands.run('while :; do echo >> /home/user/ticks; sleep 0.1; done', { background: true })
+    await eventually(async () => (await ticks(src)) >= 3, { what: 'the counter to tick' })
+    const snap = await src.createSnapshot()
+
+    // Two creates within a minute put the snapshot in demand.
+    const first = tracker.add(await Sandbox.create(snap.snapshotId))
+    const base = await ticks(first)
+    assert.deepEqual(await state(first), expect('stream'))
+    const second = tracker.add(await Sandbox.create(snap.snapshotId))
+    await Promise.all([first.kill(), second.kill()])
+    await eventually(async () => (await warmFor(snap.snapshotId)) >= 1, { what: 'a warm sandbox of the snapshot' })
+
+    // Three seconds in the pool: a sandbox that ran on would count 30 more.
+    await new Promise((r) => setTimeout(r, 3000))
+    const warm = tracker.add(await Sandbox.create(snap.snapshotId))
+    const got = await ticks(warm)
+    assert.ok(got - base < 15, `${got} ticks in the sandbox from the pool, ${base} in one restored on demand`)
+    assert.deepEqual(await state(warm), expect('stream'))
+    // Its processes run again once it is handed out.
+    await eventually(async () => (await ticks(warm)) >= got + 5, { what: 'the counter to run on in the handed-out sandbox' })
+
+    // Deleting the snapshot empties its pool.
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+    assert.equal(await warmFor(snap.snapshotId), 0)
+    await Promise.all([src.kill(), warm.kill()])
   })
 })
 
