@@ -129,6 +129,8 @@ for c in 1 10 20; do step "cfs-c$c" create-from-snapshot -c "$c" -n "$(q 3 1)" -
 
 note "4.4 rollback at c=1/5/10"
 for c in 1 5 10; do step "rollback-c$c" rollback -c "$c" -n "$(q 5 2)" -q; done
+note "rollback to the same snapshot every round (an RL environment's reset), c=1"
+step "rollback-reset-c1" rollback --reset -c 1 -n "$(q 10 3)" -q
 
 note "4.5 clone n=1 c=1 (5 rounds), n=10 c=5, n=20 c=10 (3 rounds)"
 step clone-n1 clone -n 1 -c 1 --rounds "$(q 5 2)" -q

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -271,6 +272,20 @@ func TestSnapshotFamilyRowsAgainstFakeAPI(t *testing.T) {
 	check("rollback", rep, err, []string{"rollback", "snapshot+rollback"}, 2, 3)
 	if rep.Rows[1].Wall.Avg < rep.Rows[0].Wall.Avg {
 		t.Error("snapshot+rollback is shorter than rollback alone")
+	}
+	// Reset: one snapshot per sandbox, rolled back to in every round,
+	// warm-up included.
+	f.mu.Lock()
+	f.rollbacks = nil
+	f.mu.Unlock()
+	rep, err = RunRollback(ctx, c, OpConfig{Template: "base", Concurrency: 2, Rounds: 3, Warmup: 1, Reset: true}, nil)
+	check("rollback --reset", rep, err, []string{"reset"}, 2, 3)
+	f.mu.Lock()
+	rolled := slices.Clone(f.rollbacks)
+	f.mu.Unlock()
+	slices.Sort(rolled)
+	if len(rolled) != 8 || len(slices.Compact(slices.Clone(rolled))) != 2 {
+		t.Errorf("reset rolled back to %v; want each of two snapshots four times", rolled)
 	}
 	rep, err = RunPauseResume(ctx, c, OpConfig{Template: "base", Concurrency: 3, Rounds: 2, Warmup: 1}, nil)
 	check("pause-resume", rep, err, []string{"pause", "resume"}, 3, 2)

@@ -285,6 +285,9 @@ func opCommand(o *common, name, short string, kind opKind) *cobra.Command {
 		f.IntVarP(&cfg.Concurrency, "concurrency", "c", 1, "operations in flight at once (one sandbox each)")
 		f.IntVarP(&cfg.Rounds, "rounds", "n", 5, "measured rounds")
 	}
+	if kind == opRollback {
+		f.BoolVar(&cfg.Reset, "reset", false, "snapshot each sandbox once and roll it back to that snapshot every round (an RL environment's reset), one row: reset")
+	}
 	if kind == opPauseResume {
 		f.BoolVar(&cfg.FromDisk, "from-disk", false, "resume only once the server has written the paused sandboxes to disk (<data-dir>/sandboxes/<id>/pause/checkpoint.img, after its --pause-write-delay): a restore instead of a thaw; run it on the server's host")
 		f.BoolVar(&cfg.FilesOnly, "files-only", false, "pause without memory (E2B's keepMemory false): the pause saves the sandboxes' files and frees them, the resume boots them afresh with those files")

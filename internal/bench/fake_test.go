@@ -30,6 +30,7 @@ type fakeAPI struct {
 	inFlight  int
 	maxFlight int
 	executed  []string
+	rollbacks []string // the snapshot of each rollback, in order
 
 	// noSnapshots makes the snapshot routes answer 501; noClone leaves
 	// the clone route out of the router.
@@ -185,6 +186,7 @@ func (f *fakeAPI) rollback(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusForbidden, "snapshot %s was not taken by %s", body.SnapshotID, id)
 		return
 	}
+	f.rollbacks = append(f.rollbacks, body.SnapshotID)
 	json.NewEncoder(w).Encode(wire.RollbackResult{SandboxID: id, SnapshotID: body.SnapshotID, Status: "done"})
 }
 

@@ -40,6 +40,10 @@ type OpConfig struct {
 	// false): the pause saves the sandbox's files and frees it, and the
 	// resume boots it afresh with them.
 	FilesOnly bool `json:"files_only,omitempty"`
+	// Reset (rollback) snapshots each sandbox once, before the rounds, and
+	// rolls it back to that same snapshot every round: the reset of an RL
+	// environment to its start state, episode after episode.
+	Reset bool `json:"reset,omitempty"`
 }
 
 func (c OpConfig) validate(needCount bool) error {

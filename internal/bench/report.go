@@ -70,6 +70,7 @@ type resultSet struct {
 	dirty      map[int]*OpReport
 	cfs        map[int]*OpReport
 	rollback   map[int]*OpReport
+	reset      map[int]*OpReport
 	clone      map[int]*OpReport
 	pause      map[int]*OpReport
 	pauseDisk  map[int]*OpReport // pause-resume --from-disk
@@ -84,7 +85,7 @@ func loadResults(dir string) (*resultSet, error) {
 		create: map[int]*CreateReport{}, baseline: map[int]*BaselineReport{}, baseDirty: map[int]*BaselineReport{},
 		densityAt: map[int]*DensityReport{},
 		snapshot:  map[int]*OpReport{}, dirty: map[int]*OpReport{}, cfs: map[int]*OpReport{},
-		rollback: map[int]*OpReport{}, clone: map[int]*OpReport{}, pause: map[int]*OpReport{},
+		rollback: map[int]*OpReport{}, reset: map[int]*OpReport{}, clone: map[int]*OpReport{}, pause: map[int]*OpReport{},
 		pauseDisk: map[int]*OpReport{}, pauseFiles: map[int]*OpReport{}, failures: map[string]string{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -126,6 +127,8 @@ func loadResults(dir string) (*resultSet, error) {
 			target = newEntry(rs.cfs, n)
 		case "rollback-c":
 			target = newEntry(rs.rollback, n)
+		case "rollback-reset-c":
+			target = newEntry(rs.reset, n)
 		case "clone-n":
 			target = newEntry(rs.clone, n)
 		case "pause-resume-c":

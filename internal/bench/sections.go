@@ -286,6 +286,13 @@ func (p *page) rollbackSection() {
 	p.f("\n**snapshot + rollback**\n\n")
 	p.opTable(p.rs.rollback, "snapshot+rollback", p.raw("raw runsc checkpoint + restore", "checkpoint", "restore"), Published.RollbackWall, Published.RollbackPer)
 	p.failure("rollback-")
+	if len(p.rs.reset) > 0 {
+		p.f("\n**reset: rollback to the same snapshot every round** (`rollback --reset`)\n\n")
+		p.f("Each sandbox snapshots once; every round rolls it back to that snapshot, as an RL\n")
+		p.f("environment starts each episode. Not in the report. A snapshot rolled back to (or created\n")
+		p.f("from) twice within a minute gets warm sandboxes of its own, paused until taken.\n\n")
+		p.opTable(p.rs.reset, "reset", p.raw("raw runsc restore", "restore"), nil, nil)
+	}
 	p.f("\n")
 }
 

@@ -130,7 +130,7 @@ func RunCreateFromSnapshot(ctx context.Context, c *Client, cfg OpConfig, p Round
 // roll back to a snapshot it took itself, so each round first snapshots
 // every sandbox (phase one), then rolls every one back (phase two). Two
 // rows come out: the rollback alone, and snapshot plus rollback, which is
-// the flow the CubeSandbox report times.
+// the flow the CubeSandbox report times. With Reset, see runReset.
 func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*OpReport, error) {
 	if err := cfg.validate(false); err != nil {
 		return nil, err
@@ -140,6 +140,9 @@ func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 	sbs, err := f.createN(ctx, cfg.Template, cfg.Concurrency, cfg.Concurrency, cfg.Timeout)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Reset {
+		return runReset(ctx, c, f, sbs, cfg, p)
 	}
 	rb := &rowBuilder{row: OpRow{Op: "rollback", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	flow := &rowBuilder{row: OpRow{Op: "snapshot+rollback", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
@@ -175,6 +178,38 @@ func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 		return nil, err
 	}
 	rep := &OpReport{Command: "rollback", Config: cfg, Rows: []OpRow{rb.done(), flow.done()}}
+	rep.Telemetry = m.stop(rep.measuredOps())
+	return rep, nil
+}
+
+// runReset snapshots each sandbox once, then each round rolls every one
+// back to its snapshot at once: one row, reset. Rolling back to the same
+// snapshot again and again is how an RL environment starts each episode.
+func runReset(ctx context.Context, c *Client, f *fleet, sbs []*sandboxRef, cfg OpConfig, p RoundProgress) (*OpReport, error) {
+	snaps := make([]string, len(sbs))
+	defer func() { f.dropSnapshots(nonEmpty(snaps)) }()
+	if _, _, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+		var err error
+		snaps[i], _, err = f.snapshot(ctx, sbs[i].id())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	rb := &rowBuilder{row: OpRow{Op: "reset", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
+	m := c.newMeter()
+	err := rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
+		wall, each, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+			return c.Rollback(ctx, sbs[i].id(), snaps[i])
+		})
+		if err == nil && r >= 0 {
+			rb.add(wall, each)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep := &OpReport{Command: "rollback", Config: cfg, Rows: []OpRow{rb.done()}}
 	rep.Telemetry = m.stop(rep.measuredOps())
 	return rep, nil
 }

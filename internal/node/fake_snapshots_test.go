@@ -56,15 +56,16 @@ func TestFakeSnapshotsAndRollback(t *testing.T) {
 		t.Fatalf("rollback = %+v, %v", rb, err)
 	}
 	now, _ := served(t, n, a.ID)
-	if now == aC || n.Runtime.Container(aC) != nil {
-		t.Fatalf("after rollback a is served by %s; old container %s still there: %v", now, aC, n.Runtime.Containers())
+	if now == aC {
+		t.Fatalf("after rollback a is still served by %s", aC)
 	}
 	if got, _ := n.GetSandbox(fctx(t), a.ID); got.EnvdAccessToken != a.EnvdAccessToken {
 		t.Fatalf("rollback changed a's token")
 	}
-	if len(n.Slots.Held()) != 2 {
-		t.Fatalf("slots held after rollback: %v", n.Slots.Held())
-	}
+	// The replaced container goes after the answer, and its slot with it.
+	eventually(t, "the replaced container and its slot are gone", func() bool {
+		return n.Runtime.Container(aC) == nil && len(n.Slots.Held()) == 2
+	})
 	_, err = n.RollbackSandbox(fctx(t), b.ID, "a-snap")
 	wantKind(t, "rollback to another sandbox's snapshot", err, cube.Forbidden)
 	_, err = n.RollbackSandbox(fctx(t), a.ID, "nope")

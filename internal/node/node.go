@@ -306,16 +306,17 @@ func (n *Node) Start() {
 	}
 }
 
-// background runs f on its own goroutine, which Close waits for; once
-// Close has begun it runs nothing, so Close never waits for work started
-// after it.
-func (h *host) background(f func()) {
+// background runs f on its own goroutine, which Close waits for, and
+// reports whether it did; once Close has begun it runs nothing, so Close
+// never waits for work started after it.
+func (h *host) background(f func()) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closing {
-		return
+		return false
 	}
 	h.wg.Go(f)
+	return true
 }
 
 // Close stops background work, waits for it, and empties the warm pool

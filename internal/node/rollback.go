@@ -13,7 +13,8 @@ import (
 // RollbackSandbox returns a sandbox, in place, to a snapshot it took: its
 // id, tokens, metadata, end time and address stay. The current container
 // is replaced only once the snapshot's is running, so a failed rollback
-// leaves the sandbox as it was.
+// leaves the sandbox as it was; the replaced one is removed after the
+// answer.
 func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string) (*cube.Rollback, error) {
 	sb, rec, err := n.open(ctx, sandboxID)
 	if err != nil {
@@ -48,7 +49,7 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 	c.Release()
 	fault.Point(fault.RollbackAfterRecord)
 	if old != nil {
-		n.discard(old, sandboxID)
+		n.discardLater(old, sandboxID)
 	}
 	n.event(sandboxID, "info", "rolled back to %s", snap.ID)
 	return &cube.Rollback{OperationID: id.New("op-", 12), Status: "completed"}, nil

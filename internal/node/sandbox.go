@@ -175,6 +175,17 @@ func (h *host) discard(c *container, sandboxID string) {
 	}
 }
 
+// discardLater discards a container its sandbox no longer runs in, on
+// a goroutine of its own: the request that replaced it need not wait for
+// its removal. Close waits for it; once Close has begun it is done at
+// once. A crash before it is done leaves a container no record names,
+// which the reconciler removes.
+func (h *host) discardLater(c *container, sandboxID string) {
+	if !h.background(func() { h.discard(c, sandboxID) }) {
+		h.discard(c, sandboxID)
+	}
+}
+
 // release returns a network slot to the pool. The egress filter forgets
 // the slot first: once released, the slot may be handed to another sandbox
 // at once, and a Forget after that would drop the new sandbox's policy.
