@@ -165,6 +165,7 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 				return box, nil
 			}
 		}
+		defer h.pools.restoringOnDemand(tpl.ID)()
 	}
 	box, err := h.restore(ctx, &own, image, containerID(rec.ID), true)
 	if err != nil {

@@ -134,3 +134,39 @@ func TestFakeSnapshotPoolLapsesWithoutDemand(t *testing.T) {
 		t.Fatalf("slots held after the pool lapsed: %v (want %d: three sandboxes, the template's warm one)", n.Slots.Held(), want)
 	}
 }
+
+func TestFakePoolWaitsForTheCreateRestoringItsImage(t *testing.T) {
+	n := newFake(t, nodefake.Options{PoolSize: 1})
+	eventually(t, "the pool is filled", func() bool { return n.Warm("tiny") == 1 })
+	// Empty the pool, and keep it empty, then let restores through again.
+	n.Runtime.Fail(nodefake.OpRestore, errors.New("no restores now"))
+	fakeCreate(t, n, cube.CreateRequest{})
+	time.Sleep(50 * time.Millisecond)
+	n.Runtime.Fail(nodefake.OpRestore, nil)
+
+	// A create that finds the pool empty restores its image on demand;
+	// meanwhile the pool is not refilled from the same image.
+	release := n.Runtime.HoldRestores()
+	t.Cleanup(release)
+	done := make(chan *cube.Sandbox, 1)
+	go func() {
+		sb, err := n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- sb
+	}()
+	eventually(t, "the create restores", func() bool { return n.Runtime.Restoring() >= 1 })
+	for range 20 {
+		if got := n.Runtime.Restoring(); got != 1 {
+			t.Fatalf("%d restores at once while a create restored the template on demand; want only the create's", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	if sb := <-done; sb == nil {
+		t.FailNow()
+	}
+	// Once it is done, the pool fills again.
+	eventually(t, "the pool is refilled", func() bool { return n.Warm("tiny") >= 1 })
+}

@@ -72,6 +72,9 @@ type pools struct {
 	// warm holds restored, not yet handed out sandboxes per template.
 	warm   map[string][]*container
 	refill chan struct{}
+	// onDemand counts the restores under way for creates that found
+	// their template's pool empty; the pool is not refilled meanwhile.
+	onDemand map[string]int
 	// demand grows a template's pool past PoolSize, snapshotDemand a
 	// snapshot's past none (a snapshot's pool exists while it has an
 	// entry there); filling counts the refills under way per template.
@@ -94,7 +97,7 @@ func newPools(h *host) *pools {
 	return &pools{
 		h:    h,
 		warm: map[string][]*container{}, refill: make(chan struct{}, 1),
-		demand: map[string]*poolDemand{}, snapshotDemand: map[string]*poolDemand{}, filling: map[string]int{},
+		onDemand: map[string]int{}, demand: map[string]*poolDemand{}, snapshotDemand: map[string]*poolDemand{}, filling: map[string]int{},
 		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, needed: map[string]*poolDemand{},
 		prepare: make(chan struct{}, 1),
 	}
@@ -129,6 +132,25 @@ func (p *pools) takeWarm(tpl *store.Template) *container {
 		p.growPool(tpl)
 	}
 	return box
+}
+
+// restoringOnDemand marks a restore of tplID's image for a create that
+// found its pool empty, until the returned function is called, which then
+// wakes the refiller. A refill of that pool would restore the same image
+// on the same cores at the same moment and slow the create down; it
+// waits for the create instead.
+func (p *pools) restoringOnDemand(tplID string) (done func()) {
+	p.mu.Lock()
+	p.onDemand[tplID]++
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		if p.onDemand[tplID]--; p.onDemand[tplID] <= 0 {
+			delete(p.onDemand, tplID)
+		}
+		p.mu.Unlock()
+		nudge(p.refill)
+	}
 }
 
 // growPool deepens tpl's pool by one after a create found it empty or
@@ -230,6 +252,9 @@ func (p *pools) fillOne(ctx context.Context) bool {
 		}
 		if _, inDemand := p.snapshotDemand[t.ID]; t.SourceSandbox != "" && !inDemand {
 			continue // snapshots not in demand are restored on demand
+		}
+		if p.onDemand[t.ID] > 0 {
+			continue // refilled once the create restoring it is done
 		}
 		have := len(p.warm[t.ID]) + p.filling[t.ID]
 		if gap := p.poolTarget(t.ID, now) - have; gap > short {

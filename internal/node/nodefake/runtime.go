@@ -59,8 +59,11 @@ type Runtime struct {
 	containers map[string]*Sandbox
 	fail       map[Op]error
 	restores   []Restore
-	// held, while not nil, is closed when held prepares may go on.
-	held chan struct{}
+	// held, while not nil, is closed when held prepares may go on;
+	// heldRestores likewise for restores, of which restoring are waiting.
+	held         chan struct{}
+	heldRestores chan struct{}
+	restoring    int
 }
 
 // Restore is one call of Runtime.Restore that succeeded.
@@ -152,8 +155,44 @@ func (r *Runtime) Boot(ctx context.Context, spec runtime.Spec) (runtime.Sandbox,
 	return r.start(ctx, spec, spec.Files)
 }
 
+// HoldRestores makes Restore wait, as a slow restore would, until the
+// returned function is called.
+func (r *Runtime) HoldRestores() (release func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := make(chan struct{})
+	r.heldRestores = held
+	return sync.OnceFunc(func() {
+		r.mu.Lock()
+		r.heldRestores = nil
+		r.mu.Unlock()
+		close(held)
+	})
+}
+
+// Restoring is the number of restores waiting on HoldRestores.
+func (r *Runtime) Restoring() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.restoring
+}
+
 func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) (runtime.Sandbox, error) {
 	r.mu.Lock()
+	if held := r.heldRestores; held != nil {
+		r.restoring++
+		r.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+		}
+		r.mu.Lock()
+		r.restoring--
+		if err := ctx.Err(); err != nil {
+			r.mu.Unlock()
+			return nil, err
+		}
+	}
 	defer r.mu.Unlock()
 	if err := r.failing(OpRestore); err != nil {
 		return nil, err
