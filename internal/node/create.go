@@ -156,7 +156,7 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	sameLimits := own.CPUCount == tpl.CPUCount && own.MemoryMB == tpl.MemoryMB
 	// A snapshot's pool, once it is in demand, holds paused sandboxes.
 	if h.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && pooled(tpl) {
-		if box := h.pools.takeWarm(tpl); box != nil {
+		if box := h.pools.takeWarm(ctx, tpl); box != nil {
 			if err := h.readyWarm(ctx, box, rec, oldToken, tpl.SourceSandbox != ""); err != nil {
 				h.log.Warn("warm sandbox could not be handed out; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
 				h.discard(box, rec.ID)

@@ -170,3 +170,43 @@ func TestFakePoolWaitsForTheCreateRestoringItsImage(t *testing.T) {
 	// Once it is done, the pool fills again.
 	eventually(t, "the pool is refilled", func() bool { return n.Warm("tiny") >= 1 })
 }
+
+func TestFakeCreateWaitsForARefillUnderWay(t *testing.T) {
+	defer node.SetFillWait(time.Minute)()
+	n := newFake(t, nodefake.Options{PoolSize: 1})
+	eventually(t, "the pool is filled", func() bool { return n.Warm("tiny") == 1 })
+	// Empty the pool and hold its next refill mid-restore.
+	n.Runtime.Fail(nodefake.OpRestore, errors.New("no restores now"))
+	fakeCreate(t, n, cube.CreateRequest{})
+	release := n.Runtime.HoldRestores()
+	t.Cleanup(release)
+	n.Runtime.Fail(nodefake.OpRestore, nil)
+	// Taking the last sandbox deepened the pool to two: both refill
+	// workers restore.
+	eventually(t, "two refills restore", func() bool { return n.Runtime.Restoring() == 2 })
+	before := len(n.Runtime.Restores())
+
+	// A create now waits for that refill instead of restoring on demand.
+	done := make(chan *cube.Sandbox, 1)
+	go func() {
+		sb, err := n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- sb
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if got := n.Runtime.Restoring(); got != 2 {
+		t.Fatalf("%d restores under way after a create found the pool empty with its refills under way; want the refills' two", got)
+	}
+	release()
+	b := <-done
+	if b == nil {
+		t.FailNow()
+	}
+	bC, _ := served(t, n, b.ID)
+	r := n.Runtime.Restores()
+	if len(r) < before+2 || (r[before].Spec.ID != bC && r[before+1].Spec.ID != bC) {
+		t.Fatalf("the create runs in %s, not in a refill's container: restores since %+v", bC, r[before:])
+	}
+}

@@ -81,6 +81,10 @@ type pools struct {
 	demand         map[string]*poolDemand
 	snapshotDemand map[string]*poolDemand
 	filling        map[string]int
+	// filled is closed, and replaced, each time a refill ends; waiting
+	// counts the creates waiting for one, per template.
+	filled  chan struct{}
+	waiting map[string]int
 	// prepared holds containers made ahead of restores, per PrepareKey;
 	// wants the kinds of restore asked for recently.
 	prepared map[string][]*preparedBox
@@ -97,7 +101,7 @@ func newPools(h *host) *pools {
 	return &pools{
 		h:    h,
 		warm: map[string][]*container{}, refill: make(chan struct{}, 1),
-		onDemand: map[string]int{}, demand: map[string]*poolDemand{}, snapshotDemand: map[string]*poolDemand{}, filling: map[string]int{},
+		filled: make(chan struct{}), waiting: map[string]int{}, onDemand: map[string]int{}, demand: map[string]*poolDemand{}, snapshotDemand: map[string]*poolDemand{}, filling: map[string]int{},
 		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, needed: map[string]*poolDemand{},
 		prepare: make(chan struct{}, 1),
 	}
@@ -114,10 +118,21 @@ func pooled(tpl *store.Template) bool {
 // grows the pool. Misses are counted for templates only: a snapshot's
 // first creates miss by design, and a series per snapshot would grow
 // without bound.
-func (p *pools) takeWarm(tpl *store.Template) *container {
+//
+// A create that finds a template's pool empty while a refill of it is
+// under way, for which no other create waits yet, waits for that refill,
+// at most fillWait: the refill is further along than a restore begun now
+// would be, and on the cores the waiting create leaves idle it ends
+// sooner. A snapshot's refill also pauses the sandbox after its warm-up;
+// measured back to back, waiting for one was slower than restoring on
+// demand, so a snapshot's creates do not wait.
+func (p *pools) takeWarm(ctx context.Context, tpl *store.Template) *container {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer nudge(p.refill)
+	if tpl.SourceSandbox == "" && len(p.warm[tpl.ID]) == 0 && p.filling[tpl.ID] > p.waiting[tpl.ID] {
+		p.waitForRefill(ctx, tpl.ID)
+	}
 	list := p.warm[tpl.ID]
 	if len(list) == 0 {
 		if tpl.SourceSandbox == "" {
@@ -152,6 +167,44 @@ func (p *pools) restoringOnDemand(tplID string) (done func()) {
 		nudge(p.refill)
 	}
 }
+
+// waitForRefill waits until tplID's pool has a sandbox, no refill of it
+// is under way, ctx ends or fillWait has passed; p.mu held (released
+// while waiting).
+func (p *pools) waitForRefill(ctx context.Context, tplID string) {
+	p.waiting[tplID]++
+	defer func() {
+		if p.waiting[tplID]--; p.waiting[tplID] <= 0 {
+			delete(p.waiting, tplID)
+		}
+	}()
+	timeout := time.NewTimer(time.Duration(fillWait.Load()))
+	defer timeout.Stop()
+	for len(p.warm[tplID]) == 0 && p.filling[tplID] > 0 {
+		filled := p.filled
+		p.mu.Unlock()
+		gaveUp := false
+		select {
+		case <-filled:
+		case <-ctx.Done():
+			gaveUp = true
+		case <-timeout.C:
+			gaveUp = true
+		}
+		p.mu.Lock()
+		if gaveUp {
+			return
+		}
+	}
+}
+
+// fillWait bounds how long a create waits for a refill under way
+// (nanoseconds; tests lengthen it): about a restore into a prepared
+// container, so that waiting in vain costs no more than that restore
+// would have.
+var fillWait atomic.Int64
+
+func init() { fillWait.Store(int64(150 * time.Millisecond)) }
 
 // growPool deepens tpl's pool by one after a create found it empty or
 // emptied it; p.mu held. A template's pool grows up to poolGrowth times
@@ -273,6 +326,8 @@ func (p *pools) fillOne(ctx context.Context) bool {
 		if p.filling[target.ID]--; p.filling[target.ID] <= 0 {
 			delete(p.filling, target.ID)
 		}
+		close(p.filled) // wakes creates waiting for a refill
+		p.filled = make(chan struct{})
 		p.mu.Unlock()
 	}()
 	// A restore begun is finished: Close waits the moment it takes, and
