@@ -101,7 +101,8 @@ func newPools(h *host) *pools {
 	return &pools{
 		h:    h,
 		warm: map[string][]*container{}, refill: make(chan struct{}, 1),
-		filled: make(chan struct{}), waiting: map[string]int{}, onDemand: map[string]int{}, demand: map[string]*poolDemand{}, snapshotDemand: map[string]*poolDemand{}, filling: map[string]int{},
+		onDemand: map[string]int{}, demand: map[string]*poolDemand{}, snapshotDemand: map[string]*poolDemand{},
+		filling: map[string]int{}, filled: make(chan struct{}), waiting: map[string]int{},
 		prepared: map[string][]*preparedBox{}, wants: map[string]*preparedWant{}, needed: map[string]*poolDemand{},
 		prepare: make(chan struct{}, 1),
 	}
