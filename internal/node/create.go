@@ -154,7 +154,8 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	own := *tpl
 	own.CPUCount, own.MemoryMB = rec.CPUCount, rec.MemoryMB
 	sameLimits := own.CPUCount == tpl.CPUCount && own.MemoryMB == tpl.MemoryMB
-	// A snapshot's pool, once it is in demand, holds paused sandboxes.
+	// Templates have warm pools, and so do snapshots in demand (their
+	// sandboxes wait paused); see pool.go.
 	if h.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && pooled(tpl) {
 		if box := h.pools.takeWarm(ctx, tpl); box != nil {
 			if err := h.readyWarm(ctx, box, rec, oldToken, tpl.SourceSandbox != ""); err != nil {
