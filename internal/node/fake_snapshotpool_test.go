@@ -210,3 +210,32 @@ func TestFakeCreateWaitsForARefillUnderWay(t *testing.T) {
 		t.Fatalf("the create runs in %s, not in a refill's container: restores since %+v", bC, r[before:])
 	}
 }
+
+func TestFakeTeamSnapshotPoolsAreBounded(t *testing.T) {
+	// PoolSize 1: one team's snapshots hold at most four warm sandboxes.
+	n := newFake(t, nodefake.Options{PoolSize: 1, Slots: 32})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	var snaps []string
+	for range 5 {
+		snap, err := n.CreateSnapshot(fctx(t), a.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, snap.ID)
+		for range 2 {
+			fakeCreate(t, n, cube.CreateRequest{Template: snap.ID})
+		}
+	}
+	pooled := func() int {
+		sum := 0
+		for _, id := range snaps {
+			sum += n.Warm(id)
+		}
+		return sum
+	}
+	eventually(t, "the team's snapshots hold four warm sandboxes", func() bool { return pooled() == 4 })
+	time.Sleep(100 * time.Millisecond)
+	if got := pooled(); got != 4 {
+		t.Fatalf("five snapshots in demand of one team hold %d warm sandboxes; want four", got)
+	}
+}

@@ -39,7 +39,8 @@ import (
 // the create that takes it resumes them, much as after a restore on
 // demand, whose processes run while its agent is initialised. A snapshot
 // with volume mounts is always restored on demand, since a pooled
-// sandbox would hold its volumes.
+// sandbox would hold its volumes. One team's snapshots hold at most
+// teamSnapshotPool times PoolSize warm sandboxes together.
 const (
 	refillWorkers = 2
 	poolGrowth    = 4
@@ -207,6 +208,24 @@ var fillWait atomic.Int64
 
 func init() { fillWait.Store(int64(150 * time.Millisecond)) }
 
+// teamSnapshotPool times PoolSize bounds the warm sandboxes (ready or
+// being restored) that one team's snapshots hold together: they have no
+// records and count against no quota, so without it a team could make the
+// node keep a pool for every snapshot it has.
+const teamSnapshotPool = poolGrowth
+
+// snapshotSandboxesByTeam counts the warm sandboxes, ready or being
+// restored, of the snapshots among tpls, per team; p.mu held.
+func (p *pools) snapshotSandboxesByTeam(tpls []*store.Template) map[string]int {
+	n := map[string]int{}
+	for _, t := range tpls {
+		if t.SourceSandbox != "" {
+			n[t.Team] += len(p.warm[t.ID]) + p.filling[t.ID]
+		}
+	}
+	return n
+}
+
 // growPool deepens tpl's pool by one after a create found it empty or
 // emptied it; p.mu held. A template's pool grows up to poolGrowth times
 // PoolSize; a snapshot's first such create only records the demand, and
@@ -300,6 +319,7 @@ func (p *pools) fillOne(ctx context.Context) bool {
 	short := 0
 	now := time.Now()
 	p.mu.Lock()
+	pooledOf := p.snapshotSandboxesByTeam(tpls)
 	for _, t := range tpls {
 		if t.Checkpoint == "" || !t.HeldBy(p.h.cfg.NodeID) {
 			continue // other nodes' templates warm there
@@ -309,6 +329,9 @@ func (p *pools) fillOne(ctx context.Context) bool {
 		}
 		if p.onDemand[t.ID] > 0 {
 			continue // refilled once the create restoring it is done
+		}
+		if t.SourceSandbox != "" && pooledOf[t.Team] >= teamSnapshotPool*p.h.cfg.PoolSize {
+			continue // the team's snapshots hold their share of warm sandboxes
 		}
 		have := len(p.warm[t.ID]) + p.filling[t.ID]
 		if gap := p.poolTarget(t.ID, now) - have; gap > short {
