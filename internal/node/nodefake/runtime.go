@@ -59,11 +59,51 @@ type Runtime struct {
 	containers map[string]*Sandbox
 	fail       map[Op]error
 	restores   []Restore
-	// held, while not nil, is closed when held prepares may go on;
-	// heldRestores likewise for restores, of which restoring are waiting.
-	held         chan struct{}
-	heldRestores chan struct{}
-	restoring    int
+	// prepareGate and restoreGate hold those calls while closed.
+	prepareGate, restoreGate gate
+}
+
+// gate keeps the calls of one operation waiting from hold until its
+// release, as a slow runsc command would; guarded by Runtime.mu.
+type gate struct {
+	// held, while not nil, is closed when held calls may go on.
+	held chan struct{}
+	// waiting counts the calls held now.
+	waiting int
+}
+
+// hold closes g until the returned function is called.
+func (r *Runtime) hold(g *gate) (release func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := make(chan struct{})
+	g.held = held
+	return sync.OnceFunc(func() {
+		r.mu.Lock()
+		g.held = nil
+		r.mu.Unlock()
+		close(held)
+	})
+}
+
+// pass waits, r.mu held (and released meanwhile), until g lets calls go
+// on or ctx ends.
+func (r *Runtime) pass(ctx context.Context, g *gate) error {
+	for g.held != nil {
+		held := g.held
+		g.waiting++
+		r.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+		}
+		r.mu.Lock()
+		g.waiting--
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Restore is one call of Runtime.Restore that succeeded.
@@ -157,43 +197,21 @@ func (r *Runtime) Boot(ctx context.Context, spec runtime.Spec) (runtime.Sandbox,
 
 // HoldRestores makes Restore wait, as a slow restore would, until the
 // returned function is called.
-func (r *Runtime) HoldRestores() (release func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	held := make(chan struct{})
-	r.heldRestores = held
-	return sync.OnceFunc(func() {
-		r.mu.Lock()
-		r.heldRestores = nil
-		r.mu.Unlock()
-		close(held)
-	})
-}
+func (r *Runtime) HoldRestores() (release func()) { return r.hold(&r.restoreGate) }
 
 // Restoring is the number of restores waiting on HoldRestores.
 func (r *Runtime) Restoring() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.restoring
+	return r.restoreGate.waiting
 }
 
 func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) (runtime.Sandbox, error) {
 	r.mu.Lock()
-	if held := r.heldRestores; held != nil {
-		r.restoring++
-		r.mu.Unlock()
-		select {
-		case <-held:
-		case <-ctx.Done():
-		}
-		r.mu.Lock()
-		r.restoring--
-		if err := ctx.Err(); err != nil {
-			r.mu.Unlock()
-			return nil, err
-		}
-	}
 	defer r.mu.Unlock()
+	if err := r.pass(ctx, &r.restoreGate); err != nil {
+		return nil, err
+	}
 	if err := r.failing(OpRestore); err != nil {
 		return nil, err
 	}
@@ -399,33 +417,15 @@ func (r *Runtime) PrepareKey(image string, spec runtime.Spec) (string, error) {
 
 // HoldPrepares makes Prepare wait, as a slow runsc create would, until
 // the returned function is called.
-func (r *Runtime) HoldPrepares() (release func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	held := make(chan struct{})
-	r.held = held
-	return sync.OnceFunc(func() {
-		r.mu.Lock()
-		r.held = nil
-		r.mu.Unlock()
-		close(held)
-	})
-}
+func (r *Runtime) HoldPrepares() (release func()) { return r.hold(&r.prepareGate) }
 
 // Prepare adds a container in state Created.
 func (r *Runtime) Prepare(ctx context.Context, image string, spec runtime.Spec) (runtime.Prepared, error) {
 	r.mu.Lock()
-	held := r.held
-	r.mu.Unlock()
-	if held != nil {
-		select {
-		case <-held:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.pass(ctx, &r.prepareGate); err != nil {
+		return nil, err
+	}
 	if err := r.failing(OpPrepare); err != nil {
 		return nil, err
 	}
