@@ -221,6 +221,36 @@ func (f *fleet) snapshot(ctx context.Context, id string) (string, float64, error
 	return s.SnapshotID, float64(s.SizeBytes) / (1 << 20), nil
 }
 
+// snapshots is one snapshot of each sandbox of a batch, taken at once.
+type snapshots struct {
+	ids   []string  // "" where a snapshot failed
+	sizes []float64 // MB
+	wall  float64   // the batch's
+	each  []float64 // each request's
+}
+
+// snapshotAll snapshots every sandbox of sbs at once, one request each
+// (the server serialises snapshots of one sandbox). The snapshots taken
+// are returned with the error, for the caller to drop.
+func (f *fleet) snapshotAll(ctx context.Context, sbs []*sandboxRef) (snapshots, error) {
+	s := snapshots{ids: make([]string, len(sbs)), sizes: make([]float64, len(sbs))}
+	var err error
+	s.wall, s.each, err = batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+		var err error
+		s.ids[i], s.sizes[i], err = f.snapshot(ctx, sbs[i].id())
+		return err
+	})
+	return s, err
+}
+
+// rollbackAll rolls every sandbox of sbs back to its snapshot in snaps, at
+// once: the batch's wall time and each request's.
+func (f *fleet) rollbackAll(ctx context.Context, sbs []*sandboxRef, snaps []string) (float64, []float64, error) {
+	return batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
+		return f.c.Rollback(ctx, sbs[i].id(), snaps[i])
+	})
+}
+
 func (f *fleet) kill(id string) {
 	if err := f.c.DeleteSandbox(context.Background(), id); err != nil && !isNotFound(err) {
 		f.log.Warn("delete sandbox", "sandbox", id, "err", err)

@@ -56,20 +56,14 @@ func RunSnapshot(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 	row := &rowBuilder{row: OpRow{Op: "snapshot", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	m := c.newMeter()
 	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
-		snaps := make([]string, len(sbs))
-		sizes := make([]float64, len(sbs))
-		wall, each, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
-			var err error
-			snaps[i], sizes[i], err = f.snapshot(ctx, sbs[i].id())
-			return err
-		})
-		f.dropSnapshots(nonEmpty(snaps))
+		snaps, err := f.snapshotAll(ctx, sbs)
+		f.dropSnapshots(nonEmpty(snaps.ids))
 		if err != nil {
 			return err
 		}
 		if r >= 0 {
-			row.add(wall, each)
-			row.image = append(row.image, sizes...)
+			row.add(snaps.wall, snaps.each)
+			row.image = append(row.image, snaps.sizes...)
 		}
 		return nil
 	})
@@ -148,19 +142,12 @@ func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 	flow := &rowBuilder{row: OpRow{Op: "snapshot+rollback", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	m := c.newMeter()
 	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
-		snaps := make([]string, len(sbs))
-		defer func() { f.dropSnapshots(nonEmpty(snaps)) }()
-		swall, seach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
-			var err error
-			snaps[i], _, err = f.snapshot(ctx, sbs[i].id())
-			return err
-		})
+		snaps, err := f.snapshotAll(ctx, sbs)
+		defer f.dropSnapshots(nonEmpty(snaps.ids))
 		if err != nil {
 			return err
 		}
-		rwall, reach, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
-			return c.Rollback(ctx, sbs[i].id(), snaps[i])
-		})
+		rwall, reach, err := f.rollbackAll(ctx, sbs, snaps.ids)
 		if err != nil {
 			return err
 		}
@@ -168,9 +155,9 @@ func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 			rb.add(rwall, reach)
 			sum := make([]float64, len(sbs))
 			for i := range sum {
-				sum[i] = seach[i] + reach[i]
+				sum[i] = snaps.each[i] + reach[i]
 			}
-			flow.add(swall+rwall, sum)
+			flow.add(snaps.wall+rwall, sum)
 		}
 		return nil
 	})
@@ -186,21 +173,15 @@ func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 // back to its snapshot at once: one row, reset. Rolling back to the same
 // snapshot again and again is how an RL environment starts each episode.
 func runReset(ctx context.Context, c *Client, f *fleet, sbs []*sandboxRef, cfg OpConfig, p RoundProgress) (*OpReport, error) {
-	snaps := make([]string, len(sbs))
-	defer func() { f.dropSnapshots(nonEmpty(snaps)) }()
-	if _, _, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
-		var err error
-		snaps[i], _, err = f.snapshot(ctx, sbs[i].id())
-		return err
-	}); err != nil {
+	snaps, err := f.snapshotAll(ctx, sbs)
+	defer f.dropSnapshots(nonEmpty(snaps.ids))
+	if err != nil {
 		return nil, err
 	}
 	rb := &rowBuilder{row: OpRow{Op: "reset", Concurrency: cfg.Concurrency, Count: cfg.Concurrency}}
 	m := c.newMeter()
-	err := rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
-		wall, each, err := batch(ctx, len(sbs), len(sbs), func(ctx context.Context, i int) error {
-			return c.Rollback(ctx, sbs[i].id(), snaps[i])
-		})
+	err = rounds(ctx, cfg, p, m, func(ctx context.Context, r int) error {
+		wall, each, err := f.rollbackAll(ctx, sbs, snaps.ids)
 		if err == nil && r >= 0 {
 			rb.add(wall, each)
 		}
