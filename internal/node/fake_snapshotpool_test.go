@@ -29,6 +29,20 @@ func pooledOf(t *testing.T, n *nodefake.Node, image string, sandboxes ...*cube.S
 	return out
 }
 
+// createAsync creates a sandbox of "tiny" on its own goroutine; the
+// sandbox arrives on the channel, nil if the create failed (reported).
+func createAsync(t *testing.T, n *nodefake.Node) <-chan *cube.Sandbox {
+	done := make(chan *cube.Sandbox, 1)
+	go func() {
+		sb, err := n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- sb
+	}()
+	return done
+}
+
 func TestFakeSnapshotInDemandServesCreatesWarm(t *testing.T) {
 	n := newFake(t, nodefake.Options{PoolSize: 1})
 	eventually(t, "the template's pool is filled", func() bool { return n.Warm("tiny") == 1 })
@@ -148,14 +162,7 @@ func TestFakePoolWaitsForTheCreateRestoringItsImage(t *testing.T) {
 	// meanwhile the pool is not refilled from the same image.
 	release := n.Runtime.HoldRestores()
 	t.Cleanup(release)
-	done := make(chan *cube.Sandbox, 1)
-	go func() {
-		sb, err := n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- sb
-	}()
+	done := createAsync(t, n)
 	eventually(t, "the create restores", func() bool { return n.Runtime.Restoring() >= 1 })
 	for range 20 {
 		if got := n.Runtime.Restoring(); got != 1 {
@@ -187,14 +194,7 @@ func TestFakeCreateWaitsForARefillUnderWay(t *testing.T) {
 	before := len(n.Runtime.Restores())
 
 	// A create now waits for that refill instead of restoring on demand.
-	done := make(chan *cube.Sandbox, 1)
-	go func() {
-		sb, err := n.CreateSandbox(fctx(t), cube.CreateRequest{Template: "tiny", Timeout: time.Minute})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- sb
-	}()
+	done := createAsync(t, n)
 	time.Sleep(50 * time.Millisecond)
 	if got := n.Runtime.Restoring(); got != 2 {
 		t.Fatalf("%d restores under way after a create found the pool empty with its refills under way; want the refills' two", got)
