@@ -158,7 +158,7 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	// sandboxes wait paused); see pool.go.
 	if h.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && pooled(tpl) {
 		if box := h.pools.takeWarm(ctx, tpl); box != nil {
-			if err := h.readyWarm(ctx, box, rec, oldToken, tpl.SourceSandbox != ""); err != nil {
+			if err := h.readyWarm(ctx, box, rec, oldToken); err != nil {
 				h.log.Warn("warm sandbox could not be handed out; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
 				h.discard(box, rec.ID)
 			} else {
@@ -186,17 +186,18 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 
 // readyWarm readies a sandbox taken from a warm pool, which was restored
 // in the background: it first gets a request's CPU priority back, then,
-// when it is a snapshot's (paused), its processes resume.
-func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox, oldToken string, paused bool) error {
+// when its pool kept it paused (a snapshot's), its processes resume.
+func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox, oldToken string) error {
 	if p, ok := box.sb.(runtime.Promoter); ok {
 		if err := p.Promote(); err != nil {
 			return err
 		}
 	}
-	if paused {
+	if box.paused {
 		if err := box.sb.Resume(ctx); err != nil {
 			return err
 		}
+		box.paused = false
 	}
 	return h.ready(ctx, box, rec, oldToken)
 }

@@ -372,6 +372,7 @@ func (p *pools) fillOne(ctx context.Context) bool {
 			p.h.discard(box, "")
 			return false
 		}
+		box.paused = true
 	}
 	// A template deleted after this read is drained by drainWarm, which
 	// waits for this refill; the store is read outside p.mu.

@@ -17,6 +17,9 @@ import (
 type container struct {
 	sb   runtime.Sandbox
 	slot *netslot.Slot
+	// paused is set while a warm pool keeps the container paused (a
+	// snapshot's); readyWarm resumes it.
+	paused bool
 }
 
 // sandbox is one sandbox this node holds, from its create (or its
