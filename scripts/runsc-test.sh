@@ -14,7 +14,7 @@ GO=${GO:-go}
 : "${GVISOR_GIT:?set GVISOR_GIT to a clone of https://github.com/google/gvisor (a bare one will do)}"
 REV=${GVISOR_REV:-HEAD}
 WORK=.cache/runsc
-PKGS=(pkg/sentry/mm pkg/sentry/pgalloc pkg/sentry/state/stateio)
+PKGS=(pkg/sentry/mm pkg/sentry/pgalloc pkg/sentry/state/stateio pkg/state/wire pkg/compressio runsc/specutils runsc/cmd/sandboxsetup)
 
 GO=$GO ./scripts/build-runsc.sh --source
 # What the tests need beside them: the packages' test files and the
