@@ -186,7 +186,10 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 
 // readyWarm readies a sandbox taken from a warm pool, which was restored
 // in the background: it first gets a request's CPU priority back, then,
-// when its pool kept it paused (a snapshot's), its processes resume.
+// when its pool kept it paused (a snapshot's), its processes resume. A
+// container its pool keyed ahead gives rec its envd's token (rec is a new
+// sandbox's: only templates' pools key ahead); should readying fail, rec
+// keeps the token it had.
 func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox, oldToken string) error {
 	if p, ok := box.sb.(runtime.Promoter); ok {
 		if err := p.Promote(); err != nil {
@@ -199,7 +202,16 @@ func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox
 		}
 		box.paused = false
 	}
-	return h.ready(ctx, box, rec, oldToken)
+	if box.envdToken == "" {
+		return h.ready(ctx, box, rec, oldToken)
+	}
+	own := rec.EnvdToken
+	rec.EnvdToken = box.envdToken
+	if err := h.ready(ctx, box, rec, box.envdToken); err != nil {
+		rec.EnvdToken = own
+		return err
+	}
+	return nil
 }
 
 // ready puts rec's egress policy on a restored sandbox and hands its envd

@@ -229,22 +229,24 @@ func TestFakeWarmPoolHandsOutAndRefills(t *testing.T) {
 	if len(warm) != 1 || !strings.HasPrefix(warm[0], "w") {
 		t.Fatalf("containers with a full pool: %v", warm)
 	}
-	if inits := n.Agents.Inits(); len(inits) != 0 {
-		t.Fatalf("a warm sandbox got /init before it was handed out: %+v", inits)
+	// Its agent was keyed ahead: handed a token of its own, authorised by
+	// the image's (this template's has none), and nothing of a sandbox's
+	// yet. That request also warmed it up: the pages its first request
+	// writes are its own before a create waits on it.
+	inits := n.Agents.Inits()
+	if len(inits) != 1 || inits[0].Token == "" || inits[0].OldToken != "" || len(inits[0].EnvVars) != 0 || inits[0].Err != nil {
+		t.Fatalf("a warm sandbox was keyed ahead with %+v, want one token-only /init", inits)
 	}
-	// Its agent answered once before it was pooled: the pages its first
-	// request writes are its own before a create waits on it.
-	if asked := n.Agents.MetricsAsked(); len(asked) == 0 {
-		t.Fatal("the warm sandbox's agent was not warmed up")
-	}
+	key := inits[0].Token
 	// It was restored in the background, below requests' priority.
 	if !n.Runtime.Container(warm[0]).Background() {
 		t.Fatal("the warm sandbox runs at a request's priority before it is handed out")
 	}
 
-	// The warm sandbox is handed out at a request's priority, and gets
-	// its token only now.
-	a := fakeCreate(t, n, cube.CreateRequest{})
+	// The warm sandbox is handed out at a request's priority; the sandbox
+	// takes the token it was keyed with, and its /init, authorised by
+	// that token, hands it the sandbox's environment.
+	a := fakeCreate(t, n, cube.CreateRequest{EnvVars: map[string]string{"GREETING": "hi"}})
 	cid, host := served(t, n, a.ID)
 	if cid != warm[0] {
 		t.Fatalf("created in %s, not the warm %s", cid, warm[0])
@@ -252,7 +254,10 @@ func TestFakeWarmPoolHandsOutAndRefills(t *testing.T) {
 	if n.Runtime.Container(cid).Background() {
 		t.Fatal("the handed-out sandbox still runs at background priority")
 	}
-	if inits := n.Agents.Inits(); len(inits) != 1 || inits[0].Host != host || inits[0].Token != a.EnvdAccessToken {
+	if a.EnvdAccessToken != key {
+		t.Fatalf("the sandbox's token %q is not the one its warm sandbox was keyed with, %q", a.EnvdAccessToken, key)
+	}
+	if inits := n.Agents.Inits(); len(inits) < 2 || inits[1].Host != host || inits[1].Token != key || inits[1].OldToken != key || inits[1].EnvVars["GREETING"] != "hi" {
 		t.Fatalf("inits = %+v", inits)
 	}
 	// Taking the only warm sandbox deepened the pool to two.
@@ -266,7 +271,14 @@ func TestFakeWarmPoolHandsOutAndRefills(t *testing.T) {
 			spares = append(spares, c)
 		}
 	}
-	n.Agents.RefuseNext(errors.New("tampered with"))
+	var keys []string
+	for _, in := range n.Agents.Inits() {
+		if in.OldToken == "" {
+			keys = append(keys, in.Token) // a keying ahead
+		}
+	}
+	before := len(n.Agents.Inits())
+	n.Agents.RefuseNextAuthorisedBy(errors.New("tampered with"), keys...)
 	b := fakeCreate(t, n, cube.CreateRequest{})
 	bc, bHost := served(t, n, b.ID)
 	gone := 0
@@ -281,9 +293,26 @@ func TestFakeWarmPoolHandsOutAndRefills(t *testing.T) {
 	if r := n.Runtime.Restores(); !slices.ContainsFunc(r, func(r nodefake.Restore) bool { return r.Spec.ID == bc }) {
 		t.Fatalf("%s was not restored afresh: %+v", bc, r)
 	}
-	inits := n.Agents.Inits()
-	if len(inits) != 3 || inits[1].Err == nil || inits[2].Host != bHost || inits[2].Err != nil || inits[2].Token != b.EnvdAccessToken {
-		t.Fatalf("inits = %+v", inits)
+	// The refused warm sandbox's key went with it: the fresh one got the
+	// sandbox's own token, authorised by the image's.
+	if slices.Contains(keys, b.EnvdAccessToken) {
+		t.Fatalf("b kept the key %q of the warm sandbox that refused", b.EnvdAccessToken)
+	}
+	refused, fresh := 0, 0
+	for _, in := range n.Agents.Inits()[before:] {
+		switch {
+		case in.Err != nil && slices.Contains(keys, in.OldToken):
+			refused++
+		case in.Host == bHost && in.Token == b.EnvdAccessToken && in.OldToken == "" && in.Err == nil:
+			fresh++
+		case in.Err == nil && in.OldToken == "" && len(in.EnvVars) == 0:
+			// the pool keying its next warm sandbox
+		default:
+			t.Errorf("unexpected /init %+v", in)
+		}
+	}
+	if refused != 1 || fresh != 1 {
+		t.Fatalf("%d refused and %d fresh /inits, want one each: %+v", refused, fresh, n.Agents.Inits()[before:])
 	}
 
 	// A warm sandbox that cannot be promoted is thrown away too: a create

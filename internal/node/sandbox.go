@@ -20,6 +20,10 @@ type container struct {
 	// paused is set while a warm pool keeps the container paused (a
 	// snapshot's); readyWarm resumes it.
 	paused bool
+	// envdToken is the token a template's warm pool gave the container's
+	// envd ahead of any create (keyAhead); the sandbox that takes the
+	// container adopts it. Empty for every other container.
+	envdToken string
 }
 
 // sandbox is one sandbox this node holds, from its create (or its

@@ -29,6 +29,9 @@ type Agents struct {
 	asked   []netip.Addr  // hosts whose /metrics was read, in order
 	refuse  error         // answered to every call while set
 	next    []error       // answered to the next /init calls, one each
+	// nextBy answers the next /init authorised by one of nextByTokens.
+	nextBy       error
+	nextByTokens []string
 	hold    chan struct{} // while non-nil, Init waits for it to close
 	entered chan netip.Addr
 }
@@ -54,6 +57,17 @@ func (a *Agents) RefuseNext(err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.next = append(a.next, err)
+}
+
+// RefuseNextAuthorisedBy makes the next /init authorised by one of
+// tokens (its old token) refuse with err, leaving every other /init be:
+// a test can refuse the create that takes a warm sandbox its pool keyed
+// ahead, and not the pool's keying of the next, which is authorised by
+// the image's token.
+func (a *Agents) RefuseNextAuthorisedBy(err error, tokens ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nextBy, a.nextByTokens = err, slices.Clone(tokens)
 }
 
 // Hold makes every later Init wait until release is called or its
@@ -112,6 +126,9 @@ func (g agent) Init(ctx context.Context, in protocol.Init, oldToken string) erro
 	defer g.a.mu.Unlock()
 	if call.Err == nil && len(g.a.next) > 0 {
 		call.Err, g.a.next = g.a.next[0], g.a.next[1:]
+	}
+	if call.Err == nil && g.a.nextBy != nil && slices.Contains(g.a.nextByTokens, oldToken) {
+		call.Err, g.a.nextBy, g.a.nextByTokens = g.a.nextBy, nil, nil
 	}
 	if call.Err == nil {
 		call.Err = g.a.refuse
