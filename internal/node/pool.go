@@ -369,8 +369,6 @@ func (p *pools) fillOne(ctx context.Context) bool {
 		p.keyAhead(ctx, box, target)
 	} else {
 		p.warmUp(ctx, box, target.EnvdToken)
-	}
-	if target.SourceSandbox != "" {
 		// The snapshot's processes wait for the create that takes it.
 		if err := box.sb.Pause(ctx); err != nil {
 			p.h.log.Warn("warm pool: pause a restored snapshot", "snapshot", target.ID, "err", err)

@@ -24,16 +24,16 @@ type InitCall struct {
 // Agents stands for the envd of every sandbox, told apart by the host
 // address the node reaches them at. Its At is a node.Config.AgentAt.
 type Agents struct {
-	mu      sync.Mutex
-	inits   []InitCall
-	asked   []netip.Addr  // hosts whose /metrics was read, in order
-	refuse  error         // answered to every call while set
-	next    []error       // answered to the next /init calls, one each
+	mu     sync.Mutex
+	inits  []InitCall
+	asked  []netip.Addr // hosts whose /metrics was read, in order
+	refuse error        // answered to every call while set
+	next   []error      // answered to the next /init calls, one each
 	// nextBy answers the next /init authorised by one of nextByTokens.
 	nextBy       error
 	nextByTokens []string
-	hold    chan struct{} // while non-nil, Init waits for it to close
-	entered chan netip.Addr
+	hold         chan struct{} // while non-nil, Init waits for it to close
+	entered      chan netip.Addr
 }
 
 // NewAgents returns agents that accept every /init.
