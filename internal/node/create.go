@@ -102,7 +102,7 @@ func (s *sandbox) start(ctx context.Context, rec *store.Sandbox, tpl *store.Temp
 	}
 	c.Add(func() error { return s.h.store.Sandboxes().Delete(context.WithoutCancel(ctx), rec.ID) })
 	fault.Point(fault.SandboxCreateAfterIntent)
-	box, err := s.h.launch(ctx, rec, tpl, image, oldToken)
+	box, err := s.h.launch(ctx, rec, tpl, image, oldToken, true)
 	if err != nil {
 		return err
 	}
@@ -141,10 +141,12 @@ func (s *sandbox) attach(ctx context.Context, rec *store.Sandbox, box *container
 // launch starts rec's container from image, with an envd initialised for
 // rec (token, environment): from the template's warm pool when it has one
 // ready, else by restoring image now. oldToken is the envd token inside
-// the image (empty for templates built from images). It does not touch the
-// store; on failure it leaves nothing behind. A crash mid-way leaves a
+// the image (empty for templates built from images). fresh says rec is a
+// new sandbox's (a create, a fork), which may take the token a warm
+// sandbox was keyed with; a rollback's keeps its own. It does not touch
+// the store; on failure it leaves nothing behind. A crash mid-way leaves a
 // container and slot no record names, which the reconciler removes.
-func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string) (*container, error) {
+func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Template, image, oldToken string, fresh bool) (*container, error) {
 	if needsBoot(rec, tpl) {
 		return h.bootWithVolumes(ctx, rec, tpl)
 	}
@@ -157,8 +159,8 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 	// Templates have warm pools, and so do snapshots in demand (their
 	// sandboxes wait paused); see pool.go.
 	if h.cfg.PoolSize > 0 && image == tpl.Checkpoint && sameLimits && pooled(tpl) {
-		if box := h.pools.takeWarm(ctx, tpl); box != nil {
-			if err := h.readyWarm(ctx, box, rec, oldToken); err != nil {
+		if box := h.pools.takeWarm(ctx, tpl, fresh); box != nil {
+			if err := h.readyWarm(ctx, box, rec, oldToken, fresh); err != nil {
 				h.log.Warn("warm sandbox could not be handed out; restoring a fresh one", "template", tpl.ID, "sandbox", rec.ID, "err", err)
 				h.discard(box, rec.ID)
 			} else {
@@ -186,11 +188,11 @@ func (h *host) launch(ctx context.Context, rec *store.Sandbox, tpl *store.Templa
 
 // readyWarm readies a sandbox taken from a warm pool, which was restored
 // in the background: it first gets a request's CPU priority back, then,
-// when its pool kept it paused (a snapshot's), its processes resume. A
-// container its pool keyed ahead gives rec its envd's token (rec is a new
-// sandbox's: only templates' pools key ahead); should readying fail, rec
-// keeps the token it had.
-func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox, oldToken string) error {
+// when its pool kept it paused (a snapshot's), its processes resume. When
+// its pool keyed it ahead, a fresh rec (a new sandbox's) takes its envd's
+// token, and should readying fail keeps the token it had; a rollback's
+// hands envd the sandbox's own token over the key.
+func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox, oldToken string, fresh bool) error {
 	if p, ok := box.sb.(runtime.Promoter); ok {
 		if err := p.Promote(); err != nil {
 			return err
@@ -204,6 +206,9 @@ func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox
 	}
 	if box.envdToken == "" {
 		return h.ready(ctx, box, rec, oldToken)
+	}
+	if !fresh {
+		return h.ready(ctx, box, rec, box.envdToken)
 	}
 	own := rec.EnvdToken
 	rec.EnvdToken = box.envdToken

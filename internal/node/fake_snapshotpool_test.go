@@ -67,7 +67,6 @@ func TestFakeSnapshotInDemandServesCreatesWarm(t *testing.T) {
 	// A second create soon after puts it in demand: one sandbox is
 	// restored ahead, at background priority, and paused.
 	c := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
-	inited := len(n.Agents.Inits())
 	eventually(t, "the snapshot's pool is filled", func() bool { return n.Warm(snap.ID) == 1 })
 	warm := pooledOf(t, n, tpl.Checkpoint, b, c)
 	if len(warm) != 1 {
@@ -77,12 +76,15 @@ func TestFakeSnapshotInDemandServesCreatesWarm(t *testing.T) {
 	if pooled.State() != nodefake.Paused || !pooled.Background() {
 		t.Fatalf("the snapshot's warm sandbox is %s (background %t), want paused in the background", pooled.State(), pooled.Background())
 	}
-	if inits := n.Agents.Inits(); len(inits) != inited {
-		t.Fatalf("the pooled sandbox got /init before a create took it: %+v", inits[inited:])
+	// Creates asked for it, so it was keyed ahead: given a token of its
+	// own over the snapshot's, with nothing of a sandbox's yet.
+	keys := keyings(n, a.EnvdAccessToken, b, c)
+	if len(keys) != 1 {
+		t.Fatalf("the pooled sandbox was keyed %d times: %+v", len(keys), n.Agents.Inits())
 	}
 
 	// The next create takes it: running, at a request's priority, with
-	// its own token over the one the snapshot's agent held.
+	// the token it was keyed with, its /init authorised by that token.
 	d := fakeCreate(t, n, cube.CreateRequest{Template: "a-snap"})
 	dC, _ := served(t, n, d.ID)
 	if dC != warm[0] {
@@ -91,9 +93,10 @@ func TestFakeSnapshotInDemandServesCreatesWarm(t *testing.T) {
 	if got := n.Runtime.Container(dC); got.State() != nodefake.Running || got.Background() {
 		t.Fatalf("the handed-out sandbox is %s (background %t)", got.State(), got.Background())
 	}
-	inits := n.Agents.Inits()
-	if in := inits[len(inits)-1]; in.Token != d.EnvdAccessToken || in.OldToken != a.EnvdAccessToken {
-		t.Fatalf("init of the warm sandbox = %+v", in)
+	if d.EnvdAccessToken != keys[0] || !slices.ContainsFunc(n.Agents.Inits(), func(in nodefake.InitCall) bool {
+		return in.Token == keys[0] && in.OldToken == keys[0] && in.Err == nil
+	}) {
+		t.Fatalf("d's token %q, keyed %q; inits %+v", d.EnvdAccessToken, keys[0], n.Agents.Inits())
 	}
 
 	// A warm sandbox that cannot be resumed is replaced by a fresh restore.
@@ -237,5 +240,78 @@ func TestFakeTeamSnapshotPoolsAreBounded(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if got := pooled(); got != 4 {
 		t.Fatalf("five snapshots in demand of one team hold %d warm sandboxes; want four", got)
+	}
+}
+
+// keyings lists the tokens the pool keyed warm sandboxes of a snapshot
+// with: the /inits authorised by the snapshot's token (snapToken) that
+// handed none of the sandboxes made its own token.
+func keyings(n *nodefake.Node, snapToken string, made ...*cube.Sandbox) []string {
+	var keys []string
+	for _, in := range n.Agents.Inits() {
+		if in.OldToken != snapToken || in.Token == snapToken || in.Err != nil || len(in.EnvVars) != 0 {
+			continue
+		}
+		if !slices.ContainsFunc(made, func(sb *cube.Sandbox) bool { return sb.EnvdAccessToken == in.Token }) {
+			keys = append(keys, in.Token)
+		}
+	}
+	return keys
+}
+
+func TestFakeSnapshotPoolKeysAheadForCreatesOnly(t *testing.T) {
+	n := newFake(t, nodefake.Options{PoolSize: 1, Slots: 32})
+	a := fakeCreate(t, n, cube.CreateRequest{})
+	snapshot := func() string {
+		t.Helper()
+		s, err := n.CreateSnapshot(fctx(t), a.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.ID
+	}
+	rollback := func(snap string) {
+		t.Helper()
+		if _, err := n.RollbackSandbox(fctx(t), a.ID, snap); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := n.GetSandbox(fctx(t), a.ID); err != nil || got.EnvdAccessToken != a.EnvdAccessToken {
+			t.Fatalf("a after a rollback: %+v, %v; want its token kept", got, err)
+		}
+	}
+
+	// Rollbacks ask for r: its warm sandboxes keep the snapshot's token
+	// (a's), and a rollback's /init hands a's own over it.
+	r := snapshot()
+	rollback(r)
+	rollback(r)
+	eventually(t, "r's pool is filled", func() bool { return n.Warm(r) >= 1 })
+	before := len(n.Agents.Inits())
+	rollback(r)
+	eventually(t, "r's pool is refilled", func() bool { return n.Warm(r) >= 1 })
+	if keys := keyings(n, a.EnvdAccessToken); len(keys) != 0 {
+		t.Fatalf("a pool in demand by rollbacks keyed its sandboxes: %q", keys)
+	}
+	if !slices.ContainsFunc(n.Agents.Inits()[before:], func(in nodefake.InitCall) bool {
+		return in.Token == a.EnvdAccessToken && in.OldToken == a.EnvdAccessToken && in.Err == nil
+	}) {
+		t.Fatalf("the rollback from r's pool made /inits %+v; want a's token over itself", n.Agents.Inits()[before:])
+	}
+
+	// Creates ask for c: its warm sandboxes are keyed. A rollback that
+	// takes one hands the sandbox's own token over the key.
+	c := snapshot()
+	x := fakeCreate(t, n, cube.CreateRequest{Template: c})
+	y := fakeCreate(t, n, cube.CreateRequest{Template: c})
+	eventually(t, "c's pool is filled", func() bool { return n.Warm(c) >= 1 })
+	keys := keyings(n, a.EnvdAccessToken, x, y)
+	if len(keys) == 0 {
+		t.Fatalf("a pool in demand by creates did not key its sandboxes: %+v", n.Agents.Inits())
+	}
+	rollback(c)
+	if !slices.ContainsFunc(n.Agents.Inits(), func(in nodefake.InitCall) bool {
+		return in.Token == a.EnvdAccessToken && slices.Contains(keys, in.OldToken) && in.Err == nil
+	}) {
+		t.Fatalf("no /init handed a's token over a key (%q): %+v", keys, n.Agents.Inits())
 	}
 }

@@ -180,11 +180,13 @@ func (s *sandbox) resumeFromDisk(ctx context.Context, rec *store.Sandbox, c *cle
 	if err := s.h.save(ctx, rec); err != nil {
 		return "", err
 	}
-	launch := s.h.launch
+	var box *container
+	var err error
 	if rec.PauseFilesOnly {
-		launch = s.h.bootWithFiles
+		box, err = s.h.bootWithFiles(ctx, rec, rec.Boot, image, rec.EnvdToken)
+	} else {
+		box, err = s.h.launch(ctx, rec, rec.Boot, image, rec.EnvdToken, false) // it keeps its token
 	}
-	box, err := launch(ctx, rec, rec.Boot, image, rec.EnvdToken)
 	if err != nil {
 		return "", fmt.Errorf("resume: %w", err)
 	}

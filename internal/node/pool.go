@@ -60,6 +60,10 @@ const warmPrefix = "w"
 type poolDemand struct {
 	extra    int       // sandboxes kept beyond PoolSize
 	lastMiss time.Time // when a create last found the pool empty or emptied it
+	// rollbacks is a snapshot's: its last demand came from a rollback,
+	// not a create, so its warm sandboxes are not keyed ahead (a sandbox
+	// rolled back keeps its token; see keyAhead).
+	rollbacks bool
 }
 
 // pools are the containers kept ready for sandboxes to start in: warm
@@ -129,7 +133,7 @@ func pooled(tpl *store.Template) bool {
 // sooner. A snapshot's refill also pauses the sandbox after its warm-up;
 // measured back to back, waiting for one was slower than restoring on
 // demand, so a snapshot's creates do not wait.
-func (p *pools) takeWarm(ctx context.Context, tpl *store.Template) *container {
+func (p *pools) takeWarm(ctx context.Context, tpl *store.Template, fresh bool) *container {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer nudge(p.refill)
@@ -141,13 +145,13 @@ func (p *pools) takeWarm(ctx context.Context, tpl *store.Template) *container {
 		if tpl.SourceSandbox == "" {
 			p.h.tel.poolMisses.WithLabelValues(tpl.ID).Inc()
 		}
-		p.growPool(tpl)
+		p.growPool(tpl, fresh)
 		return nil
 	}
 	box := list[len(list)-1]
 	p.warm[tpl.ID] = list[:len(list)-1]
 	if len(list) == 1 {
-		p.growPool(tpl)
+		p.growPool(tpl, fresh)
 	}
 	return box
 }
@@ -230,8 +234,10 @@ func (p *pools) snapshotSandboxesByTeam(tpls []*store.Template) map[string]int {
 // growPool deepens tpl's pool by one after a create found it empty or
 // emptied it; p.mu held. A template's pool grows up to poolGrowth times
 // PoolSize; a snapshot's first such create only records the demand, and
-// a repeat within poolShrinkAfter grows it up to the same bound.
-func (p *pools) growPool(tpl *store.Template) {
+// a repeat within poolShrinkAfter grows it up to the same bound. fresh
+// says the sandbox was a new one (a create, a fork), not a rollback; a
+// snapshot's pool keys its sandboxes ahead while its demand is fresh.
+func (p *pools) growPool(tpl *store.Template, fresh bool) {
 	if tpl.SourceSandbox == "" {
 		grow(p.demand, tpl.ID, p.h.cfg.PoolSize)
 		return
@@ -239,9 +245,10 @@ func (p *pools) growPool(tpl *store.Template) {
 	now := time.Now()
 	d := p.snapshotDemand[tpl.ID]
 	if d == nil {
-		p.snapshotDemand[tpl.ID] = &poolDemand{lastMiss: now}
+		p.snapshotDemand[tpl.ID] = &poolDemand{lastMiss: now, rollbacks: !fresh}
 		return
 	}
+	d.rollbacks = !fresh
 	if now.Sub(d.lastMiss) <= time.Duration(poolShrinkAfter.Load()) && d.extra < poolGrowth*p.h.cfg.PoolSize {
 		d.extra++
 	}
@@ -317,7 +324,7 @@ func (p *pools) fillOne(ctx context.Context) bool {
 		return false
 	}
 	var target *store.Template
-	short := 0
+	short, keyed := 0, false
 	now := time.Now()
 	p.mu.Lock()
 	pooledOf := p.snapshotSandboxesByTeam(tpls)
@@ -341,6 +348,8 @@ func (p *pools) fillOne(ctx context.Context) bool {
 	}
 	if target != nil {
 		p.filling[target.ID]++
+		d := p.snapshotDemand[target.ID]
+		keyed = target.SourceSandbox == "" || d != nil && !d.rollbacks
 	}
 	p.mu.Unlock()
 	if target == nil {
@@ -365,10 +374,12 @@ func (p *pools) fillOne(ctx context.Context) bool {
 		p.h.log.Warn("warm pool: restore failed", "template", target.ID, "err", err)
 		return false
 	}
-	if target.SourceSandbox == "" {
+	if keyed {
 		p.keyAhead(ctx, box, target)
 	} else {
 		p.warmUp(ctx, box, target.EnvdToken)
+	}
+	if target.SourceSandbox != "" {
 		// The snapshot's processes wait for the create that takes it.
 		if err := box.sb.Pause(ctx); err != nil {
 			p.h.log.Warn("warm pool: pause a restored snapshot", "snapshot", target.ID, "err", err)
@@ -413,18 +424,21 @@ func (p *pools) warmUp(ctx context.Context, box *container, token string) {
 	}
 }
 
-// keyAhead gives a template's warm sandbox's envd a token of its own, a
-// new random one, and checks that it took (envd serves the new token and
-// refuses the image's): the create that takes the sandbox adopts that
-// token, and its /init is then one request instead of three (the token
-// checks need not be repeated: no code but the template's ran since). It
-// also warms the sandbox up, as warmUp does. A sandbox whose agent does
-// not answer within warmUpTimeout is pooled unkeyed, and its create
-// hands it a token as for a sandbox restored on demand.
+// keyAhead gives a warm sandbox's envd a token of its own, a new random
+// one, and checks that it took (envd serves the new token and refuses the
+// image's): the create that takes the sandbox adopts that token, and its
+// /init is then one request instead of three (the token checks need not
+// be repeated: no code but the image's ran since). It also warms the
+// sandbox up, as warmUp does. A sandbox whose agent does not answer
+// within warmUpTimeout is pooled unkeyed, and its create hands it a token
+// as for a sandbox restored on demand.
 //
-// Only templates' pools key ahead: a template's warm sandbox becomes a
-// new sandbox, with a new token, while a snapshot's may become a sandbox
-// rolled back, which keeps the token it has.
+// A template's warm sandboxes are keyed ahead: each becomes a new sandbox,
+// with a new token. A snapshot's are while creates (or forks) ask for it:
+// a rollback keeps the sandbox's token, so when rollbacks ask for it its
+// sandboxes keep the snapshot's, and a rollback's /init stays one request.
+// A rollback that takes a keyed one, or a create an unkeyed one, pays the
+// two token checks at handout.
 func (p *pools) keyAhead(ctx context.Context, box *container, tpl *store.Template) {
 	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
 	defer cancel()

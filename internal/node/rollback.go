@@ -34,7 +34,7 @@ func (n *Node) RollbackSandbox(ctx context.Context, sandboxID, snapshotID string
 	if err := sb.requireState("rollback", stateRunning); err != nil {
 		return nil, err
 	}
-	box, err := n.launch(ctx, rec, snap, snap.Checkpoint, snap.EnvdToken)
+	box, err := n.launch(ctx, rec, snap, snap.Checkpoint, snap.EnvdToken, false)
 	if err != nil {
 		return nil, fmt.Errorf("rollback: %w", err)
 	}
