@@ -122,7 +122,8 @@ func pooled(tpl *store.Template) bool {
 
 // takeWarm claims a warm sandbox of a template or snapshot, if one is
 // ready. A create that finds the pool empty (a miss), or empties it,
-// grows the pool. Misses are counted for templates only: a snapshot's
+// grows the pool; fresh says it is for a new sandbox, not a rollback
+// (see growPool). Misses are counted for templates only: a snapshot's
 // first creates miss by design, and a series per snapshot would grow
 // without bound.
 //
