@@ -107,6 +107,14 @@ func (r *OpReport) measuredOps() int {
 	return r.Rows[0].Rounds * r.Rows[0].Count
 }
 
+// report ends a measurement of command: its rows, with what m saw over
+// the measured operations.
+func (m *meter) report(command string, cfg OpConfig, rows ...OpRow) *OpReport {
+	rep := &OpReport{Command: command, Config: cfg, Rows: rows}
+	rep.Telemetry = m.stop(rep.measuredOps())
+	return rep
+}
+
 // WriteOpTable prints rows under the report's columns (wall_avg wall_min
 // wall_p95 wall_max per_avg), after what identifies the row: c operations
 // in flight, batch operations per round (per_avg = wall_avg / batch),

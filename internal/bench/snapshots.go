@@ -70,9 +70,7 @@ func RunSnapshot(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 	if err != nil {
 		return nil, err
 	}
-	rep := &OpReport{Command: "snapshot", Config: cfg, Rows: []OpRow{row.done()}}
-	rep.Telemetry = m.stop(rep.measuredOps())
-	return rep, nil
+	return m.report("snapshot", cfg, row.done()), nil
 }
 
 // RunCreateFromSnapshot measures POST /sandboxes with templateID set to a
@@ -115,9 +113,7 @@ func RunCreateFromSnapshot(ctx context.Context, c *Client, cfg OpConfig, p Round
 	if err != nil {
 		return nil, err
 	}
-	rep := &OpReport{Command: "create-from-snapshot", Config: cfg, Rows: []OpRow{row.done()}}
-	rep.Telemetry = m.stop(rep.measuredOps())
-	return rep, nil
+	return m.report("create-from-snapshot", cfg, row.done()), nil
 }
 
 // RunRollback measures POST /sandboxes/{id}/rollback. A sandbox may only
@@ -164,9 +160,7 @@ func RunRollback(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) 
 	if err != nil {
 		return nil, err
 	}
-	rep := &OpReport{Command: "rollback", Config: cfg, Rows: []OpRow{rb.done(), flow.done()}}
-	rep.Telemetry = m.stop(rep.measuredOps())
-	return rep, nil
+	return m.report("rollback", cfg, rb.done(), flow.done()), nil
 }
 
 // runReset snapshots each sandbox once, then each round rolls every one
@@ -190,9 +184,7 @@ func runReset(ctx context.Context, c *Client, f *fleet, sbs []*sandboxRef, cfg O
 	if err != nil {
 		return nil, err
 	}
-	rep := &OpReport{Command: "rollback", Config: cfg, Rows: []OpRow{rb.done()}}
-	rep.Telemetry = m.stop(rep.measuredOps())
-	return rep, nil
+	return m.report("rollback", cfg, rb.done()), nil
 }
 
 // RunClone measures POST /sandboxes/{id}/clone {count, concurrency} (or
@@ -236,9 +228,7 @@ func RunClone(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*O
 	if err != nil {
 		return nil, err
 	}
-	rep := &OpReport{Command: "clone", Config: cfg, Rows: []OpRow{row.done()}}
-	rep.Telemetry = m.stop(rep.measuredOps())
-	return rep, nil
+	return m.report("clone", cfg, row.done()), nil
 }
 
 // RunPauseResume pauses Concurrency sandboxes at once (POST .../pause),
@@ -309,9 +299,7 @@ func RunPauseResume(ctx context.Context, c *Client, cfg OpConfig, p RoundProgres
 	if err != nil {
 		return nil, err
 	}
-	rep := &OpReport{Command: "pause-resume", Config: cfg, Rows: []OpRow{pause.done(), resume.done()}}
-	rep.Telemetry = m.stop(rep.measuredOps())
-	return rep, nil
+	return m.report("pause-resume", cfg, pause.done(), resume.done()), nil
 }
 
 // RunDirty measures snapshot time and create-from-snapshot time against
@@ -380,9 +368,7 @@ func RunDirty(ctx context.Context, c *Client, cfg OpConfig, p RoundProgress) (*O
 	if err != nil {
 		return nil, err
 	}
-	rep := &OpReport{Command: "dirty", Config: cfg, Rows: []OpRow{snap.done(), create.done()}}
-	rep.Telemetry = m.stop(rep.measuredOps())
-	return rep, nil
+	return m.report("dirty", cfg, snap.done(), create.done()), nil
 }
 
 // dirtyVar is the kernel variable holding the benchmark's buffer.
