@@ -212,11 +212,11 @@ func (h *host) readyWarm(ctx context.Context, box *container, rec *store.Sandbox
 	}
 	own := rec.EnvdToken
 	rec.EnvdToken = box.envdToken
-	if err := h.ready(ctx, box, rec, box.envdToken); err != nil {
+	err := h.ready(ctx, box, rec, box.envdToken)
+	if err != nil {
 		rec.EnvdToken = own
-		return err
 	}
-	return nil
+	return err
 }
 
 // ready puts rec's egress policy on a restored sandbox and hands its envd

@@ -168,9 +168,7 @@ func (p *pools) restoringOnDemand(tplID string) (done func()) {
 	p.mu.Unlock()
 	return func() {
 		p.mu.Lock()
-		if p.onDemand[tplID]--; p.onDemand[tplID] <= 0 {
-			delete(p.onDemand, tplID)
-		}
+		drop(p.onDemand, tplID)
 		p.mu.Unlock()
 		nudge(p.refill)
 	}
@@ -181,11 +179,7 @@ func (p *pools) restoringOnDemand(tplID string) (done func()) {
 // while waiting).
 func (p *pools) waitForRefill(ctx context.Context, tplID string) {
 	p.waiting[tplID]++
-	defer func() {
-		if p.waiting[tplID]--; p.waiting[tplID] <= 0 {
-			delete(p.waiting, tplID)
-		}
-	}()
+	defer drop(p.waiting, tplID)
 	timeout := time.NewTimer(time.Duration(fillWait.Load()))
 	defer timeout.Stop()
 	for len(p.warm[tplID]) == 0 && p.filling[tplID] > 0 {
@@ -203,6 +197,13 @@ func (p *pools) waitForRefill(ctx context.Context, tplID string) {
 		if gaveUp {
 			return
 		}
+	}
+}
+
+// drop takes one from key's count in counts, and forgets key at zero.
+func drop(counts map[string]int, key string) {
+	if counts[key]--; counts[key] <= 0 {
+		delete(counts, key)
 	}
 }
 
@@ -358,9 +359,7 @@ func (p *pools) fillOne(ctx context.Context) bool {
 	}
 	defer func() {
 		p.mu.Lock()
-		if p.filling[target.ID]--; p.filling[target.ID] <= 0 {
-			delete(p.filling, target.ID)
-		}
+		drop(p.filling, target.ID)
 		close(p.filled) // wakes creates waiting for a refill
 		p.filled = make(chan struct{})
 		p.mu.Unlock()

@@ -20,9 +20,9 @@ type container struct {
 	// paused is set while a warm pool keeps the container paused (a
 	// snapshot's); readyWarm resumes it.
 	paused bool
-	// envdToken is the token a template's warm pool gave the container's
-	// envd ahead of any create (keyAhead); the sandbox that takes the
-	// container adopts it. Empty for every other container.
+	// envdToken is the token a warm pool gave the container's envd ahead
+	// of any create (keyAhead); a new sandbox that takes the container
+	// adopts it. Empty for every other container.
 	envdToken string
 }
 
