@@ -21,16 +21,17 @@ import (
 	runscsandbox "gvisor.dev/gvisor/runsc/sandbox"
 )
 
-// Pause, resume, checkpoint and delete of a container are a request or two
-// to its sandbox's control socket and a few files under runsc's state root.
-// runsc's CLI makes them by starting a process of ≈100 MB that parses its
-// flags, loads the container's state file and sends the request, ≈10 ms
-// of CPU and latency; cube-server does the same itself through runsc's own
-// Go packages, on the same state root (all that these operations take from
-// runsc's flags), so a resume of a frozen sandbox or a snapshot is a
-// request, not a process, and a delete is a signal and a wait. Sandboxes
-// are started and restored by the CLI: runsc starts them by re-executing
-// its own binary, and its restore switches the calling thread into the
+// Pause, resume, checkpoint, stats and delete of a container are a
+// request or two to its sandbox's control socket and a few files under
+// runsc's state root. runsc's CLI makes them by starting a process of
+// ≈100 MB that parses its flags, loads the container's state file and
+// sends the request: 7 ms and 8.5 ms of CPU before it does anything.
+// cube-server does the same itself through runsc's own Go packages, on the
+// same state root (all that these operations take from runsc's flags), so
+// a resume of a frozen sandbox, a snapshot or a metrics read is a request,
+// not a process, and a delete is a signal and a wait. Sandboxes are
+// started and restored by the CLI: runsc starts them by re-executing its
+// own binary, and its restore switches the calling thread into the
 // sandbox's network namespace, which left the server's own sockets in the
 // wrong one when tried in-process. With Debug set every operation goes
 // through the CLI, which writes runsc's debug logs.
@@ -65,6 +66,23 @@ func (r *Runtime) pauseIn(ctx context.Context, id string) error {
 
 func (r *Runtime) resumeIn(ctx context.Context, id string) error {
 	return r.control(ctx, id, "resume", controlTimeout, (*container.Container).Resume)
+}
+
+// eventIn is the in-process form of runsc events --stats: the sandbox's
+// resource usage, CPU from its cgroup where runsc keeps one.
+func (r *Runtime) eventIn(ctx context.Context, id string) (boot.Event, error) {
+	var ev boot.Event
+	err := r.control(ctx, id, "events", controlTimeout, func(c *container.Container) error {
+		out, err := c.Event()
+		if err == nil {
+			ev = out.Event
+		}
+		return err
+	})
+	if err != nil {
+		return boot.Event{}, err
+	}
+	return ev, nil
 }
 
 // deleteIn is the in-process form of runsc delete --force: the sandbox

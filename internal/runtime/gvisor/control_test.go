@@ -20,8 +20,8 @@ func cliFixture(t *testing.T, f *fixture) *fixture {
 	return &fixture{rt: rt, rootfs: f.rootfs, agent: f.agent}
 }
 
-// The server checkpoints and deletes containers itself; with Debug, runsc's
-// CLI does. An incremental checkpoint of one sandbox made each way holds
+// The server checkpoints, reads and deletes containers itself; with Debug,
+// runsc's CLI does. An incremental checkpoint of one sandbox made each way holds
 // the same files (runsc's image ID, parents and copied pages among them),
 // and each restores exactly.
 func TestCheckpointInProcessWritesWhatTheCLIWrites(t *testing.T) {
@@ -63,6 +63,19 @@ func TestCheckpointInProcessWritesWhatTheCLIWrites(t *testing.T) {
 	for _, name := range []string{"in", "cli"} {
 		sb := f.restorePages(t, img(name), "cpr"+name, 16)
 		pages(t, sb, "verify")
+	}
+
+	// Its stats read either way agree on what does not move.
+	in1, err := b.Stats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out1, err := viaCLI.Stats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in1.Pids == 0 || in1.Pids != out1.Pids || in1.MemoryBytes == 0 || out1.MemoryBytes == 0 || in1.CPUTime == 0 {
+		t.Fatalf("stats in-process %+v, CLI %+v", in1, out1)
 	}
 
 	// Deleted in-process, the container and its processes are gone, and a

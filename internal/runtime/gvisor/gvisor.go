@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cube/internal/runtime"
+	"gvisor.dev/gvisor/runsc/boot"
 )
 
 // Config locates runsc and its state.
@@ -625,29 +626,20 @@ func (s *sandbox) Exec(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 func (s *sandbox) Stats(ctx context.Context) (runtime.Stats, error) {
-	out, err := s.r.runsc(ctx, s.id, nil, "events", "--stats", s.id)
-	if err != nil {
-		return runtime.Stats{}, err
-	}
-	var ev struct {
-		Data struct {
-			CPU struct {
-				Usage struct {
-					Total uint64 `json:"total"`
-				} `json:"usage"`
-			} `json:"cpu"`
-			Memory struct {
-				Usage struct {
-					Usage uint64 `json:"usage"`
-				} `json:"usage"`
-			} `json:"memory"`
-			Pids struct {
-				Current uint64 `json:"current"`
-			} `json:"pids"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(out, &ev); err != nil {
-		return runtime.Stats{}, fmt.Errorf("runsc events %s: %w", s.id, err)
+	var ev boot.Event
+	if s.r.inProcess() {
+		var err error
+		if ev, err = s.r.eventIn(ctx, s.id); err != nil {
+			return runtime.Stats{}, err
+		}
+	} else {
+		out, err := s.r.runsc(ctx, s.id, nil, "events", "--stats", s.id)
+		if err != nil {
+			return runtime.Stats{}, err
+		}
+		if err := json.Unmarshal(out, &ev); err != nil {
+			return runtime.Stats{}, fmt.Errorf("runsc events %s: %w", s.id, err)
+		}
 	}
 	return runtime.Stats{
 		CPUTime:     time.Duration(ev.Data.CPU.Usage.Total),
