@@ -21,9 +21,10 @@ func cliFixture(t *testing.T, f *fixture) *fixture {
 }
 
 // The server checkpoints, reads and deletes containers itself; with Debug,
-// runsc's CLI does. An incremental checkpoint of one sandbox made each way holds
-// the same files (runsc's image ID, parents and copied pages among them),
-// and each restores exactly.
+// runsc's CLI does. An incremental checkpoint of one sandbox made each way
+// holds the same files (runsc's image ID, parents and copied pages among
+// them), and each restores exactly; its stats agree; a delete leaves
+// nothing.
 func TestCheckpointInProcessWritesWhatTheCLIWrites(t *testing.T) {
 	f := newFixture(t)
 	cli := cliFixture(t, f)

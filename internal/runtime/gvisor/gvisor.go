@@ -27,9 +27,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/runsc/boot"
 
 	"cube/internal/runtime"
-	"gvisor.dev/gvisor/runsc/boot"
 )
 
 // Config locates runsc and its state.
