@@ -25,7 +25,7 @@ import (
 // request or two to its sandbox's control socket and a few files under
 // runsc's state root. runsc's CLI makes them by starting a process of
 // ≈100 MB that parses its flags, loads the container's state file and
-// sends the request: 7 ms and 8.5 ms of CPU before it does anything.
+// sends the request: 7 ms (8.5 ms of CPU) before it does anything.
 // cube-server does the same itself through runsc's own Go packages, on the
 // same state root (all that these operations take from runsc's flags), so
 // a resume of a frozen sandbox, a snapshot or a metrics read is a request,
