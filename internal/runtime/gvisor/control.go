@@ -50,21 +50,20 @@ func (r *Runtime) load(id string) (*container.Container, error) {
 }
 
 // pauseIn and resumeIn are the in-process forms of runsc pause and
-// resume, bounded by controlTimeout: a frozen or running sandbox answers
-// them at once, or is wedged.
+// resume.
 func (r *Runtime) pauseIn(ctx context.Context, id string) error {
-	return r.control(ctx, id, "pause", controlTimeout, (*container.Container).Pause)
+	return r.control(ctx, id, "pause", (*container.Container).Pause)
 }
 
 func (r *Runtime) resumeIn(ctx context.Context, id string) error {
-	return r.control(ctx, id, "resume", controlTimeout, (*container.Container).Resume)
+	return r.control(ctx, id, "resume", (*container.Container).Resume)
 }
 
 // eventIn is the in-process form of runsc events --stats: the sandbox's
 // resource usage, CPU from its cgroup where runsc keeps one.
 func (r *Runtime) eventIn(ctx context.Context, id string) (boot.Event, error) {
 	var ev boot.Event
-	err := r.control(ctx, id, "events", controlTimeout, func(c *container.Container) error {
+	err := r.control(ctx, id, "events", func(c *container.Container) error {
 		out, err := c.Event()
 		if err == nil {
 			ev = out.Event
@@ -81,9 +80,9 @@ func (r *Runtime) eventIn(ctx context.Context, id string) (boot.Event, error) {
 const controlTimeout = 30 * time.Second
 
 // control runs call on container id on its own goroutine, since runsc's
-// library takes no context: the caller stops waiting when ctx ends or,
-// if timeout is not 0, after it; the call is then left to finish.
-func (r *Runtime) control(ctx context.Context, id, op string, timeout time.Duration, call func(*container.Container) error) error {
+// library takes no context: the caller stops waiting when ctx ends or
+// after controlTimeout (a wedged sandbox); the call is then left to finish.
+func (r *Runtime) control(ctx context.Context, id, op string, call func(*container.Container) error) error {
 	done := make(chan error, 1)
 	go func() {
 		c, err := r.load(id)
@@ -92,11 +91,8 @@ func (r *Runtime) control(ctx context.Context, id, op string, timeout time.Durat
 		}
 		done <- err
 	}()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
 	select {
 	case err := <-done:
 		return err
