@@ -535,9 +535,18 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	// Zero pages are left out of the image: smaller to write and to load.
+	args := []string{"checkpoint", "--image-path", dir, "--compression=none", "--exclude-committed-zero-pages"}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
 	bundle := filepath.Join(s.r.cfg.Bundles, s.id)
 	inc := !s.r.cfg.PrivateMemory && incremental(bundle)
-	if err := s.r.checkpoint(ctx, s.id, &s.spec, dir, leaveRunning, inc); err != nil {
+	if inc {
+		args = append(args, "--cow-incremental")
+	}
+	args = append(args, s.id)
+	if _, err := s.r.runsc(ctx, s.id, &s.spec, args...); err != nil {
 		return err
 	}
 	if inc {
@@ -560,22 +569,6 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 		return s.r.Remove(context.Background(), s.id)
 	}
 	return nil
-}
-
-// checkpoint is runsc checkpoint of container id into dir, uncompressed;
-// zero pages are left out of the image (smaller to write and to load).
-// With incremental, memory the sandbox still maps from its images is saved
-// as references to them.
-func (r *Runtime) checkpoint(ctx context.Context, id string, spec *runtime.Spec, dir string, leaveRunning, incremental bool) error {
-	args := []string{"checkpoint", "--image-path", dir, "--compression=none", "--exclude-committed-zero-pages"}
-	if leaveRunning {
-		args = append(args, "--leave-running")
-	}
-	if incremental {
-		args = append(args, "--cow-incremental")
-	}
-	_, err := r.runsc(ctx, id, spec, append(args, id)...)
-	return err
 }
 
 // Console returns the newest console output, at most ConsoleLimit bytes.
