@@ -4,25 +4,12 @@ import (
 	"testing"
 )
 
-// cliFixture is f's runtime with Debug on, over the same runsc root and
-// bundles: every operation goes through runsc's CLI.
-func cliFixture(t *testing.T, f *fixture) *fixture {
-	t.Helper()
-	cfg := f.rt.cfg
-	cfg.Debug = true
-	rt, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{rt: rt, rootfs: f.rootfs, agent: f.agent}
-}
-
 // The server reads a sandbox's stats itself; with Debug, runsc's CLI does.
 // Read both ways, one running sandbox's stats agree on what does not move,
 // and a sandbox runsc does not know has none.
 func TestStatsInProcessMatchTheCLI(t *testing.T) {
 	f := newFixture(t)
-	cli := cliFixture(t, f)
+	cli := f.with(t, func(c *Config) { c.Debug = true }) // every operation through runsc's CLI
 	c := ctx(t)
 	a, err := f.rt.Boot(c, f.spec("cst"))
 	if err != nil {

@@ -54,6 +54,19 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// with is f's runtime with change made to its configuration, over the
+// same runsc root and bundles.
+func (f *fixture) with(t *testing.T, change func(*Config)) *fixture {
+	t.Helper()
+	cfg := f.rt.cfg
+	change(&cfg)
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{rt: rt, rootfs: f.rootfs, agent: f.agent}
+}
+
 func (f *fixture) spec(id string) runtime.Spec {
 	return runtime.Spec{ID: id, Rootfs: f.rootfs, AgentDir: f.agent, WritableMB: 32,
 		Args: []string{runtime.AgentMount + "/holder"}, Env: []string{"PATH=/bin"}}

@@ -8,26 +8,13 @@ import (
 	"cube/internal/runtime"
 )
 
-// eagerFixture is f's runtime with EagerCopy on, over the same runsc
-// root and bundles.
-func eagerFixture(t *testing.T, f *fixture) *fixture {
-	t.Helper()
-	cfg := f.rt.cfg
-	cfg.EagerCopy = true
-	rt, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{rt: rt, rootfs: f.rootfs, agent: f.agent}
-}
-
 // A restore that copies its image's hot pages at once holds the same
 // bytes as one that shares them, holds those pages as its own from the
 // start (an incremental checkpoint of it, before it writes anything,
 // carries them), and its writes to them copy nothing more from the image.
 func TestEagerCopyHotPages(t *testing.T) {
 	f := newFixture(t)
-	ef := eagerFixture(t, f)
+	ef := f.with(t, func(c *Config) { c.EagerCopy = true })
 	c := ctx(t)
 	dir := t.TempDir()
 	img := func(name string) string { return filepath.Join(dir, name) }
