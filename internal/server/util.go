@@ -8,23 +8,36 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"cube/internal/store"
 )
 
 // lockDataDir makes sure only one server uses a data directory: two would
-// each take the other's sandboxes for leftovers of a crash.
+// each take the other's sandboxes for leftovers of a crash. The lock is
+// asked for again for up to lockWait: a server killed while it was
+// starting a process leaves the lock's descriptor in that child until the
+// child's exec closes it, so a restart right after a crash can find it
+// held for a moment by a server that is already gone.
 func lockDataDir(dir string) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("another cube-server is using %s: stop it first, or choose another --data-dir", dir)
+	for deadline := time.Now().Add(lockWait); ; time.Sleep(50 * time.Millisecond) {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("another cube-server is using %s: stop it first, or choose another --data-dir", dir)
+		}
 	}
-	return func() { f.Close() }, nil
 }
+
+// lockWait is how long lockDataDir waits for a held lock.
+const lockWait = 2 * time.Second
 
 func parsePrefix(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(s)
