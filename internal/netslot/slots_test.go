@@ -819,3 +819,25 @@ func TestReleaseWithProcessLeftTearsDown(t *testing.T) {
 		p.Release(h)
 	}
 }
+
+// Describe shows an armed slot's address on eth0 and the gateway's own,
+// and no address on eth0 once runsc has taken it.
+func TestDescribeShowsTheSlotsAddresses(t *testing.T) {
+	needRoot(t)
+	p := newTestPool(t, Config{Warm: -1})
+	s, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(s)
+	armed := p.Describe(s)
+	for _, want := range []string{"slot eth0: up " + SandboxMAC.String() + " " + SandboxPrefix.String() + ";", "gateway sb: up " + GatewayMAC.String() + " " + Gateway.String() + "/", "processes in the slot netns []"} {
+		if !strings.Contains(armed, want) {
+			t.Fatalf("armed slot described as %q, want %q in it", armed, want)
+		}
+	}
+	stripLikeRunsc(t, s)
+	if got := p.Describe(s); !strings.Contains(got, "slot eth0: up "+SandboxMAC.String()+";") {
+		t.Fatalf("stripped slot described as %q", got)
+	}
+}

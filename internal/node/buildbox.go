@@ -2,11 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"cube/internal/id"
 	"cube/internal/runtime"
@@ -57,7 +59,13 @@ func (n *Node) WithBuildBox(ctx context.Context, box BuildBox, fn func(ctx conte
 			n.log.Warn("build step: kill build sandbox", "container", cid, "err", err)
 		}
 	}()
-	return fn(ctx, slot.HostAddr)
+	err = fn(ctx, slot.HostAddr)
+	if errors.Is(err, syscall.EHOSTUNREACH) {
+		// Nothing answered for the sandbox's address on its link: what
+		// the slot looks like says whether the sandbox has its network.
+		n.log.Warn("build sandbox unreachable", "container", cid, "slot", slot.Index, "network", n.slots.Describe(slot))
+	}
+	return err
 }
 
 // defaultPath is the PATH of sandboxes whose image sets none.

@@ -46,6 +46,8 @@ type Slots interface {
 	Release(s *netslot.Slot) error
 	Adopt(index int) (*netslot.Slot, error)
 	Reconcile(inUse map[int]bool) ([]string, error)
+	// Describe says what a slot's network looks like, for the log.
+	Describe(s *netslot.Slot) string
 }
 
 // SecretNames is what the node needs of the secret store: a create or

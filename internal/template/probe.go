@@ -39,7 +39,7 @@ func Probe(port int, path string, timeout time.Duration) func(ctx context.Contex
 				return ctx.Err()
 			}
 			if !time.Now().Before(deadline) {
-				return fmt.Errorf("probe: GET %s got no 2xx answer within %s (last: %v): check that the start command serves HTTP on port %d (--probe) and answers 2xx on %s (--probe-path)", url, timeout, last, port, path)
+				return fmt.Errorf("probe: GET %s got no 2xx answer within %s (last: %w): check that the start command serves HTTP on port %d (--probe) and answers 2xx on %s (--probe-path)", url, timeout, last, port, path)
 			}
 			wait := min(time.Duration(50<<min(attempt, 4))*time.Millisecond, 500*time.Millisecond, time.Until(deadline))
 			select {

@@ -151,6 +151,9 @@ func (p *Slots) Adopt(index int) (*netslot.Slot, error) {
 	return p.held[index], nil
 }
 
+// Describe names the fake slot; it has no network to describe.
+func (p *Slots) Describe(s *netslot.Slot) string { return fmt.Sprintf("fake slot %d", s.Index) }
+
 // Reconcile removes the leftovers not in inUse and names what it removed.
 func (p *Slots) Reconcile(inUse map[int]bool) ([]string, error) {
 	p.mu.Lock()
