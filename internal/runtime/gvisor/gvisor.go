@@ -260,7 +260,7 @@ func (r *Runtime) runDetached(ctx context.Context, spec runtime.Spec, dir string
 // end of the console, closed once the container's processes are gone so
 // that the keeper finishes writing out.
 func (r *Runtime) failed(id, dir string, w *os.File, op string, err error) error {
-	r.runsc(context.Background(), id, nil, "delete", "--force", id)
+	r.delete(context.Background(), id)
 	w.Close()
 	waitKeeper(dir)
 	out, _ := readConsole(dir)
@@ -484,7 +484,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 // Remove deletes a container by ID whether or not a handle exists, and its
 // bundle: the reconciler's tool for leftovers.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
-	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
+	err := r.delete(ctx, id)
 	// What runsc did not know of, or left behind, goes too.
 	killStrays(r.cfg.Root, id)
 	waitKeeper(filepath.Join(r.cfg.Bundles, id))
@@ -498,6 +498,16 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		// delete it either, and the container's processes are gone now.
 		return removeState(r.cfg.Root, id)
 	}
+	return err
+}
+
+// delete is runsc delete --force: container id's processes are killed and
+// runsc's record of it removed.
+func (r *Runtime) delete(ctx context.Context, id string) error {
+	if r.inProcess() {
+		return r.deleteIn(ctx, id)
+	}
+	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
 	return err
 }
 
@@ -535,18 +545,9 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	// Zero pages are left out of the image: smaller to write and to load.
-	args := []string{"checkpoint", "--image-path", dir, "--compression=none", "--exclude-committed-zero-pages"}
-	if leaveRunning {
-		args = append(args, "--leave-running")
-	}
 	bundle := filepath.Join(s.r.cfg.Bundles, s.id)
 	inc := !s.r.cfg.PrivateMemory && incremental(bundle)
-	if inc {
-		args = append(args, "--cow-incremental")
-	}
-	args = append(args, s.id)
-	if _, err := s.r.runsc(ctx, s.id, &s.spec, args...); err != nil {
+	if err := s.r.checkpoint(ctx, s.id, &s.spec, dir, leaveRunning, inc); err != nil {
 		return err
 	}
 	if inc {
@@ -569,6 +570,25 @@ func (s *sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 		return s.r.Remove(context.Background(), s.id)
 	}
 	return nil
+}
+
+// checkpoint is runsc checkpoint of container id into dir, uncompressed;
+// zero pages are left out of the image (smaller to write and to load).
+// With incremental, memory the sandbox still maps from its images is saved
+// as references to them.
+func (r *Runtime) checkpoint(ctx context.Context, id string, spec *runtime.Spec, dir string, leaveRunning, incremental bool) error {
+	if r.inProcess() {
+		return r.checkpointIn(ctx, id, dir, leaveRunning, incremental)
+	}
+	args := []string{"checkpoint", "--image-path", dir, "--compression=none", "--exclude-committed-zero-pages"}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	if incremental {
+		args = append(args, "--cow-incremental")
+	}
+	_, err := r.runsc(ctx, id, spec, append(args, id)...)
+	return err
 }
 
 // Console returns the newest console output, at most ConsoleLimit bytes.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,6 +76,22 @@ func readCopied(dir, id string) ([]pageRange, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// writeCopied writes a checkpoint's pages.copied into dir from the
+// sandbox's answer: by image ID, the [start, end) ranges writes copied.
+// Nothing copied, no file.
+func writeCopied(dir string, copied map[string][][2]uint64) error {
+	if len(copied) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(copied)) {
+		for _, r := range copied[id] {
+			fmt.Fprintf(&b, "%s %d %d\n", id, r[0], r[1]-r[0])
+		}
+	}
+	return writeNew(filepath.Join(dir, copiedFile), b.String())
 }
 
 func parseRange(off, n string) (pageRange, error) {

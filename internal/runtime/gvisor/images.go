@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -68,6 +70,33 @@ func imageChain(image string) (own string, chain map[string]string, err error) {
 		chain[id] = dir
 	}
 	return own, chain, nil
+}
+
+// writeImageID names the image just checkpointed into dir, as runsc's
+// checkpoint command does for an image a restore may map: a random ID in
+// pages.id and, when the image builds on others, their IDs in
+// pages.parents. The ID goes last: an image with an ID is complete.
+func writeImageID(dir string, parents []string) error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	if len(parents) > 0 {
+		if err := writeNew(filepath.Join(dir, imageParentsFile), strings.Join(parents, "\n")+"\n"); err != nil {
+			return err
+		}
+	}
+	return writeNew(filepath.Join(dir, imageIDFile), hex.EncodeToString(b[:])+"\n")
+}
+
+// writeNew writes a file that must not exist yet.
+func writeNew(name, content string) error {
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	return errors.Join(err, f.Close())
 }
 
 func readImageID(dir string) (string, error) {
