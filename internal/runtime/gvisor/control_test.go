@@ -83,7 +83,8 @@ func TestCheckpointInProcessWritesWhatTheCLIWrites(t *testing.T) {
 	}
 
 	// Deleted in-process, the container and its processes are gone, and a
-	// second delete of it is no error.
+	// second delete of it is no error and leaves no file of it in runsc's
+	// root.
 	if err := b.Kill(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +94,9 @@ func TestCheckpointInProcessWritesWhatTheCLIWrites(t *testing.T) {
 	ids, err := f.rt.List(ctx(t))
 	if err != nil || slices.Contains(ids, b.ID()) {
 		t.Fatalf("after delete, containers %v (%v)", ids, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, b.ID()+"_sandbox:*")); len(left) > 0 {
+		t.Fatalf("after two deletes, runsc's root still has %v", left)
 	}
 }
 
