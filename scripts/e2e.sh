@@ -104,6 +104,10 @@ cleanup() {
 		wait "$server_pid" 2>/dev/null
 	fi
 	if [ "$rc" != 0 ] && [ -f "$log" ]; then
+		# Warnings and errors from before the tail, where a failure's
+		# cause often is (request lines aside).
+		echo "==== cube-server warnings and errors (last 100, requests left out) ====" >&2
+		grep -E 'level=(WARN|ERROR)' "$log" | grep -v 'msg="http request"' | tail -n 100 >&2
 		echo "==== cube-server log (last 300 lines) ====" >&2
 		tail -n 300 "$log" >&2
 		echo "==== end of cube-server log ====" >&2
