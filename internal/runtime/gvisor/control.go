@@ -2,9 +2,7 @@ package gvisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,19 +19,22 @@ import (
 	runscsandbox "gvisor.dev/gvisor/runsc/sandbox"
 )
 
-// Pause, resume, checkpoint, stats and delete of a container are a
-// request or two to its sandbox's control socket and a few files under
-// runsc's state root. runsc's CLI makes them by starting a process of
-// ≈100 MB that parses its flags, loads the container's state file and
-// sends the request: 7 ms (8.5 ms of CPU) before it does anything.
-// cube-server does the same itself through runsc's own Go packages, on the
-// same state root (all that these operations take from runsc's flags), so
-// a resume of a frozen sandbox, a snapshot or a metrics read is a request,
-// not a process, and a delete is a signal and a wait. Sandboxes are
-// started and restored by the CLI: runsc starts them by re-executing its
-// own binary, and its restore switches the calling thread into the
-// sandbox's network namespace, which left the server's own sockets in the
-// wrong one when tried in-process. With Debug set every operation goes
+// Pause, resume, checkpoint and stats of a container are a request to
+// its sandbox's control socket (and, for a checkpoint, the image's files).
+// runsc's CLI makes them by starting a process of ≈100 MB that parses its
+// flags, loads the container's state file and sends the request: 7 ms
+// (8.5 ms of CPU) before it does anything. cube-server sends the same
+// request itself through runsc's own Go packages, on the same state root
+// (all that these operations take from runsc's flags), so a resume of a
+// frozen sandbox, a snapshot or a metrics read is a request, not a
+// process. Sandboxes are started and restored by the CLI: runsc starts
+// them by re-executing its own binary, and its restore switches the
+// calling thread into the sandbox's network namespace, which left the
+// server's own sockets in the wrong one when tried in-process. Deletes
+// stay with the CLI too: sent from here they answered 13–25 ms sooner,
+// but in create → delete loops the next create was slower in three rounds
+// of four (average 31–36 → 47–58 ms), which Cube's create targets
+// (docs/BENCHMARKS.md) do not allow. With Debug set every operation goes
 // through the CLI, which writes runsc's debug logs.
 
 // quietRunsc keeps runsc's library log (Info and below, to stderr by
@@ -52,8 +53,7 @@ func (r *Runtime) load(id string) (*container.Container, error) {
 	quietRunsc()
 	// runsc's exact load takes the container's lock file, creating it,
 	// before it reads the state: a container it has no state for (one
-	// deleted already, such as a checkpointed build's on its second
-	// delete) would be left a lock file for good.
+	// deleted already) would be left a lock file for good.
 	if _, err := os.Stat(filepath.Join(r.cfg.Root, id+"_sandbox:"+id+".state")); err != nil {
 		return nil, fmt.Errorf("load container %s: %w", id, err)
 	}
@@ -90,18 +90,6 @@ func (r *Runtime) eventIn(ctx context.Context, id string) (boot.Event, error) {
 		return boot.Event{}, err
 	}
 	return ev, nil
-}
-
-// deleteIn is the in-process form of runsc delete --force: the sandbox
-// and its gofer are killed and waited for, then their cgroup and runsc's
-// state files removed. A container runsc has no state for is already
-// deleted.
-func (r *Runtime) deleteIn(ctx context.Context, id string) error {
-	err := r.control(ctx, id, "delete", 0, (*container.Container).Destroy)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
 }
 
 // checkpointIn is the in-process form of runsc checkpoint

@@ -35,12 +35,16 @@ func TestStatsInProcessMatchTheCLI(t *testing.T) {
 	if _, err := missing.Stats(c); err == nil {
 		t.Fatal("stats of a missing sandbox succeeded")
 	}
+	// Asking leaves runsc's root as it was (no lock file for it).
+	if left, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, "missing_sandbox:*")); len(left) > 0 {
+		t.Fatalf("stats of a missing sandbox left %v", left)
+	}
 }
 
-// The server checkpoints and deletes containers itself; with Debug,
-// runsc's CLI does. An incremental checkpoint of one sandbox made each way
-// holds the same files (runsc's image ID, parents and copied pages among
-// them), and each restores exactly; a delete leaves nothing.
+// The server checkpoints containers itself; with Debug, runsc's CLI
+// does. An incremental checkpoint of one sandbox made each way holds the
+// same files (runsc's image ID, parents and copied pages among them), and
+// each restores exactly; a delete after it leaves nothing.
 func TestCheckpointInProcessWritesWhatTheCLIWrites(t *testing.T) {
 	f := newFixture(t)
 	cli := f.with(t, func(c *Config) { c.Debug = true }) // every operation through runsc's CLI
@@ -82,9 +86,8 @@ func TestCheckpointInProcessWritesWhatTheCLIWrites(t *testing.T) {
 		pages(t, sb, "verify")
 	}
 
-	// Deleted in-process, the container and its processes are gone, and a
-	// second delete of it is no error and leaves no file of it in runsc's
-	// root.
+	// Deleted, the container and its processes are gone, and a second
+	// delete of it is no error and leaves no file of it in runsc's root.
 	if err := b.Kill(ctx(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -260,7 +260,7 @@ func (r *Runtime) runDetached(ctx context.Context, spec runtime.Spec, dir string
 // end of the console, closed once the container's processes are gone so
 // that the keeper finishes writing out.
 func (r *Runtime) failed(id, dir string, w *os.File, op string, err error) error {
-	r.delete(context.Background(), id)
+	r.runsc(context.Background(), id, nil, "delete", "--force", id)
 	w.Close()
 	waitKeeper(dir)
 	out, _ := readConsole(dir)
@@ -484,7 +484,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 // Remove deletes a container by ID whether or not a handle exists, and its
 // bundle: the reconciler's tool for leftovers.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
-	err := r.delete(ctx, id)
+	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
 	// What runsc did not know of, or left behind, goes too.
 	killStrays(r.cfg.Root, id)
 	waitKeeper(filepath.Join(r.cfg.Bundles, id))
@@ -498,16 +498,6 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		// delete it either, and the container's processes are gone now.
 		return removeState(r.cfg.Root, id)
 	}
-	return err
-}
-
-// delete is runsc delete --force: container id's processes are killed and
-// runsc's record of it removed.
-func (r *Runtime) delete(ctx context.Context, id string) error {
-	if r.inProcess() {
-		return r.deleteIn(ctx, id)
-	}
-	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
 	return err
 }
 
