@@ -51,13 +51,15 @@ func (r *Runtime) inProcess() bool { return !r.cfg.Debug }
 // their sandboxes, which share their IDs.
 func (r *Runtime) load(id string) (*container.Container, error) {
 	quietRunsc()
+	full := container.FullID{SandboxID: id, ContainerID: id}
 	// runsc's exact load takes the container's lock file, creating it,
 	// before it reads the state: a container it has no state for (one
 	// deleted already) would be left a lock file for good.
-	if _, err := os.Stat(filepath.Join(r.cfg.Root, id+"_sandbox:"+id+".state")); err != nil {
+	state := container.StateFile{RootDir: r.cfg.Root, ID: full}
+	if _, err := state.Stat(); err != nil {
 		return nil, fmt.Errorf("load container %s: %w", id, err)
 	}
-	c, err := container.Load(r.cfg.Root, container.FullID{SandboxID: id, ContainerID: id}, container.LoadOpts{Exact: true})
+	c, err := container.Load(r.cfg.Root, full, container.LoadOpts{Exact: true})
 	if err != nil {
 		return nil, fmt.Errorf("load container %s: %w", id, err)
 	}
