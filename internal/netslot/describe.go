@@ -19,30 +19,31 @@ func (p *Pool) Describe(s *Slot) string {
 	}
 	defer h.close()
 	var b strings.Builder
-	link := func(where string, nh *netlink.Handle, name string) {
+	// link writes one link's state and IPv4 addresses, and returns it
+	// (nil when it is missing).
+	link := func(where string, nh *netlink.Handle, name string) netlink.Link {
 		l, err := nh.LinkByName(name)
 		if err != nil {
 			fmt.Fprintf(&b, "%s %s: %v; ", where, name, err)
-			return
+			return nil
 		}
-		a := l.Attrs()
-		fmt.Fprintf(&b, "%s %s: %s %s", where, name, a.OperState, a.HardwareAddr)
+		fmt.Fprintf(&b, "%s %s: %s %s", where, name, l.Attrs().OperState, l.Attrs().HardwareAddr)
 		if addrs, err := nh.AddrList(l, netlink.FAMILY_V4); err == nil {
 			for _, ad := range addrs {
 				fmt.Fprintf(&b, " %s", ad.IPNet)
 			}
 		}
-		if where == "gateway" {
-			if neigh, err := nh.NeighList(a.Index, netlink.FAMILY_V4); err == nil {
-				for _, n := range neigh {
-					fmt.Fprintf(&b, " neigh %s %s state %#x", n.IP, n.HardwareAddr, n.State)
-				}
-			}
-		}
 		b.WriteString("; ")
+		return l
 	}
 	link("slot", h.slot, SandboxIf)
-	link("gateway", h.gw, gwSandboxIf)
+	if gw := link("gateway", h.gw, gwSandboxIf); gw != nil {
+		if neigh, err := h.gw.NeighList(gw.Attrs().Index, netlink.FAMILY_V4); err == nil {
+			for _, n := range neigh {
+				fmt.Fprintf(&b, "gateway neighbour %s %s state %#x; ", n.IP, n.HardwareAddr, n.State)
+			}
+		}
+	}
 	fmt.Fprintf(&b, "processes in the slot netns %v", netnsUsers(s.NetNS))
 	return b.String()
 }
