@@ -14,7 +14,15 @@ GO=${GO:-go}
 : "${GVISOR_GIT:?set GVISOR_GIT to a clone of https://github.com/google/gvisor (a bare one will do)}"
 REV=${GVISOR_REV:-HEAD}
 WORK=.cache/runsc
-PKGS=(pkg/sentry/mm pkg/sentry/pgalloc pkg/sentry/state/stateio pkg/state/wire pkg/compressio runsc/specutils runsc/cmd/sandboxsetup)
+PKGS=(pkg/sentry/mm pkg/sentry/pgalloc pkg/sentry/state/stateio pkg/state/wire pkg/compressio runsc/specutils runsc/cmd/sandboxsetup runsc/sandbox)
+# Packages whose gVisor tests import test-only packages the module does not
+# ship (pkg/test/testutil, pkg/test/sandboxposture, sandboxexec's protos):
+# only the patches' own tests run there.
+OWN_PKGS=(runsc/cmd)
+# gVisor's tests that fail on the unpatched module too, with the test files
+# of master 2026-08-21: the module (2026-09-05) keeps a link's default route
+# among its routes, where those tests expect it apart.
+SKIP='^TestCollectLinksAndRoutes_(SingleInterface|MultipleInterfaces|IPv6Disabled)$'
 
 GO=$GO ./scripts/build-runsc.sh --source
 # What the tests need beside them: the packages' test files and the
@@ -29,4 +37,4 @@ for p in scripts/runsc-patches/tests/*.patch; do
 	patch --quiet --forward --batch -d "$WORK/gvisor" -p1 <"$p"
 done
 GOFLAGS=$(sed 's/-mod=[a-z]*//g' <<<"${GOFLAGS:-}") GOWORK=$PWD/$WORK/go.work CGO_ENABLED=0 \
-	$GO test -count=1 "${PKGS[@]/#/gvisor.dev/gvisor/}"
+	$GO test -count=1 -skip "$SKIP" "${PKGS[@]/#/gvisor.dev/gvisor/}" "${OWN_PKGS[@]/#/gvisor.dev/gvisor/}"

@@ -30,7 +30,8 @@ import (
 // process. Sandboxes are started and restored by the CLI: runsc starts
 // them by re-executing its own binary, and its restore switches the
 // calling thread into the sandbox's network namespace, which left the
-// server's own sockets in the wrong one when tried in-process. Deletes
+// server's own sockets in the wrong one when tried in-process; a restore
+// into a prepared container does that part ahead instead (ahead.go). Deletes
 // stay with the CLI too: sent from here they answered 13–25 ms sooner,
 // but in create → delete loops the next create was slower in three rounds
 // of four (average 31–36 → 47–58 ms), which Cube's create targets

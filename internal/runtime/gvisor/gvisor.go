@@ -281,28 +281,37 @@ func (r *Runtime) Restore(ctx context.Context, image string, spec runtime.Spec) 
 	if _, err := os.Stat(filepath.Join(image, "checkpoint.img")); err != nil {
 		return nil, fmt.Errorf("checkpoint image %s is incomplete: %w", image, err)
 	}
-	// --background lets the sandbox run while its memory still streams in
-	// from the uncompressed image; runsc holds the image files open, so
-	// deleting the image meanwhile cannot break it.
 	base, err := savedSpec(image)
 	if err != nil {
 		return nil, err
 	}
-	args, err := r.restoreArgs(filepath.Join(r.cfg.Bundles, spec.ID), image)
+	parents, err := r.restoreParents(filepath.Join(r.cfg.Bundles, spec.ID), image)
 	if err != nil {
 		return nil, err
 	}
-	return r.start(ctx, spec, base, args...)
+	return r.start(ctx, spec, base, restoreArgs(image, parents)...)
 }
 
-// restoreArgs are the arguments of a restore of image into the container
-// with bundle dir: the image, its parents, and for a sandbox that shares
-// memory, the images it maps kept in dir (keepImages). A sandbox whose
-// images cannot be kept is still restored; its checkpoints are full.
-func (r *Runtime) restoreArgs(dir, image string) ([]string, error) {
+// restoreArgs are the arguments of runsc's restore of image, which maps
+// the images in parents too. --background lets the sandbox run while its
+// memory still streams in from the uncompressed image; runsc holds the
+// image files open, so deleting the image meanwhile cannot break it.
+func restoreArgs(image string, parents []string) []string {
 	args := []string{"restore", "--detach", "--background", "--image-path", image}
+	for _, dir := range parents {
+		args = append(args, "--cow-parent", dir)
+	}
+	return args
+}
+
+// restoreParents are the image directories a restore of image into the
+// container with bundle dir hands runsc besides image (--cow-parent), and
+// for a sandbox that shares memory, it keeps the images the sandbox maps
+// in dir (keepImages). A sandbox whose images cannot be kept is still
+// restored; its checkpoints are full.
+func (r *Runtime) restoreParents(dir, image string) ([]string, error) {
 	if r.cfg.PrivateMemory {
-		return args, nil
+		return nil, nil
 	}
 	own, chain, err := imageChain(image)
 	if err != nil {
@@ -312,7 +321,7 @@ func (r *Runtime) restoreArgs(dir, image string) ([]string, error) {
 		return nil, err
 	}
 	keepImages(dir, own, chain) // on failure nothing is kept: full checkpoints
-	return append(args, parentFlags(own, chain)...), nil
+	return parentDirs(own, chain), nil
 }
 
 // PrepareKey names the containers Prepare makes that a restore of image
@@ -357,7 +366,10 @@ func (r *Runtime) Prepare(ctx context.Context, image string, spec runtime.Spec) 
 	if _, err := r.start(ctx, spec, base, "create"); err != nil {
 		return nil, err
 	}
-	return &prepared{r: r, id: spec.ID, spec: spec}, nil
+	p := &prepared{r: r, id: spec.ID, spec: spec}
+	// Without a restore started ahead, the restore runs all of runsc's.
+	p.ahead, _ = r.restoreAhead(ctx, spec, filepath.Join(r.cfg.Bundles, spec.ID))
+	return p, nil
 }
 
 // prepared is a container made by runsc create, waiting for a restore.
@@ -365,6 +377,8 @@ type prepared struct {
 	r    *Runtime
 	id   string
 	spec runtime.Spec
+	// ahead is the restore started ahead for it (see awaiting), or nil.
+	ahead *awaiting
 }
 
 func (p *prepared) ID() string { return p.id }
@@ -380,7 +394,11 @@ func (p *prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, 
 	// Prepared in the background, the container serves a request now
 	// unless it is restored for a pool.
 	if !runtime.InBackground(ctx) {
-		if err := p.r.promote(p.id); err != nil {
+		err := p.r.promote(p.id)
+		if err == nil && p.ahead != nil {
+			err = p.ahead.promote()
+		}
+		if err != nil {
 			p.Kill(context.Background())
 			return nil, err
 		}
@@ -390,21 +408,34 @@ func (p *prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, 
 		p.Kill(context.Background())
 		return nil, fmt.Errorf("console of %s: %w", p.id, err)
 	}
-	args, err := p.r.restoreArgs(dir, image)
+	parents, err := p.r.restoreParents(dir, image)
 	if err != nil {
 		w.Close()
 		p.Kill(context.Background())
 		return nil, err
 	}
-	if err := p.r.runDetached(ctx, p.spec, dir, w, args...); err != nil {
+	if p.ahead != nil && !p.ahead.exited() {
+		err = p.ahead.restore(ctx, image, parents)
+	} else {
+		// None started ahead, or it ended before its image came: its
+		// output is on the console, and the CLI does the whole restore.
+		err = p.r.runDetached(ctx, p.spec, dir, w, restoreArgs(image, parents)...)
+	}
+	if err != nil {
 		return nil, p.r.failed(p.id, dir, w, "restore", err)
 	}
 	w.Close()
 	return &sandbox{r: p.r, id: p.id, spec: p.spec}, nil
 }
 
-// Kill deletes the prepared container and its bundle.
-func (p *prepared) Kill(ctx context.Context) error { return p.r.Remove(ctx, p.id) }
+// Kill deletes the prepared container and its bundle, after the restore
+// started ahead for it has ended.
+func (p *prepared) Kill(ctx context.Context) error {
+	if p.ahead != nil {
+		p.ahead.cancel()
+	}
+	return p.r.Remove(ctx, p.id)
+}
 
 // Attach returns a handle to a container that runsc already runs.
 func (r *Runtime) Attach(ctx context.Context, id string) (runtime.Sandbox, error) {

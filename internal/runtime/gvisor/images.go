@@ -111,16 +111,16 @@ func readImageID(dir string) (string, error) {
 	return id, nil
 }
 
-// parentFlags are the restore flags that hand runsc the parents in
-// chain (all but own), in ID order.
-func parentFlags(own string, chain map[string]string) []string {
-	var f []string
+// parentDirs are the directories of the parents in chain (all but own),
+// in ID order: what a restore hands runsc as --cow-parent.
+func parentDirs(own string, chain map[string]string) []string {
+	var dirs []string
 	for _, id := range slices.Sorted(maps.Keys(chain)) {
 		if id != own {
-			f = append(f, "--cow-parent", chain[id])
+			dirs = append(dirs, chain[id])
 		}
 	}
-	return f
+	return dirs
 }
 
 // linkImage hard-links the image files of src (an image or a kept copy)
