@@ -18,10 +18,10 @@ import (
 )
 
 // Restores started ahead. A restore into a prepared container spent
-// ≈16 ms in runsc before the sandbox had its image: the process's start
-// (≈7 ms of a ≈100 MB binary), loading the container, scraping the
-// sandbox's network namespace and handing the sandbox its links. None of
-// it depends on the image, so Prepare starts that restore at once with
+// ≈8 ms in runsc before the sandbox had its image (a debug log of one
+// rollback): the start of a ≈100 MB binary (3.9 ms of Go runtime start-up
+// alone), loading the container, scraping the sandbox's network namespace
+// and handing the sandbox its links. None of it depends on the image, so Prepare starts that restore at once with
 // --await-image (scripts/runsc-patches/0009-restore-await-image.patch):
 // runsc does all of it and waits on its stdin. The restore writes the
 // image there and waits for runsc to finish; a container killed unused
