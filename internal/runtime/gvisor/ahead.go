@@ -2,17 +2,13 @@ package gvisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"cube/internal/runtime"
 )
@@ -42,9 +38,9 @@ type awaiting struct {
 // console, as that of the restore would. Prepared in the background, it
 // runs with the background scheduling until promoted.
 func (r *Runtime) restoreAhead(ctx context.Context, spec runtime.Spec, dir string) (*awaiting, error) {
-	w, err := os.OpenFile(filepath.Join(dir, consoleFIFO), os.O_RDWR, 0)
+	w, err := consoleWriter(dir, spec.ID)
 	if err != nil {
-		return nil, fmt.Errorf("console of %s: %w", spec.ID, err)
+		return nil, err
 	}
 	defer w.Close()
 	// Its life is the container's, not the caller's.
@@ -55,12 +51,7 @@ func (r *Runtime) restoreAhead(ctx context.Context, spec runtime.Spec, dir strin
 	if err != nil {
 		return nil, err
 	}
-	if runtime.InBackground(ctx) && r.threads != nil {
-		err = startWith(cmd, backgroundSched)
-	} else {
-		err = cmd.Start()
-	}
-	if err != nil {
+	if err := r.startCmd(ctx, cmd); err != nil {
 		stdin.Close()
 		return nil, err
 	}
@@ -128,27 +119,21 @@ func (a *awaiting) exited() bool {
 }
 
 // promote schedules every thread of the waiting runsc normally, as
-// Runtime.promote does for the container's (and, like it, in two passes):
-// runsc is not in the container's cgroup, where those are found.
+// Runtime.promote does for the container's: runsc is not in the
+// container's cgroup, where those are found, so its threads are read from
+// /proc.
 func (a *awaiting) promote() error {
-	pid := a.cmd.Process.Pid
-	for range 2 {
-		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-		if err != nil {
-			if a.exited() {
-				return nil // the restore says how
-			}
-			return fmt.Errorf("threads of runsc restore %d: %w", pid, err)
+	pid := strconv.Itoa(a.cmd.Process.Pid)
+	err := promoteThreads("runsc restore "+pid, func() ([]string, error) {
+		tasks, err := os.ReadDir("/proc/" + pid + "/task")
+		tids := make([]string, len(tasks))
+		for i, t := range tasks {
+			tids[i] = t.Name()
 		}
-		for _, t := range tasks {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil {
-				continue
-			}
-			if err := scheduleNormally(tid); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("promote thread %d of runsc restore %d: %w", tid, pid, err)
-			}
-		}
+		return tids, err
+	})
+	if err != nil && a.exited() {
+		return nil // the restore says how it ended
 	}
-	return nil
+	return err
 }

@@ -69,6 +69,16 @@ type console struct {
 }
 
 // openConsole makes the console FIFO of bundle dir and starts its keeper.
+// consoleWriter opens another writer of the console FIFO in dir, for a
+// runsc command on container id that follows the one openConsole served.
+func consoleWriter(dir, id string) (*os.File, error) {
+	w, err := os.OpenFile(filepath.Join(dir, consoleFIFO), os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("console of %s: %w", id, err)
+	}
+	return w, nil
+}
+
 func openConsole(dir, bin string) (*console, error) {
 	fifo := filepath.Join(dir, consoleFIFO)
 	// A keeper of an earlier container of this ID that is still going

@@ -260,7 +260,7 @@ func (r *Runtime) runDetached(ctx context.Context, spec runtime.Spec, dir string
 // end of the console, closed once the container's processes are gone so
 // that the keeper finishes writing out.
 func (r *Runtime) failed(id, dir string, w *os.File, op string, err error) error {
-	r.runsc(context.Background(), id, nil, "delete", "--force", id)
+	r.delete(context.Background(), id)
 	w.Close()
 	waitKeeper(dir)
 	out, _ := readConsole(dir)
@@ -403,10 +403,10 @@ func (p *prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, 
 			return nil, err
 		}
 	}
-	w, err := os.OpenFile(filepath.Join(dir, consoleFIFO), os.O_RDWR, 0)
+	w, err := consoleWriter(dir, p.id)
 	if err != nil {
 		p.Kill(context.Background())
-		return nil, fmt.Errorf("console of %s: %w", p.id, err)
+		return nil, err
 	}
 	parents, err := p.r.restoreParents(dir, image)
 	if err != nil {
@@ -515,7 +515,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 // Remove deletes a container by ID whether or not a handle exists, and its
 // bundle: the reconciler's tool for leftovers.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
-	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
+	err := r.delete(ctx, id)
 	// What runsc did not know of, or left behind, goes too.
 	killStrays(r.cfg.Root, id)
 	waitKeeper(filepath.Join(r.cfg.Bundles, id))
@@ -529,6 +529,14 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		// delete it either, and the container's processes are gone now.
 		return removeState(r.cfg.Root, id)
 	}
+	return err
+}
+
+// delete is runsc delete --force: container id's processes are killed and
+// runsc's record of it removed. It goes through the CLI in every mode (see
+// control.go).
+func (r *Runtime) delete(ctx context.Context, id string) error {
+	_, err := r.runsc(ctx, id, nil, "delete", "--force", id)
 	return err
 }
 

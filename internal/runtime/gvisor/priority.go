@@ -50,13 +50,18 @@ func threadsFile(root string) func(id string) string {
 // gofer processes runsc starts inherit; a host where they could not be
 // promoted again (no cgroups) runs everything with the normal scheduling.
 func (r *Runtime) run(ctx context.Context, cmd *exec.Cmd) error {
-	if !runtime.InBackground(ctx) || r.threads == nil {
-		return cmd.Run()
-	}
-	if err := startWith(cmd, backgroundSched); err != nil {
+	if err := r.startCmd(ctx, cmd); err != nil {
 		return err
 	}
 	return cmd.Wait()
+}
+
+// startCmd starts cmd as run does, without waiting for it.
+func (r *Runtime) startCmd(ctx context.Context, cmd *exec.Cmd) error {
+	if !runtime.InBackground(ctx) || r.threads == nil {
+		return cmd.Start()
+	}
+	return startWith(cmd, backgroundSched)
 }
 
 // startWith starts cmd with scheduling sched. Linux schedules each thread
@@ -86,18 +91,27 @@ func (r *Runtime) promote(id string) error {
 		return nil // nothing was run in the background
 	}
 	path := r.threads(id)
-	for range 2 {
+	return promoteThreads(id, func() ([]string, error) {
 		data, err := os.ReadFile(path)
+		return strings.Fields(string(data)), err
+	})
+}
+
+// promoteThreads schedules normally every thread that list names (by TID)
+// of what, in two passes, as promote describes.
+func promoteThreads(what string, list func() ([]string, error)) error {
+	for range 2 {
+		tids, err := list()
 		if err != nil {
-			return fmt.Errorf("threads of %s: %w", id, err)
+			return fmt.Errorf("threads of %s: %w", what, err)
 		}
-		for _, f := range strings.Fields(string(data)) {
+		for _, f := range tids {
 			tid, err := strconv.Atoi(f)
 			if err != nil {
-				return fmt.Errorf("threads of %s: %q in %s", id, f, path)
+				return fmt.Errorf("threads of %s: %q is no thread ID", what, f)
 			}
 			if err := scheduleNormally(tid); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("promote thread %d of %s: %w", tid, id, err)
+				return fmt.Errorf("promote thread %d of %s: %w", tid, what, err)
 			}
 		}
 	}
