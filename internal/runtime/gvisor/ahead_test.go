@@ -20,23 +20,7 @@ func TestRestoreStartedAhead(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
 	bg := runtime.Background(c)
-	a, err := f.rt.Boot(c, f.spec("aha"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := token(t, a)
-	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, true); err != nil {
-		t.Fatal(err)
-	}
-	state := func(id string) string {
-		t.Helper()
-		out, err := f.rt.runsc(c, id, nil, "state", id)
-		if err != nil {
-			t.Fatalf("runsc state %s: %v", id, err)
-		}
-		return string(out)
-	}
+	a, tok, img := f.checkpointed(t, c, "aha")
 
 	// Prepared for a pool: the waiting runsc runs at idle priority until
 	// a request takes the container.
@@ -75,7 +59,7 @@ func TestRestoreStartedAhead(t *testing.T) {
 	if !ahead.exited() || ahead.err != nil {
 		t.Fatalf("the restore did not go through the runsc started ahead (exited %v: %v)", ahead.exited(), ahead.err)
 	}
-	if s := state("ahb"); !strings.Contains(s, `"running"`) {
+	if s := f.state(t, c, "ahb"); !strings.Contains(s, `"running"`) {
 		t.Fatalf("restored container's state: %s", s)
 	}
 	if err := b.Kill(c); err != nil {
@@ -114,7 +98,7 @@ func TestRestoreStartedAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 		end.end(r.(*prepared).ahead)
-		if s := state(end.id); !strings.Contains(s, `"created"`) {
+		if s := f.state(t, c, end.id); !strings.Contains(s, `"created"`) {
 			t.Fatalf("a prepared container whose restore ended without an image: %s", s)
 		}
 		d, err := r.Restore(c, img)

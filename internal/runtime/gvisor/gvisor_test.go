@@ -78,6 +78,32 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
+// checkpointed boots sandbox id and checkpoints it, left running, into a
+// new image: the sandbox, the token its holder keeps and the image.
+func (f *fixture) checkpointed(t *testing.T, c context.Context, id string) (runtime.Sandbox, string, string) {
+	t.Helper()
+	a, err := f.rt.Boot(c, f.spec(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := token(t, a)
+	img := filepath.Join(t.TempDir(), "img")
+	if err := a.Checkpoint(c, img, true); err != nil {
+		t.Fatal(err)
+	}
+	return a, tok, img
+}
+
+// state is what runsc state says of container id.
+func (f *fixture) state(t *testing.T, c context.Context, id string) string {
+	t.Helper()
+	out, err := f.rt.runsc(c, id, nil, "state", id)
+	if err != nil {
+		t.Fatalf("runsc state %s: %v", id, err)
+	}
+	return string(out)
+}
+
 // token asks the holder in a sandbox for the value it keeps in memory.
 func token(t *testing.T, sb runtime.Sandbox) string {
 	t.Helper()
@@ -293,15 +319,7 @@ func TestMemoryLimitContainsAllocation(t *testing.T) {
 func TestRestoreUsesCheckpointedSpec(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
-	a, err := f.rt.Boot(c, f.spec("ctspec"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := token(t, a)
-	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, true); err != nil {
-		t.Fatal(err)
-	}
+	_, tok, img := f.checkpointed(t, c, "ctspec")
 	changed := f.spec("ctspec2")
 	changed.Env = append(changed.Env, "NEW=1")
 	changed.MemoryMB = 256
@@ -317,15 +335,7 @@ func TestRestoreUsesCheckpointedSpec(t *testing.T) {
 func TestRestoreIntoPreparedContainer(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
-	a, err := f.rt.Boot(c, f.spec("pra"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokA := token(t, a)
-	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, true); err != nil {
-		t.Fatal(err)
-	}
+	a, tokA, img := f.checkpointed(t, c, "pra")
 	// Containers of one spec share a key whatever their IDs; other
 	// limits make another key.
 	k1, err := f.rt.PrepareKey(img, f.spec("x"))
@@ -344,9 +354,8 @@ func TestRestoreIntoPreparedContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := f.rt.runsc(c, "prb", nil, "state", "prb")
-	if err != nil || !strings.Contains(string(out), `"created"`) {
-		t.Fatalf("prepared container state: %v %s", err, out)
+	if s := f.state(t, c, "prb"); !strings.Contains(s, `"created"`) {
+		t.Fatalf("prepared container state: %s", s)
 	}
 	b, err := p.Restore(c, img)
 	if err != nil {
