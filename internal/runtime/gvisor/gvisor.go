@@ -520,16 +520,22 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	killStrays(r.cfg.Root, id)
 	waitKeeper(filepath.Join(r.cfg.Bundles, id))
 	os.RemoveAll(filepath.Join(r.cfg.Bundles, id))
-	if err != nil && strings.Contains(err.Error(), "does not exist") {
-		return nil
-	}
-	if err != nil && isTornState(err) {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "does not exist"):
+		err = nil
+	case err != nil && isTornState(err):
 		// A state file runsc began and never finished (its command was
 		// killed with the server): runsc cannot read it, so it cannot
 		// delete it either, and the container's processes are gone now.
-		return removeState(r.cfg.Root, id)
+		err = removeState(r.cfg.Root, id)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// runsc removes a container's cgroup with its state; one whose state
+	// was lost or cut short (runsc delete --force then has nothing to do)
+	// leaves it.
+	return removeCgroups(cgroupRoot, id)
 }
 
 // delete is runsc delete --force: container id's processes are killed and

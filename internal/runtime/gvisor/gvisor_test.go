@@ -426,6 +426,9 @@ func TestStrayContainerIsListedAndRemoved(t *testing.T) {
 	if len(rootProcesses(f.rt.cfg.Root)) == 0 {
 		t.Fatal("no sandbox processes found for the root")
 	}
+	if len(cgroupsOf("ctstray")) == 0 {
+		t.Fatal("runsc made no cgroup for the container")
+	}
 	// What a cut-short create leaves: processes, no state runsc reads.
 	states, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, "*ctstray*"))
 	if len(states) == 0 {
@@ -447,6 +450,19 @@ func TestStrayContainerIsListedAndRemoved(t *testing.T) {
 	if ids, _ := f.rt.List(c); slices.Contains(ids, "ctstray") {
 		t.Fatalf("still listed after Remove: %v", ids)
 	}
+	if left := cgroupsOf("ctstray"); len(left) > 0 {
+		t.Fatalf("cgroups left after Remove: %v", left)
+	}
+}
+
+// cgroupsOf lists the cgroup directories of container id, in every
+// hierarchy.
+func cgroupsOf(id string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", "cube", id))
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cube", id)); err == nil {
+		dirs = append(dirs, filepath.Join(cgroupRoot, "cube", id))
+	}
+	return dirs
 }
 
 // A start waits for the runsc commands a crashed server left running
@@ -508,6 +524,9 @@ func TestHalfWrittenStateIsRemoved(t *testing.T) {
 	if len(states) != 1 {
 		t.Fatalf("runsc state files: %v", states)
 	}
+	if len(cgroupsOf("cthalf")) == 0 {
+		t.Fatal("runsc made no cgroup for the container")
+	}
 	if err := os.Truncate(states[0], 0); err != nil {
 		t.Fatal(err)
 	}
@@ -522,6 +541,9 @@ func TestHalfWrittenStateIsRemoved(t *testing.T) {
 	}
 	if left := rootProcesses(f.rt.cfg.Root); len(left) > 0 {
 		t.Fatalf("processes left: %v", left)
+	}
+	if left := cgroupsOf("cthalf"); len(left) > 0 {
+		t.Fatalf("cgroups left after Remove: %v", left)
 	}
 }
 

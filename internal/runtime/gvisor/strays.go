@@ -3,6 +3,8 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -151,6 +153,33 @@ func isSandboxOrGofer(args [][]byte) bool {
 		}
 	}
 	return false
+}
+
+// removeCgroups removes container id's cgroup (ociSpec names it /cube/<id>)
+// from every hierarchy under root: the unified one, and each of v1's.
+// runsc removes it when it deletes a container it has state for; one whose
+// state a crash lost or cut short leaves it, empty, once its processes are
+// gone (killStrays). A cgroup whose last tasks are still exiting refuses
+// removal for a moment, so each is tried for up to a second.
+func removeCgroups(root, id string) error {
+	dirs, _ := filepath.Glob(filepath.Join(root, "*", "cube", id))
+	dirs = append(dirs, filepath.Join(root, "cube", id))
+	var errs []error
+	for _, dir := range dirs {
+		deadline := time.Now().Add(time.Second)
+		for {
+			err := syscall.Rmdir(dir)
+			if err == nil || errors.Is(err, syscall.ENOENT) {
+				break
+			}
+			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dir, err))
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // killStrays kills the processes under root that serve container id and
