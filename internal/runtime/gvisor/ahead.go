@@ -17,8 +17,9 @@ import (
 // ≈8 ms in runsc before the sandbox had its image (a debug log of one
 // rollback): the start of a ≈100 MB binary (3.9 ms of Go runtime start-up
 // alone), loading the container, scraping the sandbox's network namespace
-// and handing the sandbox its links. None of it depends on the image, so Prepare starts that restore at once with
-// --await-image (scripts/runsc-patches/0009-restore-await-image.patch):
+// and handing the sandbox its links. None of it depends on the image, so
+// Prepare starts that restore at once with --await-image
+// (scripts/runsc-patches/0009-restore-await-image.patch):
 // runsc does all of it and waits on its stdin. The restore writes the
 // image there and waits for runsc to finish; a container killed unused
 // closes stdin, and runsc exits leaving it as it is. A server that dies

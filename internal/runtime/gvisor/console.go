@@ -68,7 +68,6 @@ type console struct {
 	w *os.File // the FIFO, read-write: give it to runsc
 }
 
-// openConsole makes the console FIFO of bundle dir and starts its keeper.
 // consoleWriter opens another writer of the console FIFO in dir, for a
 // runsc command on container id that follows the one openConsole served.
 func consoleWriter(dir, id string) (*os.File, error) {
@@ -79,6 +78,7 @@ func consoleWriter(dir, id string) (*os.File, error) {
 	return w, nil
 }
 
+// openConsole makes the console FIFO of bundle dir and starts its keeper.
 func openConsole(dir, bin string) (*console, error) {
 	fifo := filepath.Join(dir, consoleFIFO)
 	// A keeper of an earlier container of this ID that is still going
