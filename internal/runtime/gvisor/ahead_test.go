@@ -20,7 +20,7 @@ func TestRestoreStartedAhead(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
 	bg := runtime.Background(c)
-	a, tok, img := f.checkpointed(t, c, "aha")
+	a, tok, img := f.checkpointed(t, c, "aha", true)
 
 	// Prepared for a pool: the waiting runsc runs at idle priority until
 	// a request takes the container.

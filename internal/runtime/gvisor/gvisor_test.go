@@ -78,9 +78,10 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// checkpointed boots sandbox id and checkpoints it, left running, into a
-// new image: the sandbox, the token its holder keeps and the image.
-func (f *fixture) checkpointed(t *testing.T, c context.Context, id string) (runtime.Sandbox, string, string) {
+// checkpointed boots sandbox id and checkpoints it (left running, or
+// not) into a new image: the sandbox, the token its holder keeps and the
+// image.
+func (f *fixture) checkpointed(t *testing.T, c context.Context, id string, leaveRunning bool) (runtime.Sandbox, string, string) {
 	t.Helper()
 	a, err := f.rt.Boot(c, f.spec(id))
 	if err != nil {
@@ -88,7 +89,7 @@ func (f *fixture) checkpointed(t *testing.T, c context.Context, id string) (runt
 	}
 	tok := token(t, a)
 	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, true); err != nil {
+	if err := a.Checkpoint(c, img, leaveRunning); err != nil {
 		t.Fatal(err)
 	}
 	return a, tok, img
@@ -185,15 +186,7 @@ func TestCheckpointRestoreCarriesMemoryAndFiles(t *testing.T) {
 func TestCheckpointWithoutLeaveRunningStopsSandbox(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
-	a, err := f.rt.Boot(c, f.spec("ctstop"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := token(t, a)
-	img := filepath.Join(t.TempDir(), "img")
-	if err := a.Checkpoint(c, img, false); err != nil {
-		t.Fatal(err)
-	}
+	_, tok, img := f.checkpointed(t, c, "ctstop", false)
 	if ids, _ := f.rt.List(c); slices.Contains(ids, "ctstop") {
 		t.Fatalf("sandbox still listed after checkpoint: %v", ids)
 	}
@@ -319,7 +312,7 @@ func TestMemoryLimitContainsAllocation(t *testing.T) {
 func TestRestoreUsesCheckpointedSpec(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
-	_, tok, img := f.checkpointed(t, c, "ctspec")
+	_, tok, img := f.checkpointed(t, c, "ctspec", true)
 	changed := f.spec("ctspec2")
 	changed.Env = append(changed.Env, "NEW=1")
 	changed.MemoryMB = 256
@@ -335,7 +328,7 @@ func TestRestoreUsesCheckpointedSpec(t *testing.T) {
 func TestRestoreIntoPreparedContainer(t *testing.T) {
 	f := newFixture(t)
 	c := ctx(t)
-	a, tokA, img := f.checkpointed(t, c, "pra")
+	a, tokA, img := f.checkpointed(t, c, "pra", true)
 	// Containers of one spec share a key whatever their IDs; other
 	// limits make another key.
 	k1, err := f.rt.PrepareKey(img, f.spec("x"))
