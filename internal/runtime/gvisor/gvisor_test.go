@@ -419,7 +419,7 @@ func TestStrayContainerIsListedAndRemoved(t *testing.T) {
 	if len(rootProcesses(f.rt.cfg.Root)) == 0 {
 		t.Fatal("no sandbox processes found for the root")
 	}
-	if len(cgroupsOf("ctstray")) == 0 {
+	if len(cgroupDirs(cgroupRoot, "ctstray")) == 0 {
 		t.Fatal("runsc made no cgroup for the container")
 	}
 	// What a cut-short create leaves: processes, no state runsc reads.
@@ -443,19 +443,9 @@ func TestStrayContainerIsListedAndRemoved(t *testing.T) {
 	if ids, _ := f.rt.List(c); slices.Contains(ids, "ctstray") {
 		t.Fatalf("still listed after Remove: %v", ids)
 	}
-	if left := cgroupsOf("ctstray"); len(left) > 0 {
+	if left := cgroupDirs(cgroupRoot, "ctstray"); len(left) > 0 {
 		t.Fatalf("cgroups left after Remove: %v", left)
 	}
-}
-
-// cgroupsOf lists the cgroup directories of container id, in every
-// hierarchy.
-func cgroupsOf(id string) []string {
-	dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", "cube", id))
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "cube", id)); err == nil {
-		dirs = append(dirs, filepath.Join(cgroupRoot, "cube", id))
-	}
-	return dirs
 }
 
 // A start waits for the runsc commands a crashed server left running
@@ -517,7 +507,7 @@ func TestHalfWrittenStateIsRemoved(t *testing.T) {
 	if len(states) != 1 {
 		t.Fatalf("runsc state files: %v", states)
 	}
-	if len(cgroupsOf("cthalf")) == 0 {
+	if len(cgroupDirs(cgroupRoot, "cthalf")) == 0 {
 		t.Fatal("runsc made no cgroup for the container")
 	}
 	if err := os.Truncate(states[0], 0); err != nil {
@@ -535,7 +525,7 @@ func TestHalfWrittenStateIsRemoved(t *testing.T) {
 	if left := rootProcesses(f.rt.cfg.Root); len(left) > 0 {
 		t.Fatalf("processes left: %v", left)
 	}
-	if left := cgroupsOf("cthalf"); len(left) > 0 {
+	if left := cgroupDirs(cgroupRoot, "cthalf"); len(left) > 0 {
 		t.Fatalf("cgroups left after Remove: %v", left)
 	}
 }

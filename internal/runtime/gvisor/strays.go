@@ -155,17 +155,25 @@ func isSandboxOrGofer(args [][]byte) bool {
 	return false
 }
 
-// removeCgroups removes container id's cgroup (ociSpec names it /cube/<id>)
-// from every hierarchy under root: the unified one, and each of v1's.
-// runsc removes it when it deletes a container it has state for; one whose
-// state a crash lost or cut short leaves it, empty, once its processes are
-// gone (killStrays). A cgroup whose last tasks are still exiting refuses
+// cgroupDirs lists container id's cgroup (ociSpec names it /cube/<id>) in
+// every hierarchy under root that has it: the unified one, and each of
+// v1's.
+func cgroupDirs(root, id string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(root, "*", "cube", id))
+	if _, err := os.Stat(filepath.Join(root, "cube", id)); err == nil {
+		dirs = append(dirs, filepath.Join(root, "cube", id))
+	}
+	return dirs
+}
+
+// removeCgroups removes container id's cgroups (cgroupDirs). runsc removes
+// them when it deletes a container it has state for; one whose state a
+// crash lost or cut short leaves them, empty, once its processes are gone
+// (killStrays). A cgroup whose last tasks are still exiting refuses
 // removal for a moment, so each is tried for up to a second.
 func removeCgroups(root, id string) error {
-	dirs, _ := filepath.Glob(filepath.Join(root, "*", "cube", id))
-	dirs = append(dirs, filepath.Join(root, "cube", id))
 	var errs []error
-	for _, dir := range dirs {
+	for _, dir := range cgroupDirs(root, id) {
 		deadline := time.Now().Add(time.Second)
 		for {
 			err := syscall.Rmdir(dir)
