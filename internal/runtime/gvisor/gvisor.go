@@ -55,6 +55,43 @@ type Config struct {
 	// restore instead of sharing them; it needs shared memory and a runsc
 	// with scripts/runsc-patches/0003-cow-eager.patch.
 	EagerCopy bool
+	// StartTimeout bounds how long a sandbox takes to start: a runsc run,
+	// create or restore, or a restore into a prepared container. One that
+	// has not started by then is killed and removed, so that a sandbox
+	// wedged while starting fails its request instead of holding it (and
+	// the server's shutdown, which waits for the starts under way) for
+	// good. Zero means DefaultStartTimeout.
+	StartTimeout time.Duration
+}
+
+// DefaultStartTimeout is far above a start's time on a loaded host
+// (a restore takes 0.1–1 s, runsc run of a build sandbox a few seconds).
+const DefaultStartTimeout = time.Minute
+
+// errStartTimeout is the cause of a start's context ending at
+// StartTimeout.
+var errStartTimeout = errors.New("start timed out")
+
+// boundStart bounds ctx by StartTimeout for one start.
+func (r *Runtime) boundStart(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := r.cfg.StartTimeout
+	if d <= 0 {
+		d = DefaultStartTimeout
+	}
+	return context.WithTimeoutCause(ctx, d, errStartTimeout)
+}
+
+// startErr says that a start that failed was cut short by StartTimeout,
+// when it was.
+func (r *Runtime) startErr(ctx context.Context, err error) error {
+	if context.Cause(ctx) != errStartTimeout {
+		return err
+	}
+	d := r.cfg.StartTimeout
+	if d <= 0 {
+		d = DefaultStartTimeout
+	}
+	return fmt.Errorf("the sandbox did not start within %v and was killed (%w); the host may be overloaded", d, err)
 }
 
 // Runtime is the gVisor implementation of runtime.Runtime.
@@ -237,8 +274,10 @@ func (r *Runtime) start(ctx context.Context, spec runtime.Spec, base *ociSpecT, 
 	}
 	// Both streams go to the console FIFO, which the sandbox process runsc
 	// leaves behind inherits (a pipe of ours would never reach EOF).
+	ctx, cancel := r.boundStart(ctx)
+	defer cancel()
 	if err := r.runDetached(ctx, spec, dir, console.w, args...); err != nil {
-		return nil, r.failed(spec.ID, dir, console.w, args[0], err)
+		return nil, r.failed(spec.ID, dir, console.w, args[0], r.startErr(ctx, err))
 	}
 	console.w.Close()
 	return &sandbox{r: r, id: spec.ID, spec: spec}, nil
@@ -414,6 +453,8 @@ func (p *prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, 
 		p.Kill(context.Background())
 		return nil, err
 	}
+	ctx, cancel := p.r.boundStart(ctx)
+	defer cancel()
 	if p.ahead != nil && !p.ahead.exited() {
 		err = p.ahead.restore(ctx, image, parents)
 	} else {
@@ -422,7 +463,7 @@ func (p *prepared) Restore(ctx context.Context, image string) (runtime.Sandbox, 
 		err = p.r.runDetached(ctx, p.spec, dir, w, restoreArgs(image, parents)...)
 	}
 	if err != nil {
-		return nil, p.r.failed(p.id, dir, w, "restore", err)
+		return nil, p.r.failed(p.id, dir, w, "restore", p.r.startErr(ctx, err))
 	}
 	w.Close()
 	return &sandbox{r: p.r, id: p.id, spec: p.spec}, nil
