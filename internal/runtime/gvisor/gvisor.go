@@ -72,13 +72,17 @@ const DefaultStartTimeout = time.Minute
 // StartTimeout.
 var errStartTimeout = errors.New("start timed out")
 
+// startTimeout is StartTimeout, or its default.
+func (r *Runtime) startTimeout() time.Duration {
+	if r.cfg.StartTimeout > 0 {
+		return r.cfg.StartTimeout
+	}
+	return DefaultStartTimeout
+}
+
 // boundStart bounds ctx by StartTimeout for one start.
 func (r *Runtime) boundStart(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := r.cfg.StartTimeout
-	if d <= 0 {
-		d = DefaultStartTimeout
-	}
-	return context.WithTimeoutCause(ctx, d, errStartTimeout)
+	return context.WithTimeoutCause(ctx, r.startTimeout(), errStartTimeout)
 }
 
 // startErr says that a start that failed was cut short by StartTimeout,
@@ -87,11 +91,7 @@ func (r *Runtime) startErr(ctx context.Context, err error) error {
 	if context.Cause(ctx) != errStartTimeout {
 		return err
 	}
-	d := r.cfg.StartTimeout
-	if d <= 0 {
-		d = DefaultStartTimeout
-	}
-	return fmt.Errorf("the sandbox did not start within %v and was killed (%w); the host may be overloaded", d, err)
+	return fmt.Errorf("the sandbox did not start within %v and was killed (%w); the host may be overloaded", r.startTimeout(), err)
 }
 
 // Runtime is the gVisor implementation of runtime.Runtime.
