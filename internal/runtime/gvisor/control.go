@@ -52,19 +52,24 @@ func (r *Runtime) inProcess() bool { return !r.cfg.Debug }
 // their sandboxes, which share their IDs.
 func (r *Runtime) load(id string) (*container.Container, error) {
 	quietRunsc()
-	full := container.FullID{SandboxID: id, ContainerID: id}
 	// runsc's exact load takes the container's lock file, creating it,
 	// before it reads the state: a container it has no state for (one
 	// deleted already) would be left a lock file for good.
-	state := container.StateFile{RootDir: r.cfg.Root, ID: full}
+	state := r.stateFile(id)
 	if _, err := state.Stat(); err != nil {
 		return nil, fmt.Errorf("load container %s: %w", id, err)
 	}
-	c, err := container.Load(r.cfg.Root, full, container.LoadOpts{Exact: true})
+	c, err := container.Load(r.cfg.Root, state.ID, container.LoadOpts{Exact: true})
 	if err != nil {
 		return nil, fmt.Errorf("load container %s: %w", id, err)
 	}
 	return c, nil
+}
+
+// stateFile is runsc's state file of container id, the root of its own
+// sandbox.
+func (r *Runtime) stateFile(id string) container.StateFile {
+	return container.StateFile{RootDir: r.cfg.Root, ID: container.FullID{SandboxID: id, ContainerID: id}}
 }
 
 // pauseIn and resumeIn are the in-process forms of runsc pause and

@@ -556,26 +556,31 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 // Remove deletes a container by ID whether or not a handle exists, and its
 // bundle: the reconciler's tool for leftovers.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
+	state := r.stateFile(id)
+	_, statErr := state.Stat()
 	err := r.delete(ctx, id)
 	// What runsc did not know of, or left behind, goes too.
 	killStrays(r.cfg.Root, id)
 	waitKeeper(filepath.Join(r.cfg.Bundles, id))
 	os.RemoveAll(filepath.Join(r.cfg.Bundles, id))
 	switch {
-	case err != nil && strings.Contains(err.Error(), "does not exist"):
-		err = nil
-	case err != nil && isTornState(err):
+	case err == nil:
+		if statErr == nil {
+			return nil // runsc removed the container's cgroups with its state
+		}
+	case strings.Contains(err.Error(), "does not exist"):
+	case isTornState(err):
 		// A state file runsc began and never finished (its command was
 		// killed with the server): runsc cannot read it, so it cannot
 		// delete it either, and the container's processes are gone now.
-		err = removeState(r.cfg.Root, id)
-	}
-	if err != nil {
+		if err := removeState(r.cfg.Root, id); err != nil {
+			return err
+		}
+	default:
 		return err
 	}
-	// runsc removes a container's cgroup with its state; one whose state
-	// was lost or cut short (runsc delete --force then has nothing to do)
-	// leaves it.
+	// A container whose state was lost or cut short leaves its cgroups,
+	// which runsc removes with the state.
 	return removeCgroups(cgroupRoot, id)
 }
 
