@@ -294,12 +294,12 @@ func (r *Runtime) runDetached(ctx context.Context, spec runtime.Spec, dir string
 }
 
 // failed removes what a failed run, restore or create may have left
-// behind (a half-made container, the bundle) and returns the error with
+// behind (a half-made container as Remove does, the bundle) and returns the error with
 // runsc's own last words, read from the console first. w is the caller's
 // end of the console, closed once the container's processes are gone so
 // that the keeper finishes writing out.
 func (r *Runtime) failed(id, dir string, w *os.File, op string, err error) error {
-	r.delete(context.Background(), id)
+	r.removeContainer(context.Background(), id)
 	w.Close()
 	waitKeeper(dir)
 	out, _ := readConsole(dir)
@@ -556,13 +556,20 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 // Remove deletes a container by ID whether or not a handle exists, and its
 // bundle: the reconciler's tool for leftovers.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
+	err := r.removeContainer(ctx, id)
+	waitKeeper(filepath.Join(r.cfg.Bundles, id))
+	os.RemoveAll(filepath.Join(r.cfg.Bundles, id))
+	return err
+}
+
+// removeContainer deletes container id with runsc and removes what runsc
+// did not know of or left behind: its processes, a state file cut short,
+// its cgroups. The bundle stays.
+func (r *Runtime) removeContainer(ctx context.Context, id string) error {
 	state := r.stateFile(id)
 	_, statErr := state.Stat()
 	err := r.delete(ctx, id)
-	// What runsc did not know of, or left behind, goes too.
 	killStrays(r.cfg.Root, id)
-	waitKeeper(filepath.Join(r.cfg.Bundles, id))
-	os.RemoveAll(filepath.Join(r.cfg.Bundles, id))
 	switch {
 	case err == nil:
 		if statErr == nil {

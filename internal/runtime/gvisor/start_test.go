@@ -56,6 +56,25 @@ func checkKilledAndRemoved(t *testing.T, rt *Runtime, dir, id string, err error,
 	if _, err := os.Stat(filepath.Join(rt.cfg.Bundles, id)); !os.IsNotExist(err) {
 		t.Fatalf("bundle left: %v", err)
 	}
+	if left := cgroupDirs(cgroupRoot, id); len(left) > 0 {
+		t.Fatalf("cgroups left: %v", left)
+	}
+}
+
+// withCgroup makes a cgroup of container id where runsc would (the v1
+// memory hierarchy, else the unified one), as a start cut short leaves
+// it behind with no state that would let runsc remove it.
+func withCgroup(t *testing.T, id string) {
+	t.Helper()
+	parent := filepath.Join(cgroupRoot, "memory")
+	if _, err := os.Stat(parent); err != nil {
+		parent = cgroupRoot
+	}
+	dir := filepath.Join(parent, "cube", id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
 }
 
 // A sandbox that does not start within StartTimeout fails its boot and is
@@ -63,6 +82,7 @@ func checkKilledAndRemoved(t *testing.T, rt *Runtime, dir, id string, err error,
 // for good.
 func TestBootThatHangsIsKilled(t *testing.T) {
 	rt, dir := startFixture(t)
+	withCgroup(t, "cthangboot")
 	start := time.Now()
 	_, err := rt.Boot(context.Background(), runtime.Spec{ID: "cthangboot", Rootfs: dir})
 	checkKilledAndRemoved(t, rt, dir, "cthangboot", err, time.Since(start))
@@ -81,6 +101,7 @@ func TestPrepareAndRestoreThatHangAreKilled(t *testing.T) {
 		}
 	}
 	spec := runtime.Spec{ID: "cthangprep", Rootfs: dir}
+	withCgroup(t, "cthangprep")
 	start := time.Now()
 	_, err := rt.Prepare(context.Background(), image, spec)
 	checkKilledAndRemoved(t, rt, dir, "cthangprep", err, time.Since(start))
@@ -93,6 +114,7 @@ func TestPrepareAndRestoreThatHangAreKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	withCgroup(t, "cthangrestore")
 	start = time.Now()
 	_, err = p.Restore(context.Background(), image)
 	checkKilledAndRemoved(t, rt, dir, "cthangrestore", err, time.Since(start))
