@@ -68,8 +68,11 @@ func (r *Runtime) load(id string) (*container.Container, error) {
 
 // stateFile is runsc's state file of container id, the root of its own
 // sandbox.
-func (r *Runtime) stateFile(id string) container.StateFile {
-	return container.StateFile{RootDir: r.cfg.Root, ID: container.FullID{SandboxID: id, ContainerID: id}}
+func (r *Runtime) stateFile(id string) container.StateFile { return stateFileIn(r.cfg.Root, id) }
+
+// stateFileIn is container id's state file under the state root root.
+func stateFileIn(root, id string) container.StateFile {
+	return container.StateFile{RootDir: root, ID: container.FullID{SandboxID: id, ContainerID: id}}
 }
 
 // pauseIn and resumeIn are the in-process forms of runsc pause and

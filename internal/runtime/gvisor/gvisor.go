@@ -543,9 +543,10 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	ids := strings.Fields(string(out))
-	// Containers runsc has no state for but whose processes run (see
-	// strays.go) are listed too, so they are adopted or removed.
-	for _, id := range strayIDs(r.cfg.Root) {
+	// Containers runsc has no state for but whose processes run, or
+	// whose lock a start cut short left (see strays.go), are listed too,
+	// so they are adopted or removed.
+	for _, id := range append(strayIDs(r.cfg.Root), unsavedIDs(r.cfg.Root)...) {
 		if !slices.Contains(ids, id) {
 			ids = append(ids, id)
 		}
@@ -580,15 +581,14 @@ func (r *Runtime) removeContainer(ctx context.Context, id string) error {
 		// A state file runsc began and never finished (its command was
 		// killed with the server): runsc cannot read it, so it cannot
 		// delete it either, and the container's processes are gone now.
-		if err := removeState(r.cfg.Root, id); err != nil {
-			return err
-		}
 	default:
 		return err
 	}
-	// A container whose state was lost or cut short leaves its cgroups,
-	// which runsc removes with the state.
-	return removeCgroups(cgroupRoot, id)
+	// A container whose state was lost, cut short or never saved (a start
+	// killed between taking the container's lock and writing its state)
+	// leaves what runsc removes with the state: the lock file and the
+	// cgroups.
+	return errors.Join(removeState(r.cfg.Root, id), removeCgroups(cgroupRoot, id))
 }
 
 // delete is runsc delete --force: container id's processes are killed and
@@ -606,12 +606,15 @@ func isTornState(err error) bool {
 	return strings.Contains(err.Error(), "reading container metadata file")
 }
 
-// removeState removes runsc's state files of container id under root.
+// removeState removes runsc's files of container id under root: its
+// state and lock files and its sandbox's control socket, which the
+// sandbox removes only when it exits on its own.
 func removeState(root, id string) error {
 	files, err := filepath.Glob(filepath.Join(root, id+"_sandbox:*"))
 	if err != nil {
 		return err
 	}
+	files = append(files, filepath.Join(root, "runsc-"+id+".sock"))
 	var errs []error
 	for _, f := range files {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {

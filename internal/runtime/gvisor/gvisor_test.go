@@ -422,13 +422,15 @@ func TestStrayContainerIsListedAndRemoved(t *testing.T) {
 	if len(cgroupDirs(cgroupRoot, "ctstray")) == 0 {
 		t.Fatal("runsc made no cgroup for the container")
 	}
-	// What a cut-short create leaves: processes, no state runsc reads.
-	states, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, "*ctstray*"))
-	if len(states) == 0 {
-		t.Fatalf("no runsc state for the container in %s", f.rt.cfg.Root)
+	// What a cut-short create leaves: processes and the lock runsc takes
+	// first, no state runsc reads.
+	state := f.rt.stateFile("ctstray")
+	if _, err := state.Stat(); err != nil {
+		t.Fatalf("no runsc state for the container: %v", err)
 	}
+	states, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, "*ctstray*.state"))
 	for _, s := range states {
-		os.RemoveAll(s)
+		os.Remove(s)
 	}
 	ids, err := f.rt.List(c)
 	if err != nil || !slices.Contains(ids, "ctstray") {
@@ -445,6 +447,43 @@ func TestStrayContainerIsListedAndRemoved(t *testing.T) {
 	}
 	if left := cgroupDirs(cgroupRoot, "ctstray"); len(left) > 0 {
 		t.Fatalf("cgroups left after Remove: %v", left)
+	}
+	if left, _ := filepath.Glob(filepath.Join(f.rt.cfg.Root, "*ctstray*")); len(left) > 0 {
+		t.Fatalf("runsc files left after Remove: %v", left)
+	}
+}
+
+// A create killed after runsc took the container's lock and before it
+// saved the state, whose processes are gone too, leaves the lock file
+// alone: List names the container so the reconciler removes it, and
+// Remove takes the lock away.
+func TestLockLeftByACutShortCreateIsListedAndRemoved(t *testing.T) {
+	f := newFixture(t)
+	c := ctx(t)
+	lock := filepath.Join(f.rt.cfg.Root, "ctunsaved_sandbox:ctunsaved.lock")
+	// A lock of a container that is not its sandbox's root is not one of
+	// Cube's.
+	other := filepath.Join(f.rt.cfg.Root, "ctchild_sandbox:ctparent.lock")
+	for _, p := range []string{lock, other} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, err := f.rt.List(c)
+	if err != nil || !slices.Contains(ids, "ctunsaved") {
+		t.Fatalf("List = %v, %v; want the container with only a lock listed", ids, err)
+	}
+	if slices.Contains(ids, "ctchild") || slices.Contains(ids, "ctparent") {
+		t.Fatalf("List = %v; a lock of a container that is not its sandbox's root is not Cube's", ids)
+	}
+	if err := f.rt.Remove(c, "ctunsaved"); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if _, err := os.Stat(lock); !os.IsNotExist(err) {
+		t.Fatalf("lock file after Remove: %v; want it gone", err)
+	}
+	if ids, _ := f.rt.List(c); slices.Contains(ids, "ctunsaved") {
+		t.Fatalf("still listed after Remove: %v", ids)
 	}
 }
 

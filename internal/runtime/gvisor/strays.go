@@ -82,6 +82,27 @@ func parentOf(pid int) int {
 	return ppid
 }
 
+// unsavedIDs returns the containers under root that runsc holds a lock
+// file for and no state: runsc takes the lock first when it creates a
+// container, so a create killed before it saved the state (with the
+// server, or at Config.StartTimeout) leaves the lock alone, for good
+// unless it is listed and removed.
+func unsavedIDs(root string) []string {
+	locks, _ := filepath.Glob(filepath.Join(root, "*_sandbox:*.lock"))
+	var ids []string
+	for _, l := range locks {
+		id, sandbox, ok := strings.Cut(strings.TrimSuffix(filepath.Base(l), ".lock"), "_sandbox:")
+		if !ok || sandbox != id {
+			continue // not one of Cube's containers, each its sandbox's root
+		}
+		state := stateFileIn(root, id)
+		if _, err := state.Stat(); os.IsNotExist(err) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // strayIDs returns the container IDs that processes under root run for,
 // whether or not runsc lists them.
 func strayIDs(root string) []string {
