@@ -276,6 +276,17 @@ func TestCrashRecovery(t *testing.T) {
 	os.WriteFile(filepath.Join(half, "pages.img"), []byte("partial"), 0o600)
 	orphanDir := filepath.Join(dataDir, "sandboxes", "orphan")
 	os.MkdirAll(orphanDir, 0o700)
+	// A runsc create killed after it took its container's lock and made
+	// the sandbox's control socket, before it saved the state.
+	unsaved := []string{
+		filepath.Join(dataDir, "runsc", "cutshort_sandbox:cutshort.lock"),
+		filepath.Join(dataDir, "runsc", "runsc-cutshort.sock"),
+	}
+	for _, p := range unsaved {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	stray := prefix + "-s99"
 	if out, err := exec.Command("ip", "netns", "add", stray).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v %s", err, out)
@@ -307,7 +318,7 @@ func TestCrashRecovery(t *testing.T) {
 	if bytes.Contains(body, []byte("halfmade")) {
 		t.Errorf("half-created sandbox listed: %s", body)
 	}
-	for _, p := range []string{half, orphanDir, "/run/netns/" + stray} {
+	for _, p := range append([]string{half, orphanDir, "/run/netns/" + stray}, unsaved...) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s survived reconciliation", p)
 		}
@@ -345,6 +356,11 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	if left := runscProcesses(filepath.Join(dataDir, "runsc")); len(left) > 0 {
 		t.Errorf("runsc processes left: %v", left)
+	}
+	// runsc's root keeps only the mount point of the gofers' empty network
+	// namespace: no state, lock or socket of a container.
+	if left, _ := filepath.Glob(filepath.Join(dataDir, "runsc", "*")); len(left) != 1 || filepath.Base(left[0]) != "null-netns" {
+		t.Errorf("runsc files left: %v", left)
 	}
 	st, _ = store.Open(filepath.Join(dataDir, "state.db"))
 	defer st.Close()
