@@ -586,8 +586,8 @@ func (r *Runtime) removeContainer(ctx context.Context, id string) error {
 	}
 	// A container whose state was lost, cut short or never saved (a start
 	// killed between taking the container's lock and writing its state)
-	// leaves what runsc removes with the state: the lock file and the
-	// cgroups.
+	// leaves what runsc removes with the state: the lock file, the
+	// sandbox's control socket and the cgroups.
 	return errors.Join(removeState(r.cfg.Root, id), removeCgroups(cgroupRoot, id))
 }
 
