@@ -588,7 +588,7 @@ func (r *Runtime) removeContainer(ctx context.Context, id string) error {
 	// killed between taking the container's lock and writing its state)
 	// leaves what runsc removes with the state: the lock file, the
 	// sandbox's control socket and the cgroups.
-	return errors.Join(removeState(r.cfg.Root, id), removeCgroups(cgroupRoot, id))
+	return errors.Join(r.removeState(id), removeCgroups(cgroupRoot, id))
 }
 
 // delete is runsc delete --force: container id's processes are killed and
@@ -606,22 +606,16 @@ func isTornState(err error) bool {
 	return strings.Contains(err.Error(), "reading container metadata file")
 }
 
-// removeState removes runsc's files of container id under root: its
-// state and lock files and its sandbox's control socket, which the
+// removeState removes runsc's files of container id: its state and lock
+// files (runsc's own Destroy) and its sandbox's control socket, which the
 // sandbox removes only when it exits on its own.
-func removeState(root, id string) error {
-	files, err := filepath.Glob(filepath.Join(root, id+"_sandbox:*"))
-	if err != nil {
-		return err
+func (r *Runtime) removeState(id string) error {
+	state := r.stateFile(id)
+	err := os.Remove(filepath.Join(r.cfg.Root, "runsc-"+id+".sock"))
+	if os.IsNotExist(err) {
+		err = nil
 	}
-	files = append(files, filepath.Join(root, "runsc-"+id+".sock"))
-	var errs []error
-	for _, f := range files {
-		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return errors.Join(state.Destroy(), err)
 }
 
 type sandbox struct {
